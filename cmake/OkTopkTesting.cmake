@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# oktopk_add_mpi_test(NAME name SOURCES a.cpp ... NP 1 2 3 4 [TIMEOUT s])
+# Builds one executable linked with the shared MPI test main and registers one ctest test per
+# rank count, named <name>_np<N>, run through mpiexec. PROCESSORS tells ctest how many cores a
+# test occupies so `ctest -j` does not oversubscribe more than it must.
+
+# OpenMPI refuses more ranks than cores unless told; MPICH has no such flag and rejects it.
+execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _oktopk_mpiexec_version
+                ERROR_QUIET)
+set(OKTOPK_MPIEXEC_EXTRA_FLAGS "")
+if(_oktopk_mpiexec_version MATCHES "Open MPI|OpenRTE")
+  set(OKTOPK_MPIEXEC_EXTRA_FLAGS --oversubscribe)
+endif()
+
+function(oktopk_add_mpi_test)
+  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SOURCES;NP;LIBRARIES" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  set(exe oktopk_test_${ARG_NAME})
+  add_executable(${exe} ${ARG_SOURCES})
+  target_link_libraries(${exe} PRIVATE oktopk_mpi_test_main OkTopk::oktopk ${ARG_LIBRARIES})
+  foreach(np IN LISTS ARG_NP)
+    add_test(NAME ${ARG_NAME}_np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np}
+                     ${OKTOPK_MPIEXEC_EXTRA_FLAGS} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${exe}>
+                     ${MPIEXEC_POSTFLAGS})
+    # One thread per rank: ranks already share the cores.
+    set_tests_properties(${ARG_NAME}_np${np} PROPERTIES
+      PROCESSORS ${np} TIMEOUT ${ARG_TIMEOUT} LABELS mpi
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMP_PROC_BIND=false;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  endforeach()
+endfunction()

@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The one place OkTopk talks to MPI: a duplicated communicator whose every call is checked,
+// with per-phase traffic accounting and a cross-rank agreement check.
+#pragma once
+
+#include <oktopk/fwd.hpp>
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace oktopk {
+
+/// \brief Bytes and messages this rank sent and received.
+struct PhaseTraffic {
+  std::int64_t bytes_sent = 0;
+  std::int64_t bytes_received = 0;
+  std::int64_t messages_sent = 0;
+  std::int64_t messages_received = 0;
+
+  PhaseTraffic& operator+=(const PhaseTraffic& other);
+};
+
+bool operator==(const PhaseTraffic& a, const PhaseTraffic& b);
+
+/// \brief One named value in Communicator::check_agreement.
+struct AgreementField {
+  const char* name;
+  std::int64_t value;
+};
+
+/// \brief A stable 64-bit digest of a string (FNV-1a), for agreement checks on text options.
+std::int64_t agreement_digest(std::string_view text);
+
+/// \brief The bit pattern of a double, for agreement checks on floating-point options.
+std::int64_t agreement_digest(double value);
+
+/// \brief RAII over a duplicate of a user's MPI communicator.
+///
+/// The duplicate has MPI_ERRORS_RETURN, and every call is checked: a failing call throws
+/// std::runtime_error whose message starts with the calling function's qualified name and holds
+/// MPI's error string. Copies share the duplicate and the traffic counters; the duplicate is
+/// freed with the last copy (unless MPI is already finalized).
+///
+/// Traffic accounting. Every byte is charged to the current phase (see phase()). Point-to-point
+/// and all-to-all traffic is counted exactly, excluding a rank's messages to itself; a receive is
+/// counted when it completes, with its actual size. MPI hides the internal traffic of
+/// allreduce, allgather(v) and bcast, so those are charged the per-rank volume of a
+/// bandwidth-optimal algorithm, computed from the exact block partition of the data
+/// (B bytes split into P blocks b_r = B/P, the first B mod P one byte larger):
+///   allreduce  (reduce-scatter + allgather): sent = received = (B - b_r) + (P-1)·b_r,
+///              messages 2(P-1) each way;
+///   allgatherv (every block reaches every other rank once, c_r = this rank's bytes,
+///              T = total): sent = (P-1)·c_r, received = T - c_r, messages P-1 each way;
+///   bcast      (scatter + allgather, root q): root sent (B - b_q) + (P-1)·b_q, received B - b_q;
+///              others sent (P-1)·b_r, received B; messages P-1 each way for the allgather,
+///              plus the scatter's: P-1 sent by the root, one received by each other rank.
+/// These make sent and received totals over all ranks equal, as real traffic does.
+class Communicator {
+  // Declared first: PhaseScope and Requests hold it, so that neither dangles when the
+  // Communicator they came from is moved or destroyed before them.
+  struct State;
+
+ public:
+  /// Duplicates `comm`. Throws std::runtime_error if MPI is not initialized, or
+  /// std::invalid_argument for MPI_COMM_NULL.
+  explicit Communicator(MPI_Comm comm = MPI_COMM_WORLD);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  /// The duplicated communicator (for calls OkTopk does not wrap; they are not accounted).
+  MPI_Comm mpi_comm() const;
+
+  // ---- traffic accounting -------------------------------------------------------------------
+
+  /// \brief While the returned guard lives, traffic is charged to phase `name`; the previous
+  /// phase is restored when it ends. The phase before any guard is "other".
+  class PhaseScope {
+   public:
+    PhaseScope(PhaseScope&& other) noexcept;
+    PhaseScope(const PhaseScope&) = delete;
+    PhaseScope& operator=(const PhaseScope&) = delete;
+    PhaseScope& operator=(PhaseScope&&) = delete;
+    ~PhaseScope();
+
+   private:
+    friend class Communicator;
+    PhaseScope(const Communicator& comm, std::string previous);
+    std::shared_ptr<State> state_;
+    std::string previous_;
+  };
+
+  [[nodiscard]] PhaseScope phase(const std::string& name) const;
+  const std::string& current_phase() const;
+
+  /// Traffic since the last reset, by phase (phases with no traffic are absent).
+  std::map<std::string, PhaseTraffic> traffic() const;
+  /// Traffic of one phase (zero if it had none).
+  PhaseTraffic traffic(const std::string& phase) const;
+  /// The sum over all phases.
+  PhaseTraffic total_traffic() const;
+  void reset_traffic();
+
+  // ---- point to point -----------------------------------------------------------------------
+
+  /// \brief Outstanding nonblocking operations. The buffers must stay alive and untouched until
+  /// wait_all() returns; the destructor waits for anything still outstanding (and never throws).
+  class Requests {
+   public:
+    Requests() = default;
+    Requests(const Requests&) = delete;
+    Requests& operator=(const Requests&) = delete;
+    Requests(Requests&&) noexcept = default;
+    Requests& operator=(Requests&&) noexcept;
+    ~Requests();
+
+    /// Completes every operation and charges received bytes. Throws std::runtime_error if MPI
+    /// reports an error for any of them.
+    void wait_all();
+    std::size_t size() const { return requests_.size(); }
+
+   private:
+    friend class Communicator;
+    struct Receive {
+      std::size_t request;  // position in requests_
+      MPI_Datatype type;
+      std::string phase;
+      bool counted;  // false for self-messages
+    };
+    std::shared_ptr<State> state_;  // of the Communicator that posted them
+    std::vector<MPI_Request> requests_;
+    std::vector<Receive> receives_;
+  };
+
+  template <class T>
+  void isend(const T* buffer, count_type count, int destination, int tag, Requests& requests) const;
+  template <class T>
+  void irecv(T* buffer, count_type count, int source, int tag, Requests& requests) const;
+
+  // ---- collectives --------------------------------------------------------------------------
+  // Counts are in elements. Buffers are host memory, or device memory when MPI is GPU-aware.
+
+  template <class T>
+  void allreduce(const T* send, T* receive, count_type count, MPI_Op op) const;
+  template <class T>
+  void allreduce_in_place(T* buffer, count_type count, MPI_Op op) const;
+  /// Every rank sends `count_per_rank` elements to every rank (itself included).
+  template <class T>
+  void alltoall(const T* send, T* receive, count_type count_per_rank) const;
+  template <class T>
+  void allgather(const T* send, count_type count, T* receive) const;
+  /// `counts` and `displacements` have size() entries each, in elements.
+  template <class T>
+  void allgatherv(const T* send, count_type count, T* receive, const int* counts,
+                  const int* displacements) const;
+  template <class T>
+  void bcast(T* buffer, count_type count, int root) const;
+  void barrier() const;
+
+  // ---- agreement ----------------------------------------------------------------------------
+
+  /// \brief Collective. Checks that every field has the same value on every rank; if one does
+  /// not, every rank throws the same std::invalid_argument, starting with `caller` and naming
+  /// the field with its smallest and largest value, instead of hanging later in mismatched
+  /// collectives.
+  void check_agreement(const char* caller, std::initializer_list<AgreementField> fields) const;
+
+ private:
+  void charge(std::int64_t bytes_sent, std::int64_t bytes_received, std::int64_t messages_sent,
+              std::int64_t messages_received) const;
+
+  void isend_bytes(const void* buffer, count_type count, MPI_Datatype type, int destination,
+                   int tag, Requests& requests) const;
+  void irecv_bytes(void* buffer, count_type count, MPI_Datatype type, int source, int tag,
+                   Requests& requests) const;
+  void allreduce_impl(const void* send, void* receive, count_type count, MPI_Datatype type,
+                      MPI_Op op) const;
+  void alltoall_impl(const void* send, void* receive, count_type count, MPI_Datatype type) const;
+  void allgather_impl(const void* send, count_type count, void* receive, MPI_Datatype type) const;
+  void allgatherv_impl(const void* send, count_type count, void* receive, const int* counts,
+                       const int* displacements, MPI_Datatype type) const;
+  void bcast_impl(void* buffer, count_type count, MPI_Datatype type, int root) const;
+
+  std::shared_ptr<State> state_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+namespace impl {
+/// The MPI datatype of T; specialized for the arithmetic types OkTopk sends.
+template <class T>
+MPI_Datatype mpi_datatype();
+// Declared here so that no translation unit instantiates the (undefined) primary template.
+template <>
+MPI_Datatype mpi_datatype<float>();
+template <>
+MPI_Datatype mpi_datatype<double>();
+template <>
+MPI_Datatype mpi_datatype<std::int32_t>();
+template <>
+MPI_Datatype mpi_datatype<std::int64_t>();
+template <>
+MPI_Datatype mpi_datatype<std::uint32_t>();
+template <>
+MPI_Datatype mpi_datatype<std::uint64_t>();
+template <>
+MPI_Datatype mpi_datatype<char>();
+template <>
+MPI_Datatype mpi_datatype<unsigned char>();
+}  // namespace impl
+
+template <class T>
+void Communicator::isend(const T* buffer, count_type count, int destination, int tag,
+                         Requests& requests) const {
+  isend_bytes(buffer, count, impl::mpi_datatype<T>(), destination, tag, requests);
+}
+
+template <class T>
+void Communicator::irecv(T* buffer, count_type count, int source, int tag,
+                         Requests& requests) const {
+  irecv_bytes(buffer, count, impl::mpi_datatype<T>(), source, tag, requests);
+}
+
+template <class T>
+void Communicator::allreduce(const T* send, T* receive, count_type count, MPI_Op op) const {
+  allreduce_impl(send, receive, count, impl::mpi_datatype<T>(), op);
+}
+
+template <class T>
+void Communicator::allreduce_in_place(T* buffer, count_type count, MPI_Op op) const {
+  allreduce_impl(MPI_IN_PLACE, buffer, count, impl::mpi_datatype<T>(), op);
+}
+
+template <class T>
+void Communicator::alltoall(const T* send, T* receive, count_type count_per_rank) const {
+  alltoall_impl(send, receive, count_per_rank, impl::mpi_datatype<T>());
+}
+
+template <class T>
+void Communicator::allgather(const T* send, count_type count, T* receive) const {
+  allgather_impl(send, count, receive, impl::mpi_datatype<T>());
+}
+
+template <class T>
+void Communicator::allgatherv(const T* send, count_type count, T* receive, const int* counts,
+                              const int* displacements) const {
+  allgatherv_impl(send, count, receive, counts, displacements, impl::mpi_datatype<T>());
+}
+
+template <class T>
+void Communicator::bcast(T* buffer, count_type count, int root) const {
+  bcast_impl(buffer, count, impl::mpi_datatype<T>(), root);
+}
+
+}  // namespace oktopk

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Every difference between the Kokkos versions OkTopk supports (3.4 up to 4.x) lives here.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace oktopk::impl {
+
+/// |x| for float: Kokkos::Experimental::fabs in 3.4-3.6, Kokkos::abs from 3.7.
+KOKKOS_INLINE_FUNCTION float abs(float x) {
+#if KOKKOS_VERSION >= 30700
+  return Kokkos::abs(x);
+#else
+  return Kokkos::Experimental::fabs(x);
+#endif
+}
+
+KOKKOS_INLINE_FUNCTION bool isnan(float x) {
+#if KOKKOS_VERSION >= 30700
+  return Kokkos::isnan(x);
+#else
+  return Kokkos::Experimental::isnan(x);
+#endif
+}
+
+/// The IEEE-754 bit pattern of x (Kokkos::bit_cast exists from 4.1 only).
+KOKKOS_INLINE_FUNCTION std::uint32_t float_to_bits(float x) {
+#if KOKKOS_VERSION >= 40100
+  return Kokkos::bit_cast<std::uint32_t>(x);
+#else
+  union {
+    float f;
+    std::uint32_t u;
+  } pun{x};
+  return pun.u;
+#endif
+}
+
+KOKKOS_INLINE_FUNCTION float bits_to_float(std::uint32_t u) {
+#if KOKKOS_VERSION >= 40100
+  return Kokkos::bit_cast<float>(u);
+#else
+  union {
+    std::uint32_t u;
+    float f;
+  } pun{u};
+  return pun.f;
+#endif
+}
+
+/// Fences one execution space instance, with a label where Kokkos takes one (from 3.6).
+template <class ExecSpace>
+void fence(const ExecSpace& exec, const std::string& label) {
+#if KOKKOS_VERSION >= 30600
+  exec.fence(label);
+#else
+  (void)label;
+  exec.fence();
+#endif
+}
+
+/// RAII profiling region (Kokkos::Profiling::ScopedRegion only exists from 4.1). It pops on
+/// every exit path, so a throwing call cannot leave a region open.
+class ScopedRegion {
+ public:
+  explicit ScopedRegion(const std::string& name) { Kokkos::Profiling::pushRegion(name); }
+  ~ScopedRegion() { Kokkos::Profiling::popRegion(); }
+  ScopedRegion(const ScopedRegion&) = delete;
+  ScopedRegion& operator=(const ScopedRegion&) = delete;
+};
+
+}  // namespace oktopk::impl

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Operations on sparse (index, value) vectors: scatter-add into a dense View, merge of two
+// sorted sparse vectors summing common indices, and intersection of two sorted index lists.
+#pragma once
+
+#include <oktopk/error.hpp>
+#include <oktopk/fwd.hpp>
+#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/kokkos_ext.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+namespace oktopk {
+
+namespace impl {
+
+/// Number of positions where a sorted list fails to rise strictly (0 for a valid list).
+template <class ExecSpace, class IdxView>
+std::int64_t count_order_violations(const ExecSpace& exec, const IdxView& list) {
+  const auto size = static_cast<std::int64_t>(list.extent(0));
+  std::int64_t violations = 0;
+  if (size < 2) return 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::check_sorted",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, size - 1),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& bad) {
+        if (!(list(i) < list(i + 1))) ++bad;
+      },
+      violations);
+  return violations;
+}
+
+}  // namespace impl
+
+/// \brief dense(indices(j) + offset) += values(j) for every j.
+///
+/// Atomic, so repeated indices are all added; their summation order is then unspecified, and
+/// the float result may differ in the last bits from run to run (merge_sorted sums in a fixed
+/// order). Indices that fall outside `dense` are skipped and reported by std::invalid_argument
+/// after the others are added.
+template <class ExecSpace, class IdxView, class ValView, class DenseView>
+void scatter_add(const ExecSpace& exec, const IdxView& indices, const ValView& values,
+                 const DenseView& dense, count_type offset = 0) {
+  constexpr const char* where = "oktopk::scatter_add";
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type, "oktopk::scatter_add: indices");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, ValView, value_type, "oktopk::scatter_add: values");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, DenseView, value_type, "oktopk::scatter_add: dense");
+  OKTOPK_STATIC_CHECK_WRITABLE(DenseView, "oktopk::scatter_add: dense");
+  OKTOPK_REQUIRE(indices.extent(0) == values.extent(0), std::invalid_argument, where,
+                 indices.extent(0) << " indices but " << values.extent(0) << " values");
+  impl::ScopedRegion region("OkTopk::scatter_add");
+  const auto n = static_cast<std::int64_t>(dense.extent(0));
+  std::int64_t outside = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::scatter_add",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, indices.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t j, std::int64_t& bad) {
+        const std::int64_t i = indices(j) + offset;
+        if (i >= 0 && i < n) {
+          Kokkos::atomic_add(&dense(i), values(j));
+        } else {
+          ++bad;
+        }
+      },
+      outside);
+  OKTOPK_REQUIRE(outside == 0, std::invalid_argument, where,
+                 outside << " indices (after adding offset " << offset
+                         << ") fall outside the dense vector of length " << n);
+}
+
+/// \brief Merges two sparse vectors whose indices rise strictly into their sum, also sorted:
+/// an index present in both appears once with value a + b (always added in that order, so the
+/// result is deterministic). The output needs room for |a| + |b| entries. Returns the number
+/// of output entries. Throws std::invalid_argument for unsorted input or too small output.
+template <class ExecSpace, class AIdx, class AVal, class BIdx, class BVal, class OutIdx,
+          class OutVal>
+std::int64_t merge_sorted(const ExecSpace& exec, const AIdx& a_indices, const AVal& a_values,
+                          const BIdx& b_indices, const BVal& b_values, const OutIdx& out_indices,
+                          const OutVal& out_values) {
+  constexpr const char* where = "oktopk::merge_sorted";
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, AIdx, index_type, "oktopk::merge_sorted: a_indices");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, AVal, value_type, "oktopk::merge_sorted: a_values");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, BIdx, index_type, "oktopk::merge_sorted: b_indices");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, BVal, value_type, "oktopk::merge_sorted: b_values");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, OutIdx, index_type, "oktopk::merge_sorted: out_indices");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, OutVal, value_type, "oktopk::merge_sorted: out_values");
+  OKTOPK_STATIC_CHECK_WRITABLE(OutIdx, "oktopk::merge_sorted: out_indices");
+  OKTOPK_STATIC_CHECK_WRITABLE(OutVal, "oktopk::merge_sorted: out_values");
+  const auto na = static_cast<std::int64_t>(a_indices.extent(0));
+  const auto nb = static_cast<std::int64_t>(b_indices.extent(0));
+  OKTOPK_REQUIRE(a_values.extent(0) == a_indices.extent(0) &&
+                     b_values.extent(0) == b_indices.extent(0),
+                 std::invalid_argument, where, "index and value counts differ");
+  OKTOPK_REQUIRE(static_cast<std::int64_t>(out_indices.extent(0)) >= na + nb &&
+                     static_cast<std::int64_t>(out_values.extent(0)) >= na + nb,
+                 std::invalid_argument, where,
+                 "output holds " << out_indices.extent(0) << " indices and "
+                                 << out_values.extent(0) << " values, needs " << na + nb);
+  OKTOPK_REQUIRE(impl::count_order_violations(exec, a_indices) == 0 &&
+                     impl::count_order_violations(exec, b_indices) == 0,
+                 std::invalid_argument, where, "indices must rise strictly in both inputs");
+  impl::ScopedRegion region("OkTopk::merge_sorted");
+  using Policy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
+
+  // shared_before(i) = how many of a(0..i) also occur in b. An entry's output slot is its rank
+  // in a, plus the entries of b below it, minus the common indices below it (merged into one).
+  auto shared_before =
+      impl::make_uninitialized<std::int64_t>(exec, "OkTopk::merge_sorted::shared_before", na + 1);
+  std::int64_t shared = 0;
+  Kokkos::parallel_scan(
+      "OkTopk::merge_sorted::count_shared", Policy(exec, 0, na),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& prefix, bool final) {
+        if (final) shared_before(i) = prefix;
+        const auto j = impl::lower_bound(b_indices, nb, a_indices(i));
+        if (j < nb && b_indices(j) == a_indices(i)) ++prefix;
+        if (final && i == na - 1) shared_before(na) = prefix;
+      },
+      shared);
+  if (na == 0) Kokkos::deep_copy(exec, shared_before, 0);
+
+  Kokkos::parallel_for(
+      "OkTopk::merge_sorted::place_a", Policy(exec, 0, na), KOKKOS_LAMBDA(std::int64_t i) {
+        const index_type key = a_indices(i);
+        const auto j = impl::lower_bound(b_indices, nb, key);
+        const bool common = j < nb && b_indices(j) == key;
+        const std::int64_t slot = i + j - shared_before(i);
+        out_indices(slot) = key;
+        out_values(slot) = common ? a_values(i) + b_values(j) : a_values(i);
+      });
+  Kokkos::parallel_for(
+      "OkTopk::merge_sorted::place_b", Policy(exec, 0, nb), KOKKOS_LAMBDA(std::int64_t j) {
+        const index_type key = b_indices(j);
+        const auto i = impl::lower_bound(a_indices, na, key);
+        if (i < na && a_indices(i) == key) return;  // placed with a
+        const std::int64_t slot = j + i - shared_before(i);
+        out_indices(slot) = key;
+        out_values(slot) = b_values(j);
+      });
+  return na + nb - shared;
+}
+
+/// \brief The indices present in both strictly rising lists, in rising order. The output needs
+/// room for min(|a|, |b|) entries. Returns how many were written. Throws std::invalid_argument
+/// for unsorted input or too small output.
+template <class ExecSpace, class AIdx, class BIdx, class OutIdx>
+std::int64_t intersect_sorted(const ExecSpace& exec, const AIdx& a, const BIdx& b,
+                              const OutIdx& out) {
+  constexpr const char* where = "oktopk::intersect_sorted";
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, AIdx, index_type, "oktopk::intersect_sorted: a");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, BIdx, index_type, "oktopk::intersect_sorted: b");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, OutIdx, index_type, "oktopk::intersect_sorted: out");
+  OKTOPK_STATIC_CHECK_WRITABLE(OutIdx, "oktopk::intersect_sorted: out");
+  const auto na = static_cast<std::int64_t>(a.extent(0));
+  const auto nb = static_cast<std::int64_t>(b.extent(0));
+  const std::int64_t shorter = na < nb ? na : nb;
+  OKTOPK_REQUIRE(static_cast<std::int64_t>(out.extent(0)) >= shorter, std::invalid_argument, where,
+                 "output holds " << out.extent(0) << " indices, needs " << shorter);
+  OKTOPK_REQUIRE(impl::count_order_violations(exec, a) == 0 &&
+                     impl::count_order_violations(exec, b) == 0,
+                 std::invalid_argument, where, "indices must rise strictly in both inputs");
+  impl::ScopedRegion region("OkTopk::intersect_sorted");
+  // Scan the shorter list and binary-search the longer: O(min log max).
+  const bool a_shorter = na <= nb;
+  std::int64_t count = 0;
+  Kokkos::parallel_scan(
+      "OkTopk::intersect_sorted",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, shorter),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& slot, bool final) {
+        const index_type key = a_shorter ? a(i) : b(i);
+        const auto j = a_shorter ? impl::lower_bound(b, nb, key) : impl::lower_bound(a, na, key);
+        const bool found = a_shorter ? (j < nb && b(j) == key) : (j < na && a(j) == key);
+        if (found) {
+          if (final) out(slot) = key;
+          ++slot;
+        }
+      },
+      count);
+  return count;
+}
+
+}  // namespace oktopk

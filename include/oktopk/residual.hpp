@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Error feedback: the residual keeps what was not communicated, and is added to the next
+// gradient (acc = residual + scale·grad); entries that were communicated are cleared.
+#pragma once
+
+#include <oktopk/error.hpp>
+#include <oktopk/fwd.hpp>
+#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/kokkos_ext.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+namespace oktopk {
+
+/// \brief acc(i) = residual(i) + scale·grad(i). `acc` may be the same View as `residual`.
+template <class ExecSpace, class ResidualView, class GradView, class AccView>
+void accumulate_residual(const ExecSpace& exec, const ResidualView& residual, const GradView& grad,
+                         float scale, const AccView& acc) {
+  constexpr const char* where = "oktopk::accumulate_residual";
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, ResidualView, value_type,
+                           "oktopk::accumulate_residual: residual");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, GradView, value_type, "oktopk::accumulate_residual: grad");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, AccView, value_type, "oktopk::accumulate_residual: acc");
+  OKTOPK_STATIC_CHECK_WRITABLE(AccView, "oktopk::accumulate_residual: acc");
+  OKTOPK_REQUIRE(residual.extent(0) == grad.extent(0) && acc.extent(0) == grad.extent(0),
+                 std::invalid_argument, where,
+                 "lengths differ: residual " << residual.extent(0) << ", grad " << grad.extent(0)
+                                             << ", acc " << acc.extent(0));
+  impl::ScopedRegion region("OkTopk::accumulate_residual");
+  Kokkos::parallel_for(
+      "OkTopk::accumulate_residual",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, grad.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i) { acc(i) = residual(i) + scale * grad(i); });
+}
+
+/// \brief v(indices(j) + offset) = 0 for every j: clears the residual where entries were
+/// communicated. `offset` turns region-relative indices into positions of v. Indices that fall
+/// outside v are skipped, and reported by std::invalid_argument after the others are cleared.
+template <class ExecSpace, class VectorView, class IdxView>
+void clear_at(const ExecSpace& exec, const VectorView& v, const IdxView& indices,
+              count_type offset = 0) {
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, VectorView, value_type, "oktopk::clear_at: v");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type, "oktopk::clear_at: indices");
+  OKTOPK_STATIC_CHECK_WRITABLE(VectorView, "oktopk::clear_at: v");
+  impl::ScopedRegion region("OkTopk::clear_at");
+  const auto n = static_cast<std::int64_t>(v.extent(0));
+  std::int64_t outside = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::clear_at",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, indices.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t j, std::int64_t& bad) {
+        const std::int64_t i = indices(j) + offset;
+        if (i >= 0 && i < n) {
+          v(i) = 0.0f;
+        } else {
+          ++bad;
+        }
+      },
+      outside);
+  OKTOPK_REQUIRE(outside == 0, std::invalid_argument, "oktopk::clear_at",
+                 outside << " indices (after adding offset " << offset
+                         << ") fall outside the vector of length " << n);
+}
+
+}  // namespace oktopk

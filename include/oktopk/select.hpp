@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Threshold selection: which entries of a gradient have |x| > t, counted or stream-compacted
+// into (index, value) pairs, for the whole vector or split into P contiguous regions.
+//
+// Selection is strict (|x| > t, as the Ok-Topk reference does), so NaN is never selected and an
+// entry equal to the threshold is not either. Output keeps the order of x: indices ascend.
+#pragma once
+
+#include <oktopk/error.hpp>
+#include <oktopk/fwd.hpp>
+#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/kokkos_ext.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace oktopk {
+
+namespace impl {
+
+inline void check_length(const char* where, std::size_t n) {
+  OKTOPK_REQUIRE(n <= static_cast<std::size_t>(std::numeric_limits<index_type>::max()),
+                 std::invalid_argument, where,
+                 "length " << n << " exceeds the 32-bit index range (at most 2^31-1 entries)");
+}
+
+/// Stream compaction of {i : |x(i)| > t}. The scan's exclusive prefix is the output slot;
+/// entries past the capacity are counted but not written.
+template <class XView, class IdxView, class ValView>
+struct SelectAboveFunctor {
+  XView x;
+  float threshold;
+  IdxView indices;
+  ValView values;
+  std::int64_t capacity;
+
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, std::int64_t& slot, bool final) const {
+    const float xi = x(i);
+    if (impl::abs(xi) > threshold) {
+      if (final && slot < capacity) {
+        indices(slot) = static_cast<index_type>(i);
+        values(slot) = xi;
+      }
+      ++slot;
+    }
+  }
+};
+
+}  // namespace impl
+
+/// \brief Number of entries with |x(i)| > threshold.
+template <class ExecSpace, class XView>
+std::int64_t count_above(const ExecSpace& exec, const XView& x, float threshold) {
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::count_above: x");
+  impl::ScopedRegion region("OkTopk::count_above");
+  std::int64_t count = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::count_above",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, x.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& sum) {
+        if (impl::abs(x(i)) > threshold) ++sum;
+      },
+      count);
+  return count;
+}
+
+/// \brief Stream-compacts {i : |x(i)| > threshold} into (indices, values), in ascending order.
+///
+/// Returns the number of selected entries. Only the first min(count, capacity) are written,
+/// capacity being the smaller extent of `indices` and `values`: a caller whose buffers were too
+/// small sees count > capacity, grows them and calls again. One pass over x.
+template <class ExecSpace, class XView, class IdxView, class ValView>
+std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold,
+                          const IdxView& indices, const ValView& values) {
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::select_above: x");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type, "oktopk::select_above: indices");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, ValView, value_type, "oktopk::select_above: values");
+  OKTOPK_STATIC_CHECK_WRITABLE(IdxView, "oktopk::select_above: indices");
+  OKTOPK_STATIC_CHECK_WRITABLE(ValView, "oktopk::select_above: values");
+  impl::check_length("oktopk::select_above", x.extent(0));
+  impl::ScopedRegion region("OkTopk::select_above");
+
+  const auto capacity =
+      static_cast<std::int64_t>(indices.extent(0) < values.extent(0) ? indices.extent(0)
+                                                                      : values.extent(0));
+  std::int64_t count = 0;
+  Kokkos::parallel_scan(
+      "OkTopk::select_above::compact",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, x.extent(0)),
+      impl::SelectAboveFunctor<XView, IdxView, ValView>{x, threshold, indices, values, capacity},
+      count);
+  return count;
+}
+
+/// \brief Threshold selection split into P contiguous regions, in one pass over x.
+///
+/// Region r is [offsets(r), offsets(r+1)); `region_offsets` has P+1 non-decreasing entries
+/// from 0 to x.extent(0) (std::invalid_argument otherwise). Selected entries are written
+/// grouped by region, in ascending order, with indices relative to their region's start;
+/// `region_counts(r)` (P entries) receives how many region r holds, so region r's entries
+/// start at the sum of the counts before it.
+///
+/// Returns the total count. As with select_above, when it exceeds the capacity only the first
+/// `capacity` entries are written and region_counts is left unspecified: grow and call again.
+template <class ExecSpace, class XView, class OffsetView, class IdxView, class ValView,
+          class CountView>
+std::int64_t select_above_by_region(const ExecSpace& exec, const XView& x, float threshold,
+                                    const OffsetView& region_offsets, const IdxView& indices,
+                                    const ValView& values, const CountView& region_counts) {
+  constexpr const char* where = "oktopk::select_above_by_region";
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::select_above_by_region: x");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, OffsetView, count_type,
+                           "oktopk::select_above_by_region: region_offsets");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type,
+                           "oktopk::select_above_by_region: indices");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, ValView, value_type,
+                           "oktopk::select_above_by_region: values");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, CountView, count_type,
+                           "oktopk::select_above_by_region: region_counts");
+  OKTOPK_STATIC_CHECK_WRITABLE(CountView, "oktopk::select_above_by_region: region_counts");
+  impl::ScopedRegion region("OkTopk::select_above_by_region");
+
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  const auto regions = static_cast<std::int64_t>(region_offsets.extent(0)) - 1;
+  OKTOPK_REQUIRE(regions >= 1, std::invalid_argument, where,
+                 "region_offsets needs at least 2 entries, got " << region_offsets.extent(0));
+  OKTOPK_REQUIRE(static_cast<std::int64_t>(region_counts.extent(0)) >= regions,
+                 std::invalid_argument, where,
+                 "region_counts has " << region_counts.extent(0) << " entries for " << regions
+                                      << " regions");
+  std::int64_t bad_offsets = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::select_above_by_region::check_offsets",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, regions + 1),
+      KOKKOS_LAMBDA(std::int64_t r, std::int64_t& bad) {
+        const bool ends_ok = (r != 0 || region_offsets(0) == 0) &&
+                             (r != regions || region_offsets(regions) == n);
+        const bool ordered = r == 0 || region_offsets(r - 1) <= region_offsets(r);
+        if (!ends_ok || !ordered) ++bad;
+      },
+      bad_offsets);
+  OKTOPK_REQUIRE(bad_offsets == 0, std::invalid_argument, where,
+                 "region_offsets must rise from 0 to the length of x (" << n << ")");
+
+  const std::int64_t total = select_above(exec, x, threshold, indices, values);
+  const auto capacity =
+      static_cast<std::int64_t>(indices.extent(0) < values.extent(0) ? indices.extent(0)
+                                                                      : values.extent(0));
+  if (total > capacity) return total;
+
+  // The compacted indices ascend, so each region's entries are one contiguous run: its start is
+  // a binary search for the region's first index. This touches only the selected entries.
+  Kokkos::parallel_for(
+      "OkTopk::select_above_by_region::count",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, regions),
+      KOKKOS_LAMBDA(std::int64_t r) {
+        const auto begin = impl::lower_bound(indices, total, region_offsets(r));
+        const auto end = impl::lower_bound(indices, total, region_offsets(r + 1));
+        region_counts(r) = end - begin;
+      });
+  Kokkos::parallel_for(
+      "OkTopk::select_above_by_region::relative_indices",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, total),
+      KOKKOS_LAMBDA(std::int64_t j) {
+        const index_type global = indices(j);
+        // Last region starting at or before `global`; empty regions share their start with the
+        // next one, and upper_bound skips past them.
+        const auto r = impl::upper_bound(region_offsets, regions + 1, global) - 1;
+        indices(j) = static_cast<index_type>(global - region_offsets(r));
+      });
+  return total;
+}
+
+}  // namespace oktopk

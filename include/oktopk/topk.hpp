@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Top-k thresholds: the exact k-th largest |x| (radix select), and two cheap estimates of it,
+// from a random sample and from a Gaussian fit (Gaussian-k).
+#pragma once
+
+#include <oktopk/error.hpp>
+#include <oktopk/fwd.hpp>
+#include <oktopk/impl/hash.hpp>
+#include <oktopk/impl/inverse_normal.hpp>
+#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/kokkos_ext.hpp>
+#include <oktopk/impl/radix_select.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace oktopk {
+
+/// \brief Reusable buffers for kth_largest_abs, so repeated calls allocate nothing.
+template <class ExecSpace>
+struct KthLargestWorkspace {
+  using Histogram = Kokkos::View<std::int64_t*, typename ExecSpace::memory_space>;
+
+  explicit KthLargestWorkspace(const ExecSpace& exec = ExecSpace())
+      : histogram(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                     "OkTopk::kth_largest_abs::histogram"),
+                  std::size_t{1} << impl::radix_max_bits),
+        histogram_host(Kokkos::create_mirror_view(histogram)) {}
+
+  Histogram histogram;
+  typename Histogram::HostMirror histogram_host;
+};
+
+/// \brief The k-th largest |x(i)| (k counted from 1), by radix select on the bit patterns.
+///
+/// Semantics: NaN entries are ignored (m = number of non-NaN entries); -0 counts as 0; +-Inf
+/// as +Inf. If k == 0 or m == 0 the result is +Inf; if k > m, k is clamped to m (the smallest
+/// |x|). Ties need no special care: the result is a value, the same for any order of x. With
+/// strict selection (|x| > result) k-1 entries are selected when the k largest are distinct.
+/// Three read passes over x; only three small histograms cross to the host.
+template <class ExecSpace, class XView>
+float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k,
+                      KthLargestWorkspace<ExecSpace>& workspace) {
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::kth_largest_abs: x");
+  OKTOPK_REQUIRE(k >= 0, std::invalid_argument, "oktopk::kth_largest_abs",
+                 "k must be non-negative, got " << k);
+  impl::ScopedRegion region("OkTopk::kth_largest_abs");
+  constexpr float infinity = std::numeric_limits<float>::infinity();
+  if (k == 0 || x.extent(0) == 0) return infinity;
+
+  std::uint32_t prefix = 0;
+  std::int64_t remaining = k;  // rank of the wanted key among keys matching `prefix`
+  for (int pass = 0; pass < impl::radix_passes; ++pass) {
+    impl::radix_histogram(exec, x, pass, prefix, workspace.histogram);
+    const int bins = 1 << impl::radix_bits[pass];
+    Kokkos::deep_copy(exec, workspace.histogram_host, workspace.histogram);
+    impl::fence(exec, "OkTopk::kth_largest_abs: histogram to host");
+    const auto& hist = workspace.histogram_host;
+    if (pass == 0) {
+      std::int64_t non_nan = 0;
+      for (int b = 0; b < bins; ++b) non_nan += hist(b);
+      if (non_nan == 0) return infinity;
+      if (remaining > non_nan) remaining = non_nan;
+    }
+    int digit = bins - 1;
+    while (hist(digit) < remaining) {
+      remaining -= hist(digit);
+      --digit;
+      OKTOPK_ASSERT(digit >= 0);
+    }
+    prefix = (prefix << impl::radix_bits[pass]) | static_cast<std::uint32_t>(digit);
+  }
+  return impl::bits_to_float(prefix);
+}
+
+/// \brief kth_largest_abs with its own workspace (allocates a small histogram per call).
+template <class ExecSpace, class XView>
+float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k) {
+  KthLargestWorkspace<ExecSpace> workspace(exec);
+  return kth_largest_abs(exec, x, k, workspace);
+}
+
+/// \brief Estimates the k-th largest |x| from `sample_size` entries drawn uniformly with
+/// replacement (a hash of `seed` and the draw number picks each, so the estimate is
+/// deterministic): the ceil(k·s/n)-th largest |sample|. Exact when sample_size >= n.
+/// k == 0 or n == 0 gives +Inf. sample_size must be positive.
+template <class ExecSpace, class XView>
+float estimate_threshold_sampled(const ExecSpace& exec, const XView& x, std::int64_t k,
+                                 std::int64_t sample_size, std::uint64_t seed) {
+  constexpr const char* where = "oktopk::estimate_threshold_sampled";
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::estimate_threshold_sampled: x");
+  OKTOPK_REQUIRE(k >= 0, std::invalid_argument, where, "k must be non-negative, got " << k);
+  OKTOPK_REQUIRE(sample_size > 0, std::invalid_argument, where,
+                 "sample_size must be positive, got " << sample_size);
+  impl::ScopedRegion region("OkTopk::estimate_threshold_sampled");
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  if (k == 0 || n == 0) return std::numeric_limits<float>::infinity();
+  if (sample_size >= n) return kth_largest_abs(exec, x, k);
+
+  auto sample = impl::make_uninitialized<value_type>(exec, "OkTopk::estimate_threshold::sample",
+                                                     static_cast<std::size_t>(sample_size));
+  Kokkos::parallel_for(
+      "OkTopk::estimate_threshold_sampled::draw",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, sample_size),
+      KOKKOS_LAMBDA(std::int64_t j) {
+        const std::uint64_t h = impl::splitmix64(seed ^ impl::splitmix64(static_cast<std::uint64_t>(j)));
+        sample(j) = x(static_cast<std::int64_t>(h % static_cast<std::uint64_t>(n)));
+      });
+  // ceil(k·s/n) without overflow for any k <= n, s < n < 2^63.
+  const long double scaled = static_cast<long double>(k) * sample_size / n;
+  auto sample_k = static_cast<std::int64_t>(std::ceil(scaled));
+  if (sample_k < 1) sample_k = 1;
+  return kth_largest_abs(exec, sample, sample_k);
+}
+
+/// \brief The Gaussian-k threshold: fits a normal distribution (mean mu, standard deviation
+/// sigma over all n entries) and returns mu + |Phi^-1(k / 2n)|·sigma, the value that |x|
+/// exceeds with probability k/n when x is N(0, sigma^2). k == 0 gives +Inf; k >= n gives -Inf
+/// (every non-NaN entry is selected). A NaN entry makes the result NaN.
+template <class ExecSpace, class XView>
+float estimate_threshold_gaussian(const ExecSpace& exec, const XView& x, std::int64_t k) {
+  constexpr const char* where = "oktopk::estimate_threshold_gaussian";
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::estimate_threshold_gaussian: x");
+  OKTOPK_REQUIRE(k >= 0, std::invalid_argument, where, "k must be non-negative, got " << k);
+  impl::ScopedRegion region("OkTopk::estimate_threshold_gaussian");
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  if (k == 0 || n == 0) return std::numeric_limits<float>::infinity();
+  if (k >= n) return -std::numeric_limits<float>::infinity();
+
+  using Policy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
+  double sum = 0.0;
+  Kokkos::parallel_reduce(
+      "OkTopk::estimate_threshold_gaussian::mean", Policy(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i, double& s) { s += static_cast<double>(x(i)); }, sum);
+  const double mean = sum / static_cast<double>(n);
+  // Two passes (mean, then squared deviations) avoid the cancellation of sum(x^2) - n·mean^2.
+  double squares = 0.0;
+  Kokkos::parallel_reduce(
+      "OkTopk::estimate_threshold_gaussian::variance", Policy(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i, double& s) {
+        const double d = static_cast<double>(x(i)) - mean;
+        s += d * d;
+      },
+      squares);
+  const double sigma = std::sqrt(squares / static_cast<double>(n));
+  const double z = impl::inverse_normal_cdf(static_cast<double>(k) / (2.0 * static_cast<double>(n)));
+  return static_cast<float>(mean + std::fabs(z) * sigma);
+}
+
+}  // namespace oktopk

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The execution spaces this Kokkos build enables, as a GoogleTest type list.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+
+namespace oktopk::test {
+
+using EnabledSpaces = ::testing::Types<
+#if defined(KOKKOS_ENABLE_CUDA)
+    Kokkos::Cuda,
+#endif
+#if defined(KOKKOS_ENABLE_HIP)
+#if KOKKOS_VERSION >= 40000
+    Kokkos::HIP,
+#else
+    Kokkos::Experimental::HIP,
+#endif
+#endif
+#if defined(KOKKOS_ENABLE_OPENMP)
+    Kokkos::OpenMP,
+#endif
+#if defined(KOKKOS_ENABLE_THREADS)
+    Kokkos::Threads,
+#endif
+    Kokkos::DefaultHostExecutionSpace>;
+
+}  // namespace oktopk::test

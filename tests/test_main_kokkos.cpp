@@ -1,0 +1,10 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Main of the single-process kernel tests.
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+
+int main(int argc, char* argv[]) {
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
