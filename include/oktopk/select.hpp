@@ -27,24 +27,51 @@ inline void check_length(const char* where, std::size_t n) {
                  "length " << n << " exceeds the 32-bit index range (at most 2^31-1 entries)");
 }
 
-/// Stream compaction of {i : |x(i)| > t}. The scan's exclusive prefix is the output slot;
-/// entries past the capacity are counted but not written.
+/// Entries of x[begin, end) with |x| > t; a branch-free loop, so it vectorizes.
+template <class XView>
+KOKKOS_INLINE_FUNCTION int count_above_in(const XView& x, float t, std::int64_t begin,
+                                          std::int64_t end) {
+  int count = 0;
+  for (std::int64_t i = begin; i < end; ++i) count += impl::abs(x(i)) > t ? 1 : 0;
+  return count;
+}
+
+/// Stream compaction of {i : |x(i)| > t}, one chunk of `chunk` entries per work item. The
+/// scan's exclusive prefix is the chunk's first output slot; entries past the capacity are
+/// counted but not written. The first scan pass only counts (a loop that vectorizes); the
+/// final pass tests groups of entries at once and walks one by one only through groups that
+/// hold a selected entry, which at typical densities are few.
 template <class XView, class IdxView, class ValView>
 struct SelectAboveFunctor {
+  static constexpr std::int64_t group = 16;
   XView x;
   float threshold;
   IdxView indices;
   ValView values;
   std::int64_t capacity;
+  std::int64_t n;
+  std::int64_t chunk;
 
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, std::int64_t& slot, bool final) const {
-    const float xi = x(i);
-    if (impl::abs(xi) > threshold) {
-      if (final && slot < capacity) {
-        indices(slot) = static_cast<index_type>(i);
-        values(slot) = xi;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t c, std::int64_t& slot, bool final) const {
+    const std::int64_t begin = c * chunk;
+    const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+    if (!final) {
+      slot += count_above_in(x, threshold, begin, end);
+      return;
+    }
+    for (std::int64_t g = begin; g < end; g += group) {
+      const std::int64_t g_end = g + group < end ? g + group : end;
+      if (count_above_in(x, threshold, g, g_end) == 0) continue;
+      for (std::int64_t i = g; i < g_end; ++i) {
+        const float xi = x(i);
+        if (impl::abs(xi) > threshold) {
+          if (slot < capacity) {
+            indices(slot) = static_cast<index_type>(i);
+            values(slot) = xi;
+          }
+          ++slot;
+        }
       }
-      ++slot;
     }
   }
 };
@@ -56,12 +83,16 @@ template <class ExecSpace, class XView>
 std::int64_t count_above(const ExecSpace& exec, const XView& x, float threshold) {
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::count_above: x");
   impl::ScopedRegion region("OkTopk::count_above");
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t chunk = impl::chunk_length_v<ExecSpace>;
   std::int64_t count = 0;
   Kokkos::parallel_reduce(
       "OkTopk::count_above",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, x.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& sum) {
-        if (impl::abs(x(i)) > threshold) ++sum;
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(
+          exec, 0, impl::chunk_count<ExecSpace>(n)),
+      KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
+        const std::int64_t begin = c * chunk;
+        sum += impl::count_above_in(x, threshold, begin, begin + chunk < n ? begin + chunk : n);
       },
       count);
   return count;
@@ -86,11 +117,14 @@ std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold
   const auto capacity =
       static_cast<std::int64_t>(indices.extent(0) < values.extent(0) ? indices.extent(0)
                                                                       : values.extent(0));
+  const auto n = static_cast<std::int64_t>(x.extent(0));
   std::int64_t count = 0;
   Kokkos::parallel_scan(
       "OkTopk::select_above::compact",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, x.extent(0)),
-      impl::SelectAboveFunctor<XView, IdxView, ValView>{x, threshold, indices, values, capacity},
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(
+          exec, 0, impl::chunk_count<ExecSpace>(n)),
+      impl::SelectAboveFunctor<XView, IdxView, ValView>{
+          x, threshold, indices, values, capacity, n, impl::chunk_length_v<ExecSpace>},
       count);
   return count;
 }

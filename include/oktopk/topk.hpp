@@ -130,19 +130,33 @@ float estimate_threshold_gaussian(const ExecSpace& exec, const XView& x, std::in
   if (k == 0 || n == 0) return std::numeric_limits<float>::infinity();
   if (k >= n) return -std::numeric_limits<float>::infinity();
 
+  // Chunked sums (see impl::chunk_length_v): one loop per chunk, which vectorizes on the host.
   using Policy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
+  const Policy chunks(exec, 0, impl::chunk_count<ExecSpace>(n));
+  const std::int64_t chunk = impl::chunk_length_v<ExecSpace>;
   double sum = 0.0;
   Kokkos::parallel_reduce(
-      "OkTopk::estimate_threshold_gaussian::mean", Policy(exec, 0, n),
-      KOKKOS_LAMBDA(std::int64_t i, double& s) { s += static_cast<double>(x(i)); }, sum);
+      "OkTopk::estimate_threshold_gaussian::mean", chunks,
+      KOKKOS_LAMBDA(std::int64_t c, double& s) {
+        const std::int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+        double local = 0.0;
+        for (std::int64_t i = c * chunk; i < end; ++i) local += static_cast<double>(x(i));
+        s += local;
+      },
+      sum);
   const double mean = sum / static_cast<double>(n);
   // Two passes (mean, then squared deviations) avoid the cancellation of sum(x^2) - n·mean^2.
   double squares = 0.0;
   Kokkos::parallel_reduce(
-      "OkTopk::estimate_threshold_gaussian::variance", Policy(exec, 0, n),
-      KOKKOS_LAMBDA(std::int64_t i, double& s) {
-        const double d = static_cast<double>(x(i)) - mean;
-        s += d * d;
+      "OkTopk::estimate_threshold_gaussian::variance", chunks,
+      KOKKOS_LAMBDA(std::int64_t c, double& s) {
+        const std::int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+        double local = 0.0;
+        for (std::int64_t i = c * chunk; i < end; ++i) {
+          const double d = static_cast<double>(x(i)) - mean;
+          local += d * d;
+        }
+        s += local;
       },
       squares);
   const double sigma = std::sqrt(squares / static_cast<double>(n));

@@ -5,6 +5,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -14,6 +15,19 @@ namespace oktopk::impl {
 template <class ExecSpace>
 inline constexpr bool runs_on_host_v =
     Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+
+/// Work items per kernel iteration. On the host a work item is a run of entries handled by one
+/// thread in a tight loop the compiler vectorizes (Kokkos calls the functor once per index,
+/// which it does not); on GPUs a work item is one entry, so neighbouring threads read
+/// neighbouring entries.
+template <class ExecSpace>
+inline constexpr std::int64_t chunk_length_v = runs_on_host_v<ExecSpace> ? 4096 : 1;
+
+/// The number of chunks covering n entries.
+template <class ExecSpace>
+constexpr std::int64_t chunk_count(std::int64_t n) {
+  return (n + chunk_length_v<ExecSpace> - 1) / chunk_length_v<ExecSpace>;
+}
 
 template <class ExecSpace, class View>
 inline constexpr bool accessible_from_v =

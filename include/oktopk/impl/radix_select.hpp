@@ -28,60 +28,114 @@ inline constexpr int radix_bits[radix_passes] = {11, 11, 9};
 
 KOKKOS_INLINE_FUNCTION std::uint32_t abs_key(float x) { return float_to_bits(x) & 0x7fffffffu; }
 
-/// Histogram of one radix digit over the keys of x whose higher digits equal `prefix`.
-/// Each team counts a contiguous chunk into scratch memory, then adds it to the global bins.
-/// On the host a team is one thread, so its scratch histogram is private and needs no atomics.
+/// What one histogram pass needs to know about the digit it counts.
+struct RadixDigit {
+  int shift;              // position of the digit's lowest bit in the key
+  int bins;               // 2^(digit width)
+  int prefix_shift;       // key >> prefix_shift are the digits fixed by earlier passes
+  std::uint32_t prefix;   // their value
+  bool first_pass;        // nothing fixed yet: count every non-NaN key
+
+  KOKKOS_INLINE_FUNCTION bool counts(std::uint32_t key) const {
+    // NaN keys exceed the infinity key; a prefix match already excludes them.
+    return first_pass ? key <= abs_key_infinity : (key >> prefix_shift) == prefix;
+  }
+  KOKKOS_INLINE_FUNCTION int bin(std::uint32_t key) const {
+    return static_cast<int>((key >> shift) & static_cast<std::uint32_t>(bins - 1));
+  }
+};
+
+inline RadixDigit radix_digit(int pass, std::uint32_t prefix) {
+  const int shift = radix_shift[pass];
+  return RadixDigit{shift, 1 << radix_bits[pass], shift + radix_bits[pass], prefix, pass == 0};
+}
+
+/// Host shape: one contiguous stretch per thread, counted into a private array on the thread's
+/// stack. The array holds several interleaved copies of the bins so that runs of equal digits
+/// do not serialize on one counter. After the first pass few keys match the prefix, so entries
+/// are tested a group at a time (a loop that vectorizes) and walked one by one only in groups
+/// that hold a match.
 template <class ExecSpace, class XView, class HistView>
-void radix_histogram(const ExecSpace& exec, const XView& x, int pass, std::uint32_t prefix,
-                     const HistView& histogram) {
+void radix_histogram_host(const ExecSpace& exec, const XView& x, const RadixDigit digit,
+                          const HistView& histogram) {
+  constexpr int copies = 4;
+  constexpr std::int64_t group = 16;
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t stretches = std::max<std::int64_t>(1, std::min<std::int64_t>(exec.concurrency(), n));
+  Kokkos::parallel_for(
+      "OkTopk::kth_largest_abs::histogram_host",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, stretches),
+      KOKKOS_LAMBDA(std::int64_t s) {
+        int local[copies << radix_max_bits];
+        for (int b = 0; b < copies * digit.bins; ++b) local[b] = 0;
+        const std::int64_t begin = n * s / stretches;
+        const std::int64_t end = n * (s + 1) / stretches;
+        for (std::int64_t g = begin; g < end; g += group) {
+          const std::int64_t g_end = g + group < end ? g + group : end;
+          if (!digit.first_pass) {
+            int matches = 0;
+            for (std::int64_t i = g; i < g_end; ++i) matches += digit.counts(abs_key(x(i))) ? 1 : 0;
+            if (matches == 0) continue;
+          }
+          for (std::int64_t i = g; i < g_end; ++i) {
+            const std::uint32_t key = abs_key(x(i));
+            if (digit.counts(key)) ++local[digit.bin(key) + digit.bins * static_cast<int>(i % copies)];
+          }
+        }
+        for (int b = 0; b < digit.bins; ++b) {
+          std::int64_t total = 0;
+          for (int c = 0; c < copies; ++c) total += local[b + digit.bins * c];
+          if (total != 0) Kokkos::atomic_add(&histogram(b), total);
+        }
+      });
+}
+
+/// Device shape: teams of 256 threads, each team counting a long stretch into bins in scratch
+/// (shared) memory with atomics, then adding them to the global bins.
+template <class ExecSpace, class XView, class HistView>
+void radix_histogram_device(const ExecSpace& exec, const XView& x, const RadixDigit digit,
+                            const HistView& histogram) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = typename Policy::member_type;
-  using ScratchHist =
+  using ScratchBins =
       Kokkos::View<int*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
-
+  constexpr int team_size = 256;
+  constexpr std::int64_t max_teams = 4096;
   const auto n = static_cast<std::int64_t>(x.extent(0));
-  const int shift = radix_shift[pass];
-  const int bins = 1 << radix_bits[pass];
-  const int prefix_shift = shift + radix_bits[pass];
-  const std::uint32_t digit_mask = static_cast<std::uint32_t>(bins - 1);
-
-  Kokkos::deep_copy(exec, Kokkos::subview(histogram, Kokkos::make_pair(0, bins)), 0);
-
-  const int team_size = runs_on_host_v<ExecSpace> ? 1 : 256;
-  // Host: one chunk per thread. Device: enough teams to fill the GPU, each a long stretch.
-  const std::int64_t per_team_min = runs_on_host_v<ExecSpace> ? 1 : 64 * team_size;
-  std::int64_t league = runs_on_host_v<ExecSpace> ? exec.concurrency() : 4096;
-  league = std::min(league, (n + per_team_min - 1) / per_team_min);
-  if (league < 1) league = 1;
-
+  const std::int64_t per_team_min = 64 * team_size;
+  const std::int64_t league =
+      std::max<std::int64_t>(1, std::min(max_teams, (n + per_team_min - 1) / per_team_min));
   Policy policy(exec, static_cast<int>(league), team_size);
-  policy.set_scratch_size(0, Kokkos::PerTeam(ScratchHist::shmem_size(bins)));
+  policy.set_scratch_size(0, Kokkos::PerTeam(ScratchBins::shmem_size(digit.bins)));
   Kokkos::parallel_for(
-      "OkTopk::kth_largest_abs::histogram", policy, KOKKOS_LAMBDA(const Member& team) {
-        ScratchHist local(team.team_scratch(0), bins);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bins), [&](int b) { local(b) = 0; });
+      "OkTopk::kth_largest_abs::histogram_device", policy, KOKKOS_LAMBDA(const Member& team) {
+        ScratchBins local(team.team_scratch(0), digit.bins);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, digit.bins), [&](int b) { local(b) = 0; });
         team.team_barrier();
         const std::int64_t begin = n * team.league_rank() / team.league_size();
         const std::int64_t end = n * (team.league_rank() + 1) / team.league_size();
-        const bool private_bins = team.team_size() == 1;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end), [&](std::int64_t i) {
           const std::uint32_t key = abs_key(x(i));
-          // Shifting a 32-bit value by 32 is undefined, and the top pass has no fixed prefix.
-          const bool matches = prefix_shift >= 31 || (key >> prefix_shift) == prefix;
-          if (key <= abs_key_infinity && matches) {
-            const int digit = static_cast<int>((key >> shift) & digit_mask);
-            if (private_bins) {
-              ++local(digit);
-            } else {
-              Kokkos::atomic_increment(&local(digit));
-            }
-          }
+          if (digit.counts(key)) Kokkos::atomic_increment(&local(digit.bin(key)));
         });
         team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bins), [&](int b) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, digit.bins), [&](int b) {
           if (local(b) != 0) Kokkos::atomic_add(&histogram(b), static_cast<std::int64_t>(local(b)));
         });
       });
+}
+
+/// Histogram of one radix digit over the keys of x whose higher digits equal `prefix`.
+template <class ExecSpace, class XView, class HistView>
+void radix_histogram(const ExecSpace& exec, const XView& x, int pass, std::uint32_t prefix,
+                     const HistView& histogram) {
+  const RadixDigit digit = radix_digit(pass, prefix);
+  Kokkos::deep_copy(exec, Kokkos::subview(histogram, Kokkos::make_pair(0, digit.bins)), 0);
+  if constexpr (runs_on_host_v<ExecSpace>) {
+    radix_histogram_host(exec, x, digit, histogram);
+  } else {
+    radix_histogram_device(exec, x, digit, histogram);
+  }
 }
 
 }  // namespace oktopk::impl

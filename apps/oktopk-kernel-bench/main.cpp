@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// oktopk-kernel-bench: single-process timings of OkTopk's kernels against a memory-bandwidth
+// reference (copy) and a naive top-k reference (std::nth_element). Links no MPI.
+#include <oktopk/pack.hpp>
+#include <oktopk/residual.hpp>
+#include <oktopk/select.hpp>
+#include <oktopk/topk.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <Kokkos_Random.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr const char* usage = R"(Usage: oktopk-kernel-bench [options] [--kokkos-... flags]
+
+Times OkTopk's kernels on one process (default execution space) and prints one row per kernel:
+  kernel,n,k,time_s_med,gb_per_s
+time_s_med is the median over the repetitions (each fenced); gb_per_s is the bytes a minimal
+implementation must move (listed in docs/benchmarks.md) divided by that time.
+
+Options:
+  --n N          gradient length, 1 <= N <= 2^31-1           (default 67108864 = 2^26)
+  --density D    k = floor(D * N), 0 < D <= 1                  (default 0.01)
+  --reps R       timed repetitions per kernel, R >= 1          (default 10)
+  --seed S       seed of the normal(0,1) test data             (default 42)
+  --format F     csv or table                                  (default csv)
+  --help         print this text
+)";
+
+struct Options {
+  std::int64_t n = std::int64_t{1} << 26;
+  double density = 0.01;
+  int reps = 10;
+  std::uint64_t seed = 42;
+  std::string format = "csv";
+};
+
+[[noreturn]] void fail(const std::string& message) {
+  std::cerr << "oktopk-kernel-bench: " << message << " (see --help)\n";
+  std::exit(2);
+}
+
+template <class T>
+T parse_number(const std::string& flag, const std::string& text) {
+  try {
+    std::size_t used = 0;
+    T value{};
+    if constexpr (std::is_floating_point_v<T>) {
+      value = static_cast<T>(std::stod(text, &used));
+    } else if constexpr (std::is_unsigned_v<T>) {
+      if (!text.empty() && text[0] == '-') throw std::invalid_argument("negative");
+      value = static_cast<T>(std::stoull(text, &used));
+    } else {
+      value = static_cast<T>(std::stoll(text, &used));
+    }
+    if (used != text.size()) throw std::invalid_argument("trailing characters");
+    return value;
+  } catch (const std::exception&) {
+    fail(flag + " expects a number, got '" + text + "'");
+  }
+}
+
+Options parse(int argc, char* argv[]) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag.rfind("--kokkos-", 0) == 0) continue;  // Kokkos's own, handled by Kokkos
+    if (flag == "--help" || flag == "-h") {
+      std::cout << usage;
+      std::exit(0);
+    }
+    if (i + 1 >= argc) fail("unknown option or missing value: " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--n") {
+      o.n = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--density") {
+      o.density = parse_number<double>(flag, value);
+    } else if (flag == "--reps") {
+      o.reps = parse_number<int>(flag, value);
+    } else if (flag == "--seed") {
+      o.seed = parse_number<std::uint64_t>(flag, value);
+    } else if (flag == "--format") {
+      o.format = value;
+    } else {
+      fail("unknown option " + flag);
+    }
+  }
+  if (o.n < 1 || o.n > std::numeric_limits<std::int32_t>::max()) fail("--n must be in [1, 2^31-1]");
+  if (!(o.density > 0.0 && o.density <= 1.0)) fail("--density must be in (0, 1]");
+  if (o.reps < 1) fail("--reps must be at least 1");
+  if (o.format != "csv" && o.format != "table") fail("--format must be csv or table");
+  return o;
+}
+
+struct Row {
+  std::string kernel;
+  std::int64_t k;
+  double seconds;
+  double bytes;
+};
+
+/// Median of `reps` timed calls of `body`, after one untimed warm-up call. `setup` runs before
+/// each call, untimed (e.g. to restore an input the kernel overwrites).
+template <class ExecSpace>
+double median_seconds(const ExecSpace& exec, int reps, const std::function<void()>& body,
+                      const std::function<void()>& setup = [] {}) {
+  std::vector<double> times;
+  for (int r = 0; r <= reps; ++r) {
+    setup();
+    exec.fence();
+    Kokkos::Timer timer;
+    body();
+    exec.fence();
+    if (r > 0) times.push_back(timer.seconds());
+  }
+  std::sort(times.begin(), times.end());
+  const std::size_t m = times.size();
+  return m % 2 == 1 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
+}
+
+template <class ExecSpace>
+std::vector<Row> run(const Options& o) {
+  using Memory = typename ExecSpace::memory_space;
+  using Floats = Kokkos::View<float*, Memory>;
+  using Indices = Kokkos::View<std::int32_t*, Memory>;
+  ExecSpace exec;
+  const std::int64_t n = o.n;
+  const auto k = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(o.density * n)));
+  const auto size = static_cast<std::size_t>(n);
+
+  Floats x("bench::x", size), y("bench::y", size), residual("bench::residual", size);
+  {
+    Kokkos::Random_XorShift64_Pool<ExecSpace> pool(o.seed);
+    Kokkos::parallel_for(
+        "bench::fill_normal",
+        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+        KOKKOS_LAMBDA(std::int64_t i) {
+          auto gen = pool.get_state();
+          x(i) = static_cast<float>(gen.normal());
+          pool.free_state(gen);
+        });
+  }
+  oktopk::KthLargestWorkspace<ExecSpace> workspace(exec);
+  const float threshold = oktopk::kth_largest_abs(exec, x, k, workspace);
+  // Room for the k-1 strictly-above entries plus ties at the threshold.
+  const auto capacity = static_cast<std::size_t>(oktopk::count_above(exec, x, threshold) + 1);
+  Indices indices("bench::indices", capacity);
+  Floats values("bench::values", capacity);
+  const std::int64_t selected = oktopk::select_above(exec, x, threshold, indices, values);
+  const auto selected_range = std::make_pair(std::int64_t{0}, selected);
+  const auto sel_idx = Kokkos::subview(indices, selected_range);
+  const auto sel_val = Kokkos::subview(values, selected_range);
+
+  std::vector<Row> rows;
+  const double fb = sizeof(float);
+  const double pair_bytes = sizeof(float) + sizeof(std::int32_t);
+  auto add = [&](const std::string& name, double bytes, const std::function<void()>& body,
+                 const std::function<void()>& setup = [] {}) {
+    rows.push_back({name, k, median_seconds(exec, o.reps, body, setup), bytes});
+  };
+
+  add("copy", 2 * fb * n, [&] { Kokkos::deep_copy(exec, y, x); });
+  add("count_above", fb * n, [&] { oktopk::count_above(exec, x, threshold); });
+  add("threshold_select", fb * n + pair_bytes * selected,
+      [&] { oktopk::select_above(exec, x, threshold, indices, values); });
+
+  constexpr int regions = 16;
+  Kokkos::View<std::int64_t*, Memory> offsets("bench::offsets", regions + 1);
+  Kokkos::View<std::int64_t*, Memory> counts("bench::counts", regions);
+  Kokkos::parallel_for(
+      "bench::offsets", Kokkos::RangePolicy<ExecSpace>(exec, 0, regions + 1),
+      KOKKOS_LAMBDA(int r) { offsets(r) = n * r / regions; });
+  Indices region_idx("bench::region_indices", capacity);
+  Floats region_val("bench::region_values", capacity);
+  add("select_by_region", fb * n + pair_bytes * selected, [&] {
+    oktopk::select_above_by_region(exec, x, threshold, offsets, region_idx, region_val, counts);
+  });
+
+  add("exact_kth", fb * n, [&] { oktopk::kth_largest_abs(exec, x, k, workspace); });
+  {
+    auto host_x = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
+    std::vector<float> magnitudes(size), work(size);
+    for (std::size_t i = 0; i < size; ++i) magnitudes[i] = std::fabs(host_x(i));
+    add(
+        "nth_element", fb * n,
+        [&] {
+          std::nth_element(work.begin(), work.begin() + (k - 1), work.end(), std::greater<>());
+        },
+        [&] { std::copy(magnitudes.begin(), magnitudes.end(), work.begin()); });
+  }
+  add("sampled_threshold", 0.0,
+      [&] { oktopk::estimate_threshold_sampled(exec, x, k, std::min<std::int64_t>(n, 1 << 20), 7); });
+  add("gaussian_threshold", 2 * fb * n, [&] { oktopk::estimate_threshold_gaussian(exec, x, k); });
+  add("residual_update", 3 * fb * n,
+      [&] { oktopk::accumulate_residual(exec, residual, x, 1.0f, residual); });
+  add("scatter_add", 2 * pair_bytes * selected,
+      [&] { oktopk::scatter_add(exec, sel_idx, sel_val, y); });
+  Indices merged_idx("bench::merged_indices", 2 * capacity);
+  Floats merged_val("bench::merged_values", 2 * capacity);
+  add("merge_sorted", 4 * pair_bytes * selected, [&] {
+    oktopk::merge_sorted(exec, sel_idx, sel_val, sel_idx, sel_val, merged_idx, merged_val);
+  });
+  add("intersect_sorted", 3 * sizeof(std::int32_t) * double(selected),
+      [&] { oktopk::intersect_sorted(exec, sel_idx, sel_idx, merged_idx); });
+  return rows;
+}
+
+void print(const Options& o, const std::vector<Row>& rows) {
+  auto rate = [](const Row& r) { return r.bytes > 0 ? r.bytes / r.seconds / 1e9 : 0.0; };
+  if (o.format == "csv") {
+    std::printf("kernel,n,k,time_s_med,gb_per_s\n");
+    for (const auto& r : rows) {
+      std::printf("%s,%lld,%lld,%.6e,%.3f\n", r.kernel.c_str(), static_cast<long long>(o.n),
+                  static_cast<long long>(r.k), r.seconds, rate(r));
+    }
+    return;
+  }
+  std::printf("# oktopk-kernel-bench: %s, concurrency %d, n = %lld, density %g, %d reps\n",
+              Kokkos::DefaultExecutionSpace::name(),
+              Kokkos::DefaultExecutionSpace().concurrency(), static_cast<long long>(o.n),
+              o.density, o.reps);
+  const double copy_seconds = rows.front().seconds;
+  std::printf("%-20s %12s %12s %10s %10s\n", "kernel", "k", "time_s_med", "gb_per_s", "x_copy");
+  for (const auto& r : rows) {
+    std::printf("%-20s %12lld %12.6f %10.3f %10.2f\n", r.kernel.c_str(),
+                static_cast<long long>(r.k), r.seconds, rate(r), r.seconds / copy_seconds);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  // Parse first, so --help and bad arguments exit before Kokkos starts.
+  const Options options = parse(argc, argv);
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  try {
+    print(options, run<Kokkos::DefaultExecutionSpace>(options));
+  } catch (const std::exception& e) {
+    std::cerr << "oktopk-kernel-bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,433 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Communicator: checked MPI calls on a duplicated communicator, with traffic accounting.
+#include <oktopk/communicator.hpp>
+#include <oktopk/error.hpp>
+#include <oktopk/impl/mpi_check.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+namespace oktopk {
+
+// Everything copies of a Communicator share. Freeing the duplicate here, with the last owner,
+// lets copies, PhaseScopes and Requests outlive the Communicator object they came from.
+struct Communicator::State {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::string phase = "other";
+  std::map<std::string, PhaseTraffic> traffic;
+
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+
+  ~State() {
+    // After MPI_Finalize no MPI call is allowed; the handle is then simply dropped. Errors are
+    // ignored: a destructor must not throw.
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && comm != MPI_COMM_NULL) {
+      MPI_Comm_free(&comm);
+    }
+  }
+
+  void charge(const std::string& to, const PhaseTraffic& t) {
+    // Zero charges (every collective when P == 1) leave no empty phase behind.
+    if (t == PhaseTraffic{}) {
+      return;
+    }
+    traffic[to] += t;
+  }
+};
+
+namespace {
+
+constexpr const char* kCommunicator = "oktopk::Communicator::Communicator";
+constexpr const char* kIsend = "oktopk::Communicator::isend";
+constexpr const char* kIrecv = "oktopk::Communicator::irecv";
+constexpr const char* kWaitAll = "oktopk::Communicator::Requests::wait_all";
+constexpr const char* kAllreduce = "oktopk::Communicator::allreduce";
+constexpr const char* kAlltoall = "oktopk::Communicator::alltoall";
+constexpr const char* kAllgather = "oktopk::Communicator::allgather";
+constexpr const char* kAllgatherv = "oktopk::Communicator::allgatherv";
+constexpr const char* kBcast = "oktopk::Communicator::bcast";
+constexpr const char* kBarrier = "oktopk::Communicator::barrier";
+constexpr const char* kCheckAgreement = "oktopk::Communicator::check_agreement";
+
+// MPI counts are int; OkTopk's are 64-bit so that sums over ranks cannot overflow.
+int checked_count(const char* where, const char* what, count_type count) {
+  OKTOPK_REQUIRE(count >= 0 && count <= INT_MAX, std::invalid_argument, where,
+                 what << " = " << count << " is outside [0, " << INT_MAX << "]");
+  return static_cast<int>(count);
+}
+
+// Checked here rather than left to MPI: an out-of-range rank is a caller's bug, and
+// MPI_ERR_RANK would otherwise surface as a runtime_error.
+void check_rank(const char* where, const char* what, int rank, int size) {
+  OKTOPK_REQUIRE(
+      rank >= 0 && rank < size, std::invalid_argument, where,
+      what << " = " << rank << " is not a rank of this communicator (size " << size << ")");
+}
+
+std::int64_t type_size(const char* where, MPI_Datatype type) {
+  int size = 0;
+  OKTOPK_MPI_CHECK(where, MPI_Type_size(type, &size));
+  return size;
+}
+
+// Bytes of block r when B bytes are split into P blocks, the first B mod P one byte larger.
+std::int64_t block_bytes(std::int64_t total, int parts, int r) {
+  return total / parts + (r < total % parts ? 1 : 0);
+}
+
+}  // namespace
+
+// ---- PhaseTraffic ------------------------------------------------------------------------------
+
+PhaseTraffic& PhaseTraffic::operator+=(const PhaseTraffic& other) {
+  bytes_sent += other.bytes_sent;
+  bytes_received += other.bytes_received;
+  messages_sent += other.messages_sent;
+  messages_received += other.messages_received;
+  return *this;
+}
+
+bool operator==(const PhaseTraffic& a, const PhaseTraffic& b) {
+  return a.bytes_sent == b.bytes_sent && a.bytes_received == b.bytes_received &&
+         a.messages_sent == b.messages_sent && a.messages_received == b.messages_received;
+}
+
+// ---- agreement digests -------------------------------------------------------------------------
+
+std::int64_t agreement_digest(std::string_view text) {
+  // 64-bit FNV-1a: stable across runs, platforms and compilers, unlike std::hash.
+  std::uint64_t hash = 14695981039346656037ULL;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ULL;
+  }
+  std::int64_t digest = 0;
+  std::memcpy(&digest, &hash, sizeof digest);
+  return digest;
+}
+
+std::int64_t agreement_digest(double value) {
+  // The bit pattern, so that values that merely compare equal (0.0 and -0.0) still differ.
+  std::int64_t digest = 0;
+  static_assert(sizeof digest == sizeof value, "agreement_digest: double is not 64-bit");
+  std::memcpy(&digest, &value, sizeof digest);
+  return digest;
+}
+
+// ---- datatypes ---------------------------------------------------------------------------------
+
+namespace impl {
+template <>
+MPI_Datatype mpi_datatype<float>() {
+  return MPI_FLOAT;
+}
+template <>
+MPI_Datatype mpi_datatype<double>() {
+  return MPI_DOUBLE;
+}
+template <>
+MPI_Datatype mpi_datatype<std::int32_t>() {
+  return MPI_INT32_T;
+}
+template <>
+MPI_Datatype mpi_datatype<std::int64_t>() {
+  return MPI_INT64_T;
+}
+template <>
+MPI_Datatype mpi_datatype<std::uint32_t>() {
+  return MPI_UINT32_T;
+}
+template <>
+MPI_Datatype mpi_datatype<std::uint64_t>() {
+  return MPI_UINT64_T;
+}
+template <>
+MPI_Datatype mpi_datatype<char>() {
+  return MPI_CHAR;
+}
+template <>
+MPI_Datatype mpi_datatype<unsigned char>() {
+  return MPI_UNSIGNED_CHAR;
+}
+}  // namespace impl
+
+// ---- Communicator ------------------------------------------------------------------------------
+
+Communicator::Communicator(MPI_Comm comm) {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized) {
+    throw std::runtime_error(std::string(kCommunicator) + ": MPI is not initialized");
+  }
+  if (finalized) {
+    throw std::runtime_error(std::string(kCommunicator) + ": MPI is already finalized");
+  }
+  OKTOPK_REQUIRE(comm != MPI_COMM_NULL, std::invalid_argument, kCommunicator,
+                 "the communicator is MPI_COMM_NULL");
+  state_ = std::make_shared<State>();
+  // The duplicate isolates OkTopk's tags from the user's, and MPI_ERRORS_RETURN (set on the
+  // duplicate only, the user's handler stays) is what makes the checks below able to fire.
+  OKTOPK_MPI_CHECK(kCommunicator, MPI_Comm_dup(comm, &state_->comm));
+  OKTOPK_MPI_CHECK(kCommunicator, MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN));
+  OKTOPK_MPI_CHECK(kCommunicator, MPI_Comm_rank(state_->comm, &rank_));
+  OKTOPK_MPI_CHECK(kCommunicator, MPI_Comm_size(state_->comm, &size_));
+}
+
+MPI_Comm Communicator::mpi_comm() const { return state_->comm; }
+
+// ---- traffic accounting ------------------------------------------------------------------------
+
+Communicator::PhaseScope::PhaseScope(const Communicator& comm, std::string previous)
+    : state_(comm.state_), previous_(std::move(previous)) {}
+
+Communicator::PhaseScope::PhaseScope(PhaseScope&& other) noexcept
+    : state_(std::move(other.state_)), previous_(std::move(other.previous_)) {}
+
+Communicator::PhaseScope::~PhaseScope() {
+  if (state_) {  // null when moved from
+    state_->phase = std::move(previous_);
+  }
+}
+
+Communicator::PhaseScope Communicator::phase(const std::string& name) const {
+  return PhaseScope(*this, std::exchange(state_->phase, name));
+}
+
+const std::string& Communicator::current_phase() const { return state_->phase; }
+
+std::map<std::string, PhaseTraffic> Communicator::traffic() const { return state_->traffic; }
+
+PhaseTraffic Communicator::traffic(const std::string& phase) const {
+  const auto it = state_->traffic.find(phase);
+  return it == state_->traffic.end() ? PhaseTraffic{} : it->second;
+}
+
+PhaseTraffic Communicator::total_traffic() const {
+  PhaseTraffic total;
+  for (const auto& entry : state_->traffic) {
+    total += entry.second;
+  }
+  return total;
+}
+
+void Communicator::reset_traffic() { state_->traffic.clear(); }
+
+void Communicator::charge(std::int64_t bytes_sent, std::int64_t bytes_received,
+                          std::int64_t messages_sent, std::int64_t messages_received) const {
+  state_->charge(state_->phase,
+                 PhaseTraffic{bytes_sent, bytes_received, messages_sent, messages_received});
+}
+
+// ---- point to point ----------------------------------------------------------------------------
+
+Communicator::Requests& Communicator::Requests::operator=(Requests&& other) noexcept {
+  if (this != &other) {
+    // Dropping our own requests would leave MPI writing into buffers their owner may free.
+    if (!requests_.empty()) {
+      try {
+        wait_all();
+      } catch (...) {
+      }
+    }
+    state_ = std::move(other.state_);
+    requests_ = std::move(other.requests_);
+    receives_ = std::move(other.receives_);
+    other.requests_.clear();
+    other.receives_.clear();
+  }
+  return *this;
+}
+
+Communicator::Requests::~Requests() {
+  if (!requests_.empty()) {
+    try {
+      wait_all();
+    } catch (...) {
+      // Nothing sensible is left to do with a failed communication while unwinding.
+    }
+  }
+}
+
+void Communicator::Requests::wait_all() {
+  if (requests_.empty()) {
+    return;
+  }
+  std::vector<MPI_Status> statuses(requests_.size());
+  const int code =
+      MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), statuses.data());
+  if (code != MPI_SUCCESS) {
+    // MPI_ERR_IN_STATUS only says that some request failed; report the first real cause.
+    int cause = code;
+    if (code == MPI_ERR_IN_STATUS) {
+      for (const MPI_Status& status : statuses) {
+        if (status.MPI_ERROR != MPI_SUCCESS && status.MPI_ERROR != MPI_ERR_PENDING) {
+          cause = status.MPI_ERROR;
+          break;
+        }
+      }
+    }
+    // Completed requests are now MPI_REQUEST_NULL; keep the pending ones so that the destructor
+    // still waits for them before their buffers go away. Their receives are not charged.
+    requests_.erase(std::remove(requests_.begin(), requests_.end(), MPI_REQUEST_NULL),
+                    requests_.end());
+    receives_.clear();
+    impl::throw_mpi_error(kWaitAll, "MPI_Waitall", cause);
+  }
+  for (const Receive& receive : receives_) {
+    if (!receive.counted) {
+      continue;
+    }
+    int count = 0;
+    OKTOPK_MPI_CHECK(kWaitAll, MPI_Get_count(&statuses[receive.request], receive.type, &count));
+    OKTOPK_REQUIRE(count != MPI_UNDEFINED, std::runtime_error, kWaitAll,
+                   "a received message is not a whole number of its datatype");
+    state_->charge(receive.phase, PhaseTraffic{0, count * type_size(kWaitAll, receive.type), 0, 1});
+  }
+  requests_.clear();
+  receives_.clear();
+}
+
+void Communicator::isend_bytes(const void* buffer, count_type count, MPI_Datatype type,
+                               int destination, int tag, Requests& requests) const {
+  const int n = checked_count(kIsend, "count", count);
+  check_rank(kIsend, "destination", destination, size_);
+  OKTOPK_REQUIRE(requests.requests_.empty() || requests.state_ == state_, std::invalid_argument,
+                 kIsend, "the requests hold operations of another communicator");
+  const std::int64_t bytes = count * type_size(kIsend, type);
+  MPI_Request request = MPI_REQUEST_NULL;
+  OKTOPK_MPI_CHECK(kIsend, MPI_Isend(buffer, n, type, destination, tag, state_->comm, &request));
+  requests.state_ = state_;
+  requests.requests_.push_back(request);
+  if (destination != rank_) {
+    charge(bytes, 0, 1, 0);
+  }
+}
+
+void Communicator::irecv_bytes(void* buffer, count_type count, MPI_Datatype type, int source,
+                               int tag, Requests& requests) const {
+  const int n = checked_count(kIrecv, "count", count);
+  check_rank(kIrecv, "source", source, size_);
+  OKTOPK_REQUIRE(requests.requests_.empty() || requests.state_ == state_, std::invalid_argument,
+                 kIrecv, "the requests hold operations of another communicator");
+  MPI_Request request = MPI_REQUEST_NULL;
+  OKTOPK_MPI_CHECK(kIrecv, MPI_Irecv(buffer, n, type, source, tag, state_->comm, &request));
+  requests.state_ = state_;
+  requests.requests_.push_back(request);
+  // Charged at completion with the actual size, but to the phase it was posted in.
+  requests.receives_.push_back(
+      Requests::Receive{requests.requests_.size() - 1, type, state_->phase, source != rank_});
+}
+
+// ---- collectives ------------------------------------------------------------------------------
+// MPI hides the traffic inside these, so each is charged the per-rank volume of a
+// bandwidth-optimal algorithm (formulas in the header). They keep the sum of bytes sent over
+// ranks equal to the sum received, which the tests check.
+
+void Communicator::allreduce_impl(const void* send, void* receive, count_type count,
+                                  MPI_Datatype type, MPI_Op op) const {
+  const int n = checked_count(kAllreduce, "count", count);
+  const std::int64_t bytes = count * type_size(kAllreduce, type);
+  OKTOPK_MPI_CHECK(kAllreduce, MPI_Allreduce(send, receive, n, type, op, state_->comm));
+  // Reduce-scatter: send every block but our own, receive our block from each other rank;
+  // allgather: the reverse.
+  const std::int64_t own = block_bytes(bytes, size_, rank_);
+  const std::int64_t volume = (bytes - own) + (size_ - 1) * own;
+  charge(volume, volume, 2 * (size_ - 1), 2 * (size_ - 1));
+}
+
+void Communicator::alltoall_impl(const void* send, void* receive, count_type count,
+                                 MPI_Datatype type) const {
+  const int n = checked_count(kAlltoall, "count_per_rank", count);
+  const std::int64_t bytes = count * type_size(kAlltoall, type);
+  OKTOPK_MPI_CHECK(kAlltoall, MPI_Alltoall(send, n, type, receive, n, type, state_->comm));
+  // Exact: one block to and from every other rank; the block to ourselves is a local copy.
+  charge((size_ - 1) * bytes, (size_ - 1) * bytes, size_ - 1, size_ - 1);
+}
+
+void Communicator::allgather_impl(const void* send, count_type count, void* receive,
+                                  MPI_Datatype type) const {
+  const int n = checked_count(kAllgather, "count", count);
+  const std::int64_t bytes = count * type_size(kAllgather, type);
+  OKTOPK_MPI_CHECK(kAllgather, MPI_Allgather(send, n, type, receive, n, type, state_->comm));
+  // allgatherv with equal counts: c_r = bytes, T = P * bytes.
+  charge((size_ - 1) * bytes, (size_ - 1) * bytes, size_ - 1, size_ - 1);
+}
+
+void Communicator::allgatherv_impl(const void* send, count_type count, void* receive,
+                                   const int* counts, const int* displacements,
+                                   MPI_Datatype type) const {
+  const int n = checked_count(kAllgatherv, "count", count);
+  OKTOPK_REQUIRE(counts != nullptr && displacements != nullptr, std::invalid_argument, kAllgatherv,
+                 "counts and displacements must not be null");
+  count_type total = 0;
+  for (int r = 0; r < size_; ++r) {
+    OKTOPK_REQUIRE(counts[r] >= 0, std::invalid_argument, kAllgatherv,
+                   "counts[" << r << "] = " << counts[r] << " is negative");
+    total += counts[r];
+  }
+  // MPI would call this a type-signature mismatch, or silently truncate; it is a caller's bug.
+  OKTOPK_REQUIRE(
+      counts[rank_] == n, std::invalid_argument, kAllgatherv,
+      "count = " << count << " differs from counts[" << rank_ << "] = " << counts[rank_]);
+  const std::int64_t size = type_size(kAllgatherv, type);
+  OKTOPK_MPI_CHECK(kAllgatherv, MPI_Allgatherv(send, n, type, receive, counts, displacements, type,
+                                               state_->comm));
+  const std::int64_t own = count * size;
+  charge((size_ - 1) * own, total * size - own, size_ - 1, size_ - 1);
+}
+
+void Communicator::bcast_impl(void* buffer, count_type count, MPI_Datatype type, int root) const {
+  const int n = checked_count(kBcast, "count", count);
+  check_rank(kBcast, "root", root, size_);
+  const std::int64_t bytes = count * type_size(kBcast, type);
+  OKTOPK_MPI_CHECK(kBcast, MPI_Bcast(buffer, n, type, root, state_->comm));
+  // Scatter from the root, then allgather of the scattered blocks.
+  const std::int64_t own = block_bytes(bytes, size_, rank_);
+  if (rank_ == root) {
+    charge((bytes - own) + (size_ - 1) * own, bytes - own, 2 * (size_ - 1), size_ - 1);
+  } else {
+    charge((size_ - 1) * own, bytes, size_ - 1, size_);
+  }
+}
+
+void Communicator::barrier() const { OKTOPK_MPI_CHECK(kBarrier, MPI_Barrier(state_->comm)); }
+
+// ---- agreement ---------------------------------------------------------------------------------
+
+void Communicator::check_agreement(const char* caller,
+                                   std::initializer_list<AgreementField> fields) const {
+  if (fields.size() == 0) {
+    return;
+  }
+  // One MAX reduction gives both extremes: max(~v) = ~min(v), and ~ cannot overflow where -v
+  // would (for INT64_MIN).
+  std::vector<std::int64_t> extremes;
+  extremes.reserve(2 * fields.size());
+  for (const AgreementField& field : fields) {
+    extremes.push_back(field.value);
+    extremes.push_back(~field.value);
+  }
+  allreduce_in_place(extremes.data(), static_cast<count_type>(extremes.size()), MPI_MAX);
+  // Every rank sees the same reduced values, so every rank throws the same message.
+  std::size_t i = 0;
+  for (const AgreementField& field : fields) {
+    const std::int64_t largest = extremes[2 * i];
+    const std::int64_t smallest = ~extremes[2 * i + 1];
+    OKTOPK_REQUIRE(smallest == largest, std::invalid_argument,
+                   caller != nullptr ? caller : kCheckAgreement,
+                   field.name << " differs across ranks (smallest " << smallest << ", largest "
+                              << largest << ")");
+    ++i;
+  }
+}
+
+}  // namespace oktopk
