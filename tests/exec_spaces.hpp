@@ -24,6 +24,11 @@ using EnabledSpaces = ::testing::Types<
 #if defined(KOKKOS_ENABLE_THREADS)
     Kokkos::Threads,
 #endif
-    Kokkos::DefaultHostExecutionSpace>;
+#if defined(KOKKOS_ENABLE_SERIAL)
+    Kokkos::Serial
+#else
+    Kokkos::DefaultHostExecutionSpace
+#endif
+    >;
 
 }  // namespace oktopk::test

@@ -200,8 +200,9 @@ std::vector<Row> run(const Options& o) {
         },
         [&] { std::copy(magnitudes.begin(), magnitudes.end(), work.begin()); });
   }
-  add("sampled_threshold", 0.0,
-      [&] { oktopk::estimate_threshold_sampled(exec, x, k, std::min<std::int64_t>(n, 1 << 20), 7); });
+  const std::int64_t samples = std::min<std::int64_t>(n, 1 << 20);
+  add("sampled_threshold", fb * samples,
+      [&] { oktopk::estimate_threshold_sampled(exec, x, k, samples, 7); });
   add("gaussian_threshold", 2 * fb * n, [&] { oktopk::estimate_threshold_gaussian(exec, x, k); });
   add("residual_update", 3 * fb * n,
       [&] { oktopk::accumulate_residual(exec, residual, x, 1.0f, residual); });

@@ -137,8 +137,8 @@ std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold
 /// `region_counts(r)` (P entries) receives how many region r holds, so region r's entries
 /// start at the sum of the counts before it.
 ///
-/// Returns the total count. As with select_above, when it exceeds the capacity only the first
-/// `capacity` entries are written and region_counts is left unspecified: grow and call again.
+/// Returns the total count. When it exceeds the capacity, the contents of indices, values and
+/// region_counts are unspecified: grow the buffers and call again.
 template <class ExecSpace, class XView, class OffsetView, class IdxView, class ValView,
           class CountView>
 std::int64_t select_above_by_region(const ExecSpace& exec, const XView& x, float threshold,

@@ -31,7 +31,7 @@ struct KthLargestWorkspace {
         histogram_host(Kokkos::create_mirror_view(histogram)) {}
 
   Histogram histogram;
-  typename Histogram::HostMirror histogram_host;
+  typename Histogram::host_mirror_type histogram_host;
 };
 
 /// \brief The k-th largest |x(i)| (k counted from 1), by radix select on the bit patterns.

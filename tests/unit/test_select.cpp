@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// count_above, select_above and select_above_by_region against host references, per space.
+#include "exec_spaces.hpp"
+#include "host_reference.hpp"
+#include "test_data.hpp"
+
+#include <oktopk/select.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace oktopk::test;
+using oktopk::count_type;
+using oktopk::index_type;
+
+template <class ExecSpace>
+class Select : public ::testing::Test {};
+TYPED_TEST_SUITE(Select, EnabledSpaces);
+
+constexpr index_type index_sentinel = -7;
+const float value_sentinel = float_from_bits(0x7fe5a5a5u);  // a NaN payload no kernel produces
+
+/// Thresholds worth trying on x: zero of both signs, negative (every non-NaN is selected),
+/// +-Inf, NaN (nothing is selected), a plain value, and |x| of an entry of x (strict: that
+/// entry is not selected).
+std::vector<float> thresholds_for(const std::vector<float>& x) {
+  std::vector<float> t = {0.0f, -0.0f, -1.0f, -inf, inf,
+                          std::numeric_limits<float>::quiet_NaN(), 1.0f};
+  for (std::size_t i = x.size() / 2; i < x.size(); ++i) {
+    if (!std::isnan(x[i])) {
+      t.push_back(std::fabs(x[i]));
+      break;
+    }
+  }
+  return t;
+}
+
+std::string case_name(DataKind kind, std::size_t n, float threshold) {
+  return std::string(to_string(kind)) + ", n = " + std::to_string(n) +
+         ", threshold = " + describe(threshold);
+}
+
+TYPED_TEST(Select, CountAboveMatchesReference) {
+  const TypeParam exec;
+  for (const auto kind : all_data_kinds) {
+    for (const auto n : test_sizes) {
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<TypeParam>(x, "x");
+      for (const float t : thresholds_for(x)) {
+        SCOPED_TRACE(case_name(kind, n, t));
+        EXPECT_EQ(oktopk::count_above(exec, x_view, t), ref::count_above(x, t));
+      }
+    }
+  }
+}
+
+TYPED_TEST(Select, SelectAboveMatchesReference) {
+  const TypeParam exec;
+  for (const auto kind : all_data_kinds) {
+    for (const auto n : test_sizes) {
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<TypeParam>(x, "x");
+      for (const float t : thresholds_for(x)) {
+        SCOPED_TRACE(case_name(kind, n, t));
+        auto expected = ref::select_above(x, t);
+        const auto count = static_cast<std::int64_t>(expected.indices.size());
+        // Room for three more than needed: those must keep their sentinels.
+        const auto capacity = static_cast<std::size_t>(count) + 3;
+        auto indices = filled_view<TypeParam>(capacity, index_sentinel, "indices");
+        auto values = filled_view<TypeParam>(capacity, value_sentinel, "values");
+        EXPECT_EQ(oktopk::select_above(exec, x_view, t, indices, values), count);
+        expected.indices.resize(capacity, index_sentinel);
+        expected.values.resize(capacity, value_sentinel);
+        EXPECT_TRUE(same_entries(to_vector(exec, indices), expected.indices));
+        EXPECT_TRUE(same_entries(to_vector(exec, values), expected.values));
+      }
+    }
+  }
+}
+
+/// Hand-checked expectations, independent of the host reference.
+TYPED_TEST(Select, SelectAboveThresholdEdgeCases) {
+  const TypeParam exec;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float sub = std::numeric_limits<float>::denorm_min();
+  //                            0     1      2     3      4    5     6     7     8
+  const std::vector<float> x = {1.0f, -2.0f, 0.0f, -0.0f, nan, inf, -inf, 2.0f, -sub};
+  const auto x_view = to_view<TypeParam>(x, "x");
+  struct Case {
+    float threshold;
+    std::vector<index_type> indices;
+  };
+  const std::vector<Case> cases = {
+      {2.0f, {5, 6}},                          // equal to |x|: not selected
+      {1.0f, {1, 5, 6, 7}},                    //
+      {0.0f, {0, 1, 5, 6, 7, 8}},              // zeros of both signs are not above 0
+      {-0.0f, {0, 1, 5, 6, 7, 8}},             //
+      {-1.0f, {0, 1, 2, 3, 5, 6, 7, 8}},       // negative: every non-NaN
+      {-inf, {0, 1, 2, 3, 5, 6, 7, 8}},        //
+      {sub, {0, 1, 5, 6, 7}},                  // the subnormal equals the threshold
+      {std::numeric_limits<float>::max(), {5, 6}},
+      {inf, {}},                               // nothing exceeds +Inf
+      {nan, {}},                               // nothing compares above NaN
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE("threshold = " + describe(c.threshold));
+    auto indices = filled_view<TypeParam>(x.size(), index_sentinel, "indices");
+    auto values = filled_view<TypeParam>(x.size(), value_sentinel, "values");
+    const auto count = static_cast<std::int64_t>(c.indices.size());
+    EXPECT_EQ(oktopk::count_above(exec, x_view, c.threshold), count);
+    ASSERT_EQ(oktopk::select_above(exec, x_view, c.threshold, indices, values), count);
+    auto got_indices = to_vector(exec, indices);
+    auto got_values = to_vector(exec, values);
+    got_indices.resize(c.indices.size());
+    got_values.resize(c.indices.size());
+    std::vector<float> expected_values;
+    for (const auto i : c.indices) expected_values.push_back(x[static_cast<std::size_t>(i)]);
+    EXPECT_TRUE(same_entries(got_indices, c.indices));
+    EXPECT_TRUE(same_entries(got_values, expected_values));
+  }
+}
+
+/// capacity = min(extent(indices), extent(values)) < count: the full count comes back and
+/// exactly the first `capacity` entries are written; nothing past them.
+TYPED_TEST(Select, SelectAboveCapacityContract) {
+  const TypeParam exec;
+  for (const auto kind : {DataKind::normal, DataKind::ties, DataKind::non_finite}) {
+    for (const std::size_t n : {std::size_t{7}, std::size_t{1000}, std::size_t{1000003}}) {
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<TypeParam>(x, "x");
+      const float t = 0.5f;
+      const auto expected = ref::select_above(x, t);
+      const auto count = static_cast<std::int64_t>(expected.indices.size());
+      ASSERT_GT(count, 2) << to_string(kind) << ", n = " << n;
+      const std::vector<std::int64_t> capacities = {0, 1, count / 2, count - 1};
+      for (const auto capacity : capacities) {
+        // Either buffer may be the smaller one; the other's surplus must stay untouched.
+        for (const int larger : {0, 1, 2}) {
+          SCOPED_TRACE(case_name(kind, n, t) + ", capacity = " + std::to_string(capacity) +
+                       ", larger buffer = " + std::to_string(larger));
+          const auto cap = static_cast<std::size_t>(capacity);
+          const std::size_t index_extent = cap + (larger == 1 ? 5 : 0);
+          const std::size_t value_extent = cap + (larger == 2 ? 5 : 0);
+          auto indices = filled_view<TypeParam>(index_extent, index_sentinel, "indices");
+          auto values = filled_view<TypeParam>(value_extent, value_sentinel, "values");
+          EXPECT_EQ(oktopk::select_above(exec, x_view, t, indices, values), count);
+          std::vector<index_type> want_indices(expected.indices.begin(),
+                                               expected.indices.begin() + capacity);
+          std::vector<float> want_values(expected.values.begin(),
+                                         expected.values.begin() + capacity);
+          want_indices.resize(index_extent, index_sentinel);
+          want_values.resize(value_extent, value_sentinel);
+          EXPECT_TRUE(same_entries(to_vector(exec, indices), want_indices));
+          EXPECT_TRUE(same_entries(to_vector(exec, values), want_values));
+        }
+      }
+    }
+  }
+}
+
+// ---- select_above_by_region --------------------------------------------------------------
+
+enum class Split { equal, random_with_empty, empty_ends, all_in_first, all_in_last };
+
+const char* to_string(Split split) {
+  switch (split) {
+    case Split::equal: return "equal";
+    case Split::random_with_empty: return "random_with_empty";
+    case Split::empty_ends: return "empty_ends";
+    case Split::all_in_first: return "all_in_first";
+    case Split::all_in_last: return "all_in_last";
+  }
+  return "unknown";
+}
+
+/// P + 1 offsets from 0 to n. With n < P the equal split already has empty regions.
+std::vector<count_type> make_offsets(Split split, std::size_t n_size, int regions) {
+  const auto n = static_cast<count_type>(n_size);
+  const auto p = static_cast<std::size_t>(regions);
+  std::vector<count_type> off(p + 1, 0);
+  off[p] = n;
+  switch (split) {
+    case Split::equal:
+      for (std::size_t r = 0; r <= p; ++r) off[r] = n * static_cast<count_type>(r) / regions;
+      break;
+    case Split::random_with_empty: {
+      auto rng = make_rng(100, n_size, p);
+      std::uniform_int_distribution<count_type> cut(0, n);
+      for (std::size_t r = 1; r < p; ++r) off[r] = cut(rng);
+      std::sort(off.begin() + 1, off.end() - 1);
+      if (p >= 2) off[p / 2] = off[p / 2 + 1];  // region p/2 is empty
+      break;
+    }
+    case Split::empty_ends:  // the first and the last region are empty
+      for (std::size_t r = 1; r < p; ++r) off[r] = n * static_cast<count_type>(r - 1) / std::max(regions - 2, 1);
+      if (p >= 2) off[p - 1] = n;
+      break;
+    case Split::all_in_first:
+      for (std::size_t r = 1; r <= p; ++r) off[r] = n;
+      break;
+    case Split::all_in_last:
+      break;
+  }
+  return off;
+}
+
+TYPED_TEST(Select, SelectAboveByRegionMatchesReference) {
+  const TypeParam exec;
+  for (const auto kind : all_data_kinds) {
+    for (const auto n : test_sizes) {
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<TypeParam>(x, "x");
+      std::vector<float> thresholds = {0.5f, -1.0f};
+      if (n > 0 && !std::isnan(x[n / 3])) thresholds.push_back(std::fabs(x[n / 3]));
+      // The large size gets fewer combinations, to keep the run short.
+      const bool large = n > 100000;
+      if (large) thresholds.resize(1);
+      std::vector<Split> splits = {Split::equal, Split::random_with_empty, Split::all_in_last};
+      if (!large) splits.insert(splits.end(), {Split::empty_ends, Split::all_in_first});
+      for (const int regions : {1, 2, 3, 7, 16}) {
+        for (const auto split : splits) {
+          const auto offsets = make_offsets(split, n, regions);
+          const auto offsets_view = to_view<TypeParam>(offsets, "offsets");
+          for (const float t : thresholds) {
+            SCOPED_TRACE(case_name(kind, n, t) + ", P = " + std::to_string(regions) + ", " +
+                         to_string(split) + " split");
+            const auto expected = ref::select_above_by_region(x, t, offsets);
+            const auto total = static_cast<std::int64_t>(expected.indices.size());
+            const auto cap = static_cast<std::size_t>(total);
+            auto indices = filled_view<TypeParam>(cap, index_sentinel, "indices");
+            auto values = filled_view<TypeParam>(cap, value_sentinel, "values");
+            auto counts = filled_view<TypeParam>(static_cast<std::size_t>(regions),
+                                                 count_type{-1}, "counts");
+            ASSERT_EQ(oktopk::select_above_by_region(exec, x_view, t, offsets_view, indices,
+                                                     values, counts),
+                      total);
+            EXPECT_TRUE(same_entries(to_vector(exec, counts), expected.counts));
+            EXPECT_TRUE(same_entries(to_vector(exec, indices), expected.indices));
+            EXPECT_TRUE(same_entries(to_vector(exec, values), expected.values));
+          }
+        }
+      }
+    }
+  }
+}
+
+/// n < P: most regions are empty, some hold one entry.
+TYPED_TEST(Select, SelectAboveByRegionFewerEntriesThanRegions) {
+  const TypeParam exec;
+  const std::vector<float> x = {3.0f, -0.0f, -5.0f};
+  const auto x_view = to_view<TypeParam>(x, "x");
+  // 16 regions: [0,0) [0,1) [1,1) ... [1,3) [3,3) ...
+  std::vector<count_type> offsets(17, 3);
+  offsets[0] = 0;
+  offsets[1] = 0;
+  offsets[2] = 1;
+  offsets[3] = 1;
+  offsets[4] = 1;
+  const auto offsets_view = to_view<TypeParam>(offsets, "offsets");
+  auto indices = filled_view<TypeParam>(2, index_sentinel, "indices");
+  auto values = filled_view<TypeParam>(2, value_sentinel, "values");
+  auto counts = filled_view<TypeParam>(16, count_type{-1}, "counts");
+  ASSERT_EQ(oktopk::select_above_by_region(exec, x_view, 1.0f, offsets_view, indices, values,
+                                           counts),
+            2);
+  std::vector<count_type> expected_counts(16, 0);
+  expected_counts[1] = 1;  // x[0] in region [0, 1)
+  expected_counts[4] = 1;  // x[2] in region [1, 3), at relative position 1
+  EXPECT_TRUE(same_entries(to_vector(exec, counts), expected_counts));
+  EXPECT_TRUE(same_entries(to_vector(exec, indices), std::vector<index_type>{0, 1}));
+  EXPECT_TRUE(same_entries(to_vector(exec, values), std::vector<float>{3.0f, -5.0f}));
+}
+
+/// Too small a buffer: the total comes back, and the values written are the first ones in
+/// order (region_counts is unspecified then).
+TYPED_TEST(Select, SelectAboveByRegionOverflowReturnsTotal) {
+  const TypeParam exec;
+  const auto& x = cached_data(DataKind::normal, 1000);
+  const auto x_view = to_view<TypeParam>(x, "x");
+  const auto offsets = make_offsets(Split::equal, x.size(), 7);
+  const auto offsets_view = to_view<TypeParam>(offsets, "offsets");
+  const auto expected = ref::select_above_by_region(x, 0.5f, offsets);
+  const auto total = static_cast<std::int64_t>(expected.values.size());
+  for (const std::int64_t capacity : {std::int64_t{0}, std::int64_t{1}, total / 2, total - 1}) {
+    SCOPED_TRACE("capacity = " + std::to_string(capacity));
+    const auto cap = static_cast<std::size_t>(capacity);
+    auto indices = filled_view<TypeParam>(cap, index_sentinel, "indices");
+    auto values = filled_view<TypeParam>(cap, value_sentinel, "values");
+    auto counts = filled_view<TypeParam>(7, count_type{-1}, "counts");
+    EXPECT_EQ(oktopk::select_above_by_region(exec, x_view, 0.5f, offsets_view, indices, values,
+                                             counts),
+              total);
+    const std::vector<float> want(expected.values.begin(), expected.values.begin() + capacity);
+    EXPECT_TRUE(same_entries(to_vector(exec, values), want));
+  }
+}
+
+TYPED_TEST(Select, SelectAboveByRegionRejectsInvalidOffsets) {
+  const TypeParam exec;
+  const auto& x = cached_data(DataKind::normal, 10);
+  const auto x_view = to_view<TypeParam>(x, "x");
+  auto indices = filled_view<TypeParam>(10, index_sentinel, "indices");
+  auto values = filled_view<TypeParam>(10, value_sentinel, "values");
+  auto counts = filled_view<TypeParam>(16, count_type{-1}, "counts");
+  const std::string where = "oktopk::select_above_by_region";
+  const std::vector<std::vector<count_type>> bad = {
+      {1, 4, 7, 10},   // does not start at 0
+      {0, 4, 7, 9},    // does not end at n
+      {0, 4, 7, 11},   // ends past n
+      {0, 7, 4, 10},   // decreasing
+      {0, 10, 0, 10},  // decreasing to 0
+      {-1, 5, 10},     // negative start
+      {0},             // no region at all
+      {},              //
+  };
+  for (const auto& offsets : bad) {
+    SCOPED_TRACE("offsets of size " + std::to_string(offsets.size()));
+    const auto offsets_view = to_view<TypeParam>(offsets, "offsets");
+    EXPECT_TRUE(throws_invalid_argument(
+        [&] {
+          oktopk::select_above_by_region(exec, x_view, 0.0f, offsets_view, indices, values,
+                                         counts);
+        },
+        where));
+  }
+  // Fewer region_counts than regions.
+  const auto offsets_view = to_view<TypeParam>(std::vector<count_type>{0, 3, 6, 10}, "offsets");
+  auto short_counts = filled_view<TypeParam>(2, count_type{-1}, "counts");
+  EXPECT_TRUE(throws_invalid_argument(
+      [&] {
+        oktopk::select_above_by_region(exec, x_view, 0.0f, offsets_view, indices, values,
+                                       short_counts);
+      },
+      where));
+}
+
+}  // namespace

@@ -1,0 +1,510 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// kth_largest_abs, the sampled and Gaussian threshold estimates and inverse_normal_cdf.
+#include "exec_spaces.hpp"
+#include "host_reference.hpp"
+#include "test_data.hpp"
+
+#include <oktopk/impl/inverse_normal.hpp>
+#include <oktopk/select.hpp>
+#include <oktopk/topk.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iomanip>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace oktopk::test;
+
+template <class ExecSpace>
+class TopK : public ::testing::Test {};
+TYPED_TEST_SUITE(TopK, EnabledSpaces);
+
+/// The ranks the issue asks for: 0, 1, 2, n/2, n-1, n, n+5 (negative ones dropped).
+std::vector<std::int64_t> ranks_for(std::size_t n_size) {
+  const auto n = static_cast<std::int64_t>(n_size);
+  std::vector<std::int64_t> ks = {0, 1, 2, n / 2, n - 1, n, n + 5};
+  ks.erase(std::remove_if(ks.begin(), ks.end(), [](std::int64_t k) { return k < 0; }), ks.end());
+  std::sort(ks.begin(), ks.end());
+  ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
+  return ks;
+}
+
+std::string case_name(const char* kind, std::size_t n, std::int64_t k) {
+  return std::string(kind) + ", n = " + std::to_string(n) + ", k = " + std::to_string(k);
+}
+
+/// Order-statistic definition, independent of sorting: t is the k-th largest |x| of the m
+/// non-NaN entries iff fewer than k exceed it and at least k reach it (for 1 <= k <= m).
+::testing::AssertionResult is_kth_largest(const std::vector<float>& x, std::int64_t k, float t) {
+  std::int64_t above = 0;
+  std::int64_t at_least = 0;
+  bool present = false;
+  for (const float v : x) {
+    if (std::isnan(v)) continue;
+    const float a = std::fabs(v);
+    if (a > t) ++above;
+    if (a >= t) ++at_least;
+    if (same_bits(a, t)) present = true;
+  }
+  if (present && above < k && k <= at_least) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << describe(t) << " is no k-th largest |x|: " << above
+                                       << " above, " << at_least << " at or above, present "
+                                       << present;
+}
+
+// ---- kth_largest_abs ---------------------------------------------------------------------
+
+TYPED_TEST(TopK, KthLargestMatchesReference) {
+  const TypeParam exec;
+  oktopk::KthLargestWorkspace<TypeParam> workspace(exec);
+  for (const auto kind : all_data_kinds) {
+    for (const auto n : test_sizes) {
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<TypeParam>(x, "x");
+      const auto mags = ref::abs_descending(x);
+      for (const auto k : ranks_for(n)) {
+        SCOPED_TRACE(case_name(to_string(kind), n, k));
+        const float expected = ref::kth_from_descending(mags, k);
+        const float with_workspace = oktopk::kth_largest_abs(exec, x_view, k, workspace);
+        const float without = oktopk::kth_largest_abs(exec, x_view, k);
+        EXPECT_TRUE(same_bits(with_workspace, expected))
+            << describe(with_workspace) << ", expected " << describe(expected);
+        EXPECT_TRUE(same_bits(without, expected))
+            << describe(without) << ", expected " << describe(expected);
+      }
+    }
+  }
+}
+
+/// Each documented rule on hand-made inputs, with hand-written answers.
+TYPED_TEST(TopK, KthLargestDocumentedSemantics) {
+  const TypeParam exec;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float sub = std::numeric_limits<float>::denorm_min();
+  const float big = std::numeric_limits<float>::max();
+  struct Case {
+    const char* what;
+    std::vector<float> x;
+    std::int64_t k;
+    float expected;
+  };
+  const std::vector<Case> cases = {
+      {"k == 0", {1.0f, 2.0f}, 0, inf},
+      {"empty", {}, 1, inf},
+      {"empty, k == 0", {}, 0, inf},
+      {"all NaN", {nan, -nan, nan}, 1, inf},
+      {"all NaN, k > n", {nan, nan}, 5, inf},
+      {"NaN ignored", {nan, -3.0f, 2.0f, nan}, 1, 3.0f},
+      {"k > non-NaN count gives the smallest |x|", {nan, -3.0f, 2.0f, nan}, 3, 2.0f},
+      {"k far beyond n", {nan, -3.0f, 2.0f, nan}, 1000, 2.0f},
+      {"-0 counts as +0", {-0.0f}, 1, 0.0f},
+      {"-0 and +0 tie", {-0.0f, 1.0f, 0.0f}, 2, 0.0f},
+      {"-0 below a subnormal", {-0.0f, -sub}, 2, 0.0f},
+      {"subnormal", {-0.0f, -sub}, 1, sub},
+      {"-Inf counts as +Inf", {-inf, 1.0f}, 1, inf},
+      {"+-Inf tie", {-inf, 5.0f, inf}, 2, inf},
+      {"below the infinities", {-inf, 5.0f, inf}, 3, 5.0f},
+      {"largest finite", {big, -inf, -big}, 3, big},
+      {"NaN whose |x| pattern follows +Inf's", {float_from_bits(0x7f800001u), 1.0f}, 1, 1.0f},
+      {"negative NaN", {float_from_bits(0xffffffffu), -1.0f}, 1, 1.0f},
+      // NaNs whose |x| patterns share +Inf's top digits (0x7f800001..0x7f8fffff): still ignored
+      // when the walk descends into +Inf's prefix.
+      {"+Inf beside a NaN sharing its top 22 bits", {inf, float_from_bits(0x7f800001u), 1.0f}, 1, inf},
+      {"+Inf beside a NaN sharing its top 11 bits", {inf, float_from_bits(0xff800200u), 1.0f}, 1, inf},
+      {"two +Inf beside such NaNs", {float_from_bits(0x7f8fffffu), inf, -inf, float_from_bits(0x7f800001u)}, 2, inf},
+      {"ties", {-2.0f, 2.0f, 1.0f, -2.0f}, 3, 2.0f},
+      {"ties, below them", {-2.0f, 2.0f, 1.0f, -2.0f}, 4, 1.0f},
+  };
+  oktopk::KthLargestWorkspace<TypeParam> workspace(exec);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    const auto x_view = to_view<TypeParam>(c.x, "x");
+    const float got = oktopk::kth_largest_abs(exec, x_view, c.k, workspace);
+    EXPECT_TRUE(same_bits(got, c.expected)) << describe(got) << ", expected " << describe(c.expected);
+    EXPECT_TRUE(same_bits(oktopk::kth_largest_abs(exec, x_view, c.k), c.expected));
+  }
+}
+
+/// When the k largest |x| are distinct, selecting |x| > (k-th largest) takes k - 1 entries.
+TYPED_TEST(TopK, KthLargestStrictSelectionTakesKMinusOne) {
+  const TypeParam exec;
+  for (const std::size_t n : {std::size_t{7}, std::size_t{1000}, std::size_t{1000003}}) {
+    // Distinct magnitudes over many binades, random signs and order, and a few NaNs.
+    auto rng = make_rng(200, n);
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto key = static_cast<std::uint32_t>(0x00800000u + i * 997u);
+      x[i] = float_from_bits(key | (static_cast<std::uint32_t>(rng() & 1u) << 31));
+    }
+    std::shuffle(x.begin(), x.end(), rng);
+    x.push_back(std::numeric_limits<float>::quiet_NaN());
+    const auto x_view = to_view<TypeParam>(x, "x");
+    const auto m = static_cast<std::int64_t>(n);
+    for (const std::int64_t k : {std::int64_t{1}, std::int64_t{2}, std::int64_t{3}, m / 2, m - 1, m}) {
+      SCOPED_TRACE(case_name("distinct", n, k));
+      const float t = oktopk::kth_largest_abs(exec, x_view, k);
+      EXPECT_EQ(ref::count_above(x, t), k - 1);
+      EXPECT_EQ(oktopk::count_above(exec, x_view, t), k - 1);
+    }
+  }
+}
+
+TYPED_TEST(TopK, KthLargestWorkspaceReuseAcrossSizes) {
+  const TypeParam exec;
+  oktopk::KthLargestWorkspace<TypeParam> workspace(exec);
+  const std::size_t sizes[] = {1000003, 7, 0, 1, 1000, 2, 1000003, 1000, 0, 7};
+  std::size_t call = 0;
+  for (const auto n : sizes) {
+    for (const auto kind : all_data_kinds) {
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<TypeParam>(x, "x");
+      const auto k = static_cast<std::int64_t>((call * 7919) % (n + 2));
+      ++call;
+      SCOPED_TRACE(case_name(to_string(kind), n, k));
+      const float expected = ref::kth_largest_abs(x, k);
+      const float got = oktopk::kth_largest_abs(exec, x_view, k, workspace);
+      EXPECT_TRUE(same_bits(got, expected)) << describe(got) << ", expected " << describe(expected);
+    }
+  }
+}
+
+TYPED_TEST(TopK, KthLargestRejectsNegativeK) {
+  const TypeParam exec;
+  oktopk::KthLargestWorkspace<TypeParam> workspace(exec);
+  for (const std::size_t n : {std::size_t{0}, std::size_t{7}}) {
+    const auto x_view = to_view<TypeParam>(cached_data(DataKind::normal, n), "x");
+    for (const std::int64_t k : {std::int64_t{-1}, std::numeric_limits<std::int64_t>::min()}) {
+      SCOPED_TRACE(case_name("normal", n, k));
+      EXPECT_TRUE(throws_invalid_argument([&] { oktopk::kth_largest_abs(exec, x_view, k); },
+                                          "oktopk::kth_largest_abs"));
+      EXPECT_TRUE(throws_invalid_argument(
+          [&] { oktopk::kth_largest_abs(exec, x_view, k, workspace); }, "oktopk::kth_largest_abs"));
+    }
+  }
+}
+
+/// Many small arrays drawn from 5 values (so |x| ties constantly), every k from 0 to n + 2.
+TYPED_TEST(TopK, KthLargestRandomSmallArraysWithHeavyTies) {
+  const TypeParam exec;
+  oktopk::KthLargestWorkspace<TypeParam> workspace(exec);
+  constexpr float set[] = {2.0f, -2.0f, 0.5f, -0.0f, 1.0f};
+  auto rng = make_rng(201);
+  std::uniform_int_distribution<std::size_t> length(1, 40);
+  std::uniform_int_distribution<int> pick(0, 4);
+  for (int array = 0; array < 200; ++array) {
+    std::vector<float> x(length(rng));
+    for (auto& v : x) v = set[pick(rng)];
+    if (array % 10 == 3) x[x.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+    const auto x_view = to_view<TypeParam>(x, "x");
+    const auto non_nan = static_cast<std::int64_t>(ref::abs_descending(x).size());
+    for (std::int64_t k = 0; k <= static_cast<std::int64_t>(x.size()) + 2; ++k) {
+      SCOPED_TRACE("array " + std::to_string(array) + ", n = " + std::to_string(x.size()) +
+                   ", k = " + std::to_string(k));
+      const float got = oktopk::kth_largest_abs(exec, x_view, k, workspace);
+      const float expected = ref::kth_largest_abs(x, k);
+      ASSERT_TRUE(same_bits(got, expected)) << describe(got) << ", expected " << describe(expected);
+      if (k >= 1 && k <= non_nan) {
+        EXPECT_TRUE(is_kth_largest(x, k, got));
+      }
+    }
+  }
+}
+
+/// Inputs that leave the decision to one radix pass: keys sharing their top 11 bits (passes 1
+/// and 2 decide), their top 22 bits (pass 2 decides), differing only in the middle digit, only
+/// in the top digit (Inf and NaN keys included), plus keys at the digit boundaries.
+TYPED_TEST(TopK, KthLargestRadixPassStress) {
+  const TypeParam exec;
+  oktopk::KthLargestWorkspace<TypeParam> workspace(exec);
+  struct Stress {
+    const char* what;
+    std::vector<float> x;
+  };
+  std::vector<Stress> inputs;
+  for (const std::size_t n : {std::size_t{1000}, std::size_t{1000003}}) {
+    inputs.push_back({"top 11 bits shared", make_keys(n, 0x3f812345u, 0x000fffffu, 1)});
+    inputs.push_back({"top 22 bits shared", make_keys(n, 0x3f812345u, 0x000001ffu, 2)});
+    inputs.push_back({"only the middle digit varies", make_keys(n, 0x3f812345u, 0x000ffe00u, 3)});
+    inputs.push_back({"only the top digit varies", make_keys(n, 0x00012345u, 0x7ff00000u, 4)});
+    inputs.push_back({"zero and subnormals, low digit only", make_keys(n, 0u, 0x000001ffu, 5)});
+    // Two clusters whose top digits differ by one, each with its own low bits.
+    auto two = make_keys(n / 2, 0x3f8fffffu, 0x000fffffu, 6);
+    const auto other = make_keys(n - n / 2, 0x3f900000u, 0x000fffffu, 7);
+    two.insert(two.end(), other.begin(), other.end());
+    inputs.push_back({"two neighbouring top digits", two});
+  }
+  {
+    constexpr std::uint32_t keys[] = {
+        0x3f8fffffu, 0x3f900000u, 0x3f9001ffu, 0x3f900200u, 0x3f8ffe00u, 0x3f8ffdffu,
+        0x7f7fffffu, 0x7f800000u, 0x7f800001u, 0x7fffffffu, 0x00000001u, 0x00000000u,
+        0x000001ffu, 0x00000200u, 0x001fffffu, 0x00200000u, 0x3f900000u, 0x000001ffu};
+    std::vector<float> x;
+    for (std::size_t i = 0; i < std::size(keys); ++i) {
+      x.push_back(float_from_bits(keys[i] | (i % 3 == 0 ? 0x80000000u : 0u)));
+    }
+    inputs.push_back({"digit boundaries", x});
+  }
+  for (const auto& input : inputs) {
+    const auto& x = input.x;
+    const auto n = static_cast<std::int64_t>(x.size());
+    const auto x_view = to_view<TypeParam>(x, "x");
+    const auto mags = ref::abs_descending(x);
+    std::vector<std::int64_t> ks;
+    if (n <= 1000) {
+      for (std::int64_t k = 0; k <= n + 1; ++k) ks.push_back(k);
+    } else {
+      ks = {1, 2, 3, 100, n / 3, n / 2, n - 1, n};
+    }
+    for (const auto k : ks) {
+      SCOPED_TRACE(case_name(input.what, x.size(), k));
+      const float got = oktopk::kth_largest_abs(exec, x_view, k, workspace);
+      const float expected = ref::kth_from_descending(mags, k);
+      ASSERT_TRUE(same_bits(got, expected)) << describe(got) << ", expected " << describe(expected);
+    }
+  }
+}
+
+// ---- estimate_threshold_sampled ----------------------------------------------------------
+
+TYPED_TEST(TopK, EstimateSampledIsExactWhenTheSampleCoversX) {
+  const TypeParam exec;
+  for (const auto kind : all_data_kinds) {
+    for (const auto n : test_sizes) {
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<TypeParam>(x, "x");
+      const auto mags = ref::abs_descending(x);
+      const auto s = static_cast<std::int64_t>(std::max<std::size_t>(n, 1));
+      for (const auto k : ranks_for(n)) {
+        for (const std::int64_t sample_size : {s, s + 1, 2 * s + 7}) {
+          SCOPED_TRACE(case_name(to_string(kind), n, k) + ", s = " + std::to_string(sample_size));
+          const float got = oktopk::estimate_threshold_sampled(exec, x_view, k, sample_size, 17);
+          const float expected = ref::kth_from_descending(mags, k);
+          EXPECT_TRUE(same_bits(got, expected))
+              << describe(got) << ", expected " << describe(expected);
+        }
+      }
+    }
+  }
+}
+
+/// Same seed, same estimate; and the estimate is always some |x(i)|, a k'-th largest of a
+/// sample of x.
+TYPED_TEST(TopK, EstimateSampledIsDeterministicAndTakenFromX) {
+  const TypeParam exec;
+  for (const auto kind : all_data_kinds) {
+    for (const std::size_t n : {std::size_t{1000}, std::size_t{1000003}}) {
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<TypeParam>(x, "x");
+      auto mags = ref::abs_descending(x);
+      std::sort(mags.begin(), mags.end());
+      const auto m = static_cast<std::int64_t>(n);
+      for (const std::int64_t k : {std::int64_t{1}, m / 100, m / 2}) {
+        for (const std::int64_t s : {std::int64_t{1}, std::int64_t{10}, m / 10, m - 1}) {
+          for (const std::uint64_t seed : {std::uint64_t{0}, std::uint64_t{12345}}) {
+            SCOPED_TRACE(case_name(to_string(kind), n, k) + ", s = " + std::to_string(s) +
+                         ", seed = " + std::to_string(seed));
+            const float first = oktopk::estimate_threshold_sampled(exec, x_view, k, s, seed);
+            const float second = oktopk::estimate_threshold_sampled(exec, x_view, k, s, seed);
+            EXPECT_TRUE(same_bits(first, second)) << describe(first) << " then " << describe(second);
+            // +Inf only when the whole sample could be NaN.
+            const bool found = std::binary_search(mags.begin(), mags.end(), first) ||
+                               (same_bits(first, inf) && kind == DataKind::non_finite);
+            EXPECT_TRUE(found) << describe(first) << " is no |x(i)|";
+          }
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(TopK, EstimateSampledCountIsNearK) {
+  const TypeParam exec;
+  const auto& x = cached_data(DataKind::normal, 1000000);
+  const auto x_view = to_view<TypeParam>(x, "x");
+  const std::int64_t k = 10000;  // density 0.01
+  for (const std::uint64_t seed : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{42},
+                                   std::uint64_t{0xdeadbeef}}) {
+    SCOPED_TRACE("seed = " + std::to_string(seed));
+    const float t = oktopk::estimate_threshold_sampled(exec, x_view, k, 100000, seed);
+    const auto count = ref::count_above(x, t);
+    EXPECT_GE(count, k * 85 / 100) << "threshold " << t;
+    EXPECT_LE(count, k * 115 / 100) << "threshold " << t;
+  }
+}
+
+TYPED_TEST(TopK, EstimateSampledEdgeCases) {
+  const TypeParam exec;
+  const auto x_view = to_view<TypeParam>(cached_data(DataKind::normal, 1000), "x");
+  const auto empty = to_view<TypeParam>(std::vector<float>{}, "empty");
+  const std::string where = "oktopk::estimate_threshold_sampled";
+  EXPECT_TRUE(same_bits(oktopk::estimate_threshold_sampled(exec, x_view, 0, 100, 1), inf));
+  EXPECT_TRUE(same_bits(oktopk::estimate_threshold_sampled(exec, x_view, 0, 5000, 1), inf));
+  EXPECT_TRUE(same_bits(oktopk::estimate_threshold_sampled(exec, empty, 3, 100, 1), inf));
+  for (const std::int64_t s : {std::int64_t{0}, std::int64_t{-1}}) {
+    SCOPED_TRACE("sample_size = " + std::to_string(s));
+    EXPECT_TRUE(throws_invalid_argument(
+        [&] { oktopk::estimate_threshold_sampled(exec, x_view, 10, s, 1); }, where));
+    EXPECT_TRUE(throws_invalid_argument(
+        [&] { oktopk::estimate_threshold_sampled(exec, empty, 10, s, 1); }, where));
+  }
+  EXPECT_TRUE(throws_invalid_argument(
+      [&] { oktopk::estimate_threshold_sampled(exec, x_view, -1, 100, 1); }, where));
+}
+
+// ---- inverse_normal_cdf ------------------------------------------------------------------
+
+::testing::AssertionResult relatively_near(double actual, double expected, double tolerance) {
+  if (std::fabs(actual - expected) <= tolerance * std::fabs(expected)) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << std::setprecision(17) << actual << ", expected " << expected << " (relative error "
+         << std::fabs(actual - expected) / std::fabs(expected) << ")";
+}
+
+TEST(InverseNormalCdf, KnownQuantiles) {
+  using oktopk::impl::inverse_normal_cdf;
+  EXPECT_LE(std::fabs(inverse_normal_cdf(0.5)), 1e-15);
+  struct Known {
+    double p;
+    double z;
+  };
+  const Known known[] = {
+      {0.975, 1.959963984540054},         {0.025, -1.959963984540054},
+      {0.005, -2.5758293035489004},       {0.995, 2.5758293035489004},
+      {1e-10, -6.361340902404056},        {0.8413447460685429, 1.0},
+      {0.15865525393145707, -1.0},        {0.9772498680518208, 2.0},
+  };
+  for (const auto& q : known) {
+    SCOPED_TRACE("p = " + describe(q.p));
+    EXPECT_TRUE(relatively_near(inverse_normal_cdf(q.p), q.z, 1e-12));
+  }
+  // Symmetry: 1 - p is exact for p in [0.5, 1].
+  for (const double p : {0.5, 0.6, 0.75, 0.9, 0.975, 0.99, 0.999, 0.9999}) {
+    SCOPED_TRACE("p = " + describe(p));
+    EXPECT_TRUE(relatively_near(inverse_normal_cdf(1.0 - p), -inverse_normal_cdf(p), 1e-12) ||
+                p == 0.5);
+  }
+}
+
+/// Against bisection on erfc in long double, across the body, both tails and both sides of
+/// the 0.02425 switch between the approximation's branches.
+TEST(InverseNormalCdf, MatchesBisectionReference) {
+  using oktopk::impl::inverse_normal_cdf;
+  std::vector<double> ps = {1e-300, 1e-200, 1e-100, 1e-50, 1e-20, 1e-15, 1e-10, 1e-5,
+                            1e-3,   0.01,   0.02,   0.0242, 0.02425, 0.0243, 0.05,  0.9757,
+                            0.97575, 0.9758, 0.99,  0.999,  0.9999};
+  for (int i = 1; i < 1000; ++i) ps.push_back(i / 1000.0);
+  for (const double p : ps) {
+    SCOPED_TRACE("p = " + describe(p));
+    const double expected = ref::normal_quantile(p);
+    const double got = inverse_normal_cdf(p);
+    if (std::fabs(expected) < 1e-3) {
+      EXPECT_NEAR(got, expected, 1e-15);
+    } else {
+      EXPECT_TRUE(relatively_near(got, expected, 1e-12));
+    }
+  }
+}
+
+/// Subnormal p is inside the documented domain (0, 1): the result must be a finite quantile
+/// (about -38), not NaN. erfc loses relative precision there, hence the loose tolerance.
+TEST(InverseNormalCdf, SubnormalProbabilities) {
+  using oktopk::impl::inverse_normal_cdf;
+  for (const double p : {2.2250738585072014e-308, 1e-310, 1e-315, 1e-320,
+                         std::numeric_limits<double>::denorm_min()}) {
+    SCOPED_TRACE("p = " + describe(p));
+    const double got = inverse_normal_cdf(p);
+    EXPECT_TRUE(std::isfinite(got) && relatively_near(got, ref::normal_quantile(p), 1e-6))
+        << got << ", expected " << describe(ref::normal_quantile(p));
+  }
+}
+
+TEST(InverseNormalCdf, EdgeCases) {
+  using oktopk::impl::inverse_normal_cdf;
+  const double dinf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(inverse_normal_cdf(0.0), -dinf);
+  EXPECT_EQ(inverse_normal_cdf(-0.0), -dinf);
+  EXPECT_EQ(inverse_normal_cdf(1.0), dinf);
+  for (const double p : {-1e-300, -0.5, 1.0000000000000002, 2.0, dinf, -dinf,
+                         std::numeric_limits<double>::quiet_NaN()}) {
+    SCOPED_TRACE("p = " + describe(p));
+    EXPECT_TRUE(std::isnan(inverse_normal_cdf(p)));
+  }
+}
+
+// ---- estimate_threshold_gaussian ---------------------------------------------------------
+
+TYPED_TEST(TopK, GaussianThresholdMatchesReference) {
+  const TypeParam exec;
+  for (const auto kind : all_data_kinds) {
+    for (const auto n : test_sizes) {
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<TypeParam>(x, "x");
+      auto ks = ranks_for(n);
+      ks.push_back(std::max<std::int64_t>(1, static_cast<std::int64_t>(n) / 100));
+      for (const auto k : ks) {
+        SCOPED_TRACE(case_name(to_string(kind), n, k));
+        const auto fit = ref::gaussian_fit(x, k);
+        const float got = oktopk::estimate_threshold_gaussian(exec, x_view, k);
+        if (std::isnan(fit.threshold)) {
+          EXPECT_TRUE(std::isnan(got)) << got;
+        } else if (std::isinf(fit.threshold)) {
+          EXPECT_EQ(static_cast<double>(got), fit.threshold);
+        } else {
+          // Summation order and the final rounding to float; bounded by the terms' size.
+          const double tolerance =
+              1e-6 * (std::fabs(fit.mean) + std::fabs(fit.z) * fit.sigma) + 1e-44;
+          EXPECT_NEAR(static_cast<double>(got), fit.threshold, tolerance)
+              << "mean " << fit.mean << ", sigma " << fit.sigma << ", z " << fit.z;
+        }
+      }
+    }
+  }
+}
+
+/// A NaN anywhere makes the fit, and so the threshold, NaN.
+TYPED_TEST(TopK, GaussianThresholdWithNaNIsNaN) {
+  const TypeParam exec;
+  auto x = cached_data(DataKind::normal, 1000);
+  x[617] = std::numeric_limits<float>::quiet_NaN();
+  const auto x_view = to_view<TypeParam>(x, "x");
+  EXPECT_TRUE(std::isnan(oktopk::estimate_threshold_gaussian(exec, x_view, 10)));
+}
+
+TYPED_TEST(TopK, GaussianThresholdOnNormalData) {
+  const TypeParam exec;
+  const auto& x = cached_data(DataKind::normal, 1000000);
+  const auto x_view = to_view<TypeParam>(x, "x");
+  const std::int64_t k = 10000;  // density 0.01
+  const float t = oktopk::estimate_threshold_gaussian(exec, x_view, k);
+  EXPECT_NEAR(t, 2.5758293035489004, 0.02);
+  const auto count = ref::count_above(x, t);
+  EXPECT_GE(count, k * 90 / 100) << "threshold " << t;
+  EXPECT_LE(count, k * 110 / 100) << "threshold " << t;
+}
+
+TYPED_TEST(TopK, GaussianThresholdEdgeCases) {
+  const TypeParam exec;
+  const auto x_view = to_view<TypeParam>(cached_data(DataKind::normal, 1000), "x");
+  const auto empty = to_view<TypeParam>(std::vector<float>{}, "empty");
+  EXPECT_EQ(oktopk::estimate_threshold_gaussian(exec, x_view, 0), inf);
+  EXPECT_EQ(oktopk::estimate_threshold_gaussian(exec, empty, 0), inf);
+  EXPECT_EQ(oktopk::estimate_threshold_gaussian(exec, empty, 5), inf);
+  EXPECT_EQ(oktopk::estimate_threshold_gaussian(exec, x_view, 1000), -inf);
+  EXPECT_EQ(oktopk::estimate_threshold_gaussian(exec, x_view, 1005), -inf);
+  EXPECT_TRUE(throws_invalid_argument(
+      [&] { oktopk::estimate_threshold_gaussian(exec, x_view, -1); },
+      "oktopk::estimate_threshold_gaussian"));
+}
+
+}  // namespace

@@ -9,7 +9,8 @@ namespace oktopk::impl {
 
 /// Phi^-1(p) for p in (0, 1); -Inf at 0, +Inf at 1, NaN outside [0, 1].
 /// P. J. Acklam's rational approximation (relative error below 1.2e-9), then one Halley step
-/// on Phi(x) - p using erfc, which brings it to about double precision.
+/// on Phi(x) - p using erfc, which brings it to about double precision (for p >= 1e-300; below
+/// that, where exp(x^2/2) overflows, the approximation's 1.2e-9 is what remains).
 inline double inverse_normal_cdf(double p) {
   if (!(p >= 0.0 && p <= 1.0)) return std::numeric_limits<double>::quiet_NaN();
   if (p == 0.0) return -std::numeric_limits<double>::infinity();
@@ -38,6 +39,8 @@ inline double inverse_normal_cdf(double p) {
     x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
         (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1.0);
   }
+  // Below p ~ 1e-300 the step's exp(x^2 / 2) overflows; the approximation stands alone there.
+  if (0.5 * x * x > 700.0) return x;
   const double pi = 3.14159265358979323846;
   const double error = 0.5 * std::erfc(-x / std::sqrt(2.0)) - p;
   const double u = error * std::sqrt(2.0 * pi) * std::exp(0.5 * x * x);

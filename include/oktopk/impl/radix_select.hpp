@@ -37,8 +37,9 @@ struct RadixDigit {
   bool first_pass;        // nothing fixed yet: count every non-NaN key
 
   KOKKOS_INLINE_FUNCTION bool counts(std::uint32_t key) const {
-    // NaN keys exceed the infinity key; a prefix match already excludes them.
-    return first_pass ? key <= abs_key_infinity : (key >> prefix_shift) == prefix;
+    // NaN keys exceed the infinity key. Some NaNs share +Inf's leading digits, so a prefix
+    // match alone does not exclude them.
+    return key <= abs_key_infinity && (first_pass || (key >> prefix_shift) == prefix);
   }
   KOKKOS_INLINE_FUNCTION int bin(std::uint32_t key) const {
     return static_cast<int>((key >> shift) & static_cast<std::uint32_t>(bins - 1));
@@ -70,16 +71,27 @@ void radix_histogram_host(const ExecSpace& exec, const XView& x, const RadixDigi
         for (int b = 0; b < copies * digit.bins; ++b) local[b] = 0;
         const std::int64_t begin = n * s / stretches;
         const std::int64_t end = n * (s + 1) / stretches;
-        for (std::int64_t g = begin; g < end; g += group) {
+        const int bins = digit.bins;
+        const int shift = digit.shift;
+        auto count = [&](std::int64_t i, std::uint32_t key) {
+          const int bin = static_cast<int>((key >> shift) & static_cast<std::uint32_t>(bins - 1));
+          ++local[bin + bins * static_cast<int>(i & (copies - 1))];
+        };
+        for (std::int64_t i = begin; digit.first_pass && i < end; ++i) {
+          const std::uint32_t key = abs_key(x(i));
+          if (key <= abs_key_infinity) count(i, key);
+        }
+        for (std::int64_t g = begin; !digit.first_pass && g < end; g += group) {
           const std::int64_t g_end = g + group < end ? g + group : end;
-          if (!digit.first_pass) {
-            int matches = 0;
-            for (std::int64_t i = g; i < g_end; ++i) matches += digit.counts(abs_key(x(i))) ? 1 : 0;
-            if (matches == 0) continue;
+          // The prefix test alone, branch-free so it vectorizes; counts() then drops NaNs.
+          int matches = 0;
+          for (std::int64_t i = g; i < g_end; ++i) {
+            matches += (abs_key(x(i)) >> digit.prefix_shift) == digit.prefix ? 1 : 0;
           }
+          if (matches == 0) continue;
           for (std::int64_t i = g; i < g_end; ++i) {
             const std::uint32_t key = abs_key(x(i));
-            if (digit.counts(key)) ++local[digit.bin(key) + digit.bins * static_cast<int>(i % copies)];
+            if (digit.counts(key)) count(i, key);
           }
         }
         for (int b = 0; b < digit.bins; ++b) {
