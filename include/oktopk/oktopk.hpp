@@ -2,11 +2,16 @@
 // Everything public in OkTopk.
 #pragma once
 
+#include <oktopk/algorithm.hpp>
 #include <oktopk/communicator.hpp>
 #include <oktopk/config.hpp>
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
+#include <oktopk/make_sparse_allreduce.hpp>
+#include <oktopk/options.hpp>
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
 #include <oktopk/select.hpp>
+#include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/stats.hpp>
 #include <oktopk/topk.hpp>

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// TopkA: each rank's exact top-k, allgathered as (index, value) pairs and summed.
+#pragma once
+
+#include <oktopk/pack.hpp>
+#include <oktopk/residual.hpp>
+#include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/impl/sparse_allgatherv.hpp>
+
+namespace oktopk::impl {
+
+template <class ExecSpace>
+class TopkAllgather final : public SparseAllreduce<ExecSpace> {
+  using Base = SparseAllreduce<ExecSpace>;
+  using vector_type = typename Base::vector_type;
+
+ public:
+  TopkAllgather(const Communicator& comm, std::int64_t n, const Options& options)
+      : Base(Algorithm::TopkA, comm, n, options) {}
+
+ protected:
+  void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+    auto& stats = this->stats_;
+    std::int64_t selected = 0;
+    {
+      auto timer = this->phase(exec, "select");
+      stats.local_threshold = this->topk_threshold(exec, acc, this->k_);
+      stats.local_threshold_exact = true;
+      selected = this->select_into(exec, acc, stats.local_threshold, indices_, values_);
+    }
+    stats.local_selected = selected;
+    sparse_allgatherv(exec, this->comm_, indices_, values_, selected, Balancing::Off, 1.0,
+                      gather_, this->timed(exec));
+    {
+      // Rank by rank, so the sum has the same order on every rank and every run (within one
+      // rank's block indices are distinct, so the atomic adds do not race).
+      auto timer = this->phase(exec, "reduce");
+      Kokkos::deep_copy(exec, out, 0.0f);
+      std::int64_t begin = 0;
+      for (const std::int64_t count : gather_.counts) {
+        const auto block = Kokkos::make_pair(begin, begin + count);
+        scatter_add(exec, Kokkos::subview(gather_.indices, block),
+                    Kokkos::subview(gather_.values, block), out);
+        begin += count;
+      }
+      divide(exec, out, out, static_cast<float>(this->comm_.size()));
+    }
+    stats.global_threshold = -std::numeric_limits<float>::infinity();
+    stats.global_selected = gather_.total;
+    {
+      auto timer = this->phase(exec, "residual");
+      clear_at(exec, acc, Kokkos::subview(indices_, Kokkos::make_pair(std::int64_t{0}, selected)));
+    }
+  }
+
+ private:
+  typename Base::index_vector_type indices_{"OkTopk::TopkA::indices", 0};
+  vector_type values_{"OkTopk::TopkA::values", 0};
+  SparseGather<ExecSpace> gather_;
+};
+
+}  // namespace oktopk::impl

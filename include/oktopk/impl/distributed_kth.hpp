@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The exact k-th largest |x| over a vector distributed across ranks, without moving the data:
+// radix select whose digit histograms are summed over ranks (three allreduces of 2048 counts).
+#pragma once
+
+#include <oktopk/communicator.hpp>
+#include <oktopk/topk.hpp>
+#include <oktopk/impl/radix_select.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <limits>
+
+namespace oktopk::impl {
+
+/// \brief Collective. The threshold t for "the k largest |x| over all ranks' x": selecting
+/// |x| > t on every rank keeps k entries in all when magnitudes are distinct; +Inf for k <= 0,
+/// -Inf when k is at least the total length. Every rank gets the same t. No NaN may be present.
+///
+/// Ok-Topk's reference gathers every non-zero of the reduced regions to every rank to find the
+/// global threshold, a volume that grows with P·k; the histograms here cost 3·2048·8 bytes per
+/// allreduce whatever k is.
+template <class ExecSpace, class XView>
+float distributed_topk_threshold(const ExecSpace& exec, const Communicator& comm, const XView& x,
+                                 std::int64_t k, KthLargestWorkspace<ExecSpace>& workspace) {
+  constexpr float infinity = std::numeric_limits<float>::infinity();
+  std::int64_t total = static_cast<std::int64_t>(x.extent(0));
+  comm.allreduce_in_place(&total, 1, MPI_SUM);
+  if (k <= 0) return infinity;
+  if (k >= total) return -infinity;
+  std::int64_t remaining = k + 1;  // the (k+1)-th largest: strictly above it are k entries
+  std::uint32_t prefix = 0;
+  for (int pass = 0; pass < radix_passes; ++pass) {
+    radix_histogram(exec, x, pass, prefix, workspace.histogram);
+    const int bins = 1 << radix_bits[pass];
+    Kokkos::deep_copy(exec, workspace.histogram_host, workspace.histogram);
+    fence(exec, "OkTopk::distributed_topk_threshold: histogram to host");
+    auto& hist = workspace.histogram_host;
+    comm.allreduce_in_place(hist.data(), bins, MPI_SUM);
+    int digit = bins - 1;
+    while (hist(digit) < remaining) {
+      remaining -= hist(digit);
+      --digit;
+      OKTOPK_ASSERT(digit >= 0);
+    }
+    prefix = (prefix << radix_bits[pass]) | static_cast<std::uint32_t>(digit);
+  }
+  return bits_to_float(prefix);
+}
+
+}  // namespace oktopk::impl

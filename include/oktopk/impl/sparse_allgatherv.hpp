@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Allgatherv of sparse (index, value) entries, optionally balanced first: Ok-Topk's phase 2,
+// and the gather step of TopkA, TopkDSA and Gaussian-k.
+#pragma once
+
+#include <oktopk/communicator.hpp>
+#include <oktopk/error.hpp>
+#include <oktopk/fwd.hpp>
+#include <oktopk/options.hpp>
+#include <oktopk/impl/mpi_mirror.hpp>
+#include <oktopk/impl/vector_ops.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <vector>
+
+namespace oktopk::impl {
+
+/// \brief Reusable buffers and the outcome of a sparse allgatherv.
+template <class ExecSpace>
+struct SparseGather {
+  using Memory = typename ExecSpace::memory_space;
+  /// Every rank's entries, in rank order: [0, counts[0]) from rank 0, then rank 1, ...
+  Kokkos::View<index_type*, Memory> indices{"OkTopk::SparseGather::indices", 0};
+  Kokkos::View<value_type*, Memory> values{"OkTopk::SparseGather::values", 0};
+  /// Entries per rank before balancing, and their sum.
+  std::vector<std::int64_t> counts;
+  std::int64_t total = 0;
+  bool balanced = false;
+  // Staging for the balancing step.
+  Kokkos::View<index_type*, Memory> balanced_indices{"OkTopk::SparseGather::balanced_indices", 0};
+  Kokkos::View<value_type*, Memory> balanced_values{"OkTopk::SparseGather::balanced_values", 0};
+};
+
+/// Rank r's block when `total` items are split into P nearly equal blocks, the first
+/// total mod P one larger: [begin, end).
+inline std::pair<std::int64_t, std::int64_t> even_block(std::int64_t total, int parts, int r) {
+  const std::int64_t base = total / parts;
+  const std::int64_t extra = total % parts;
+  const std::int64_t begin = r * base + std::min<std::int64_t>(r, extra);
+  return {begin, begin + base + (r < extra ? 1 : 0)};
+}
+
+inline std::vector<int> to_int_counts(const char* where, const std::vector<std::int64_t>& counts) {
+  std::vector<int> result(counts.size());
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    OKTOPK_REQUIRE(counts[r] >= 0 && counts[r] <= INT_MAX, std::runtime_error, where,
+                   "rank " << r << " contributes " << counts[r]
+                           << " entries, more than one MPI message can carry");
+    result[r] = static_cast<int>(counts[r]);
+  }
+  return result;
+}
+
+inline std::vector<int> displacements_of(const std::vector<int>& counts) {
+  std::vector<int> displacements(counts.size(), 0);
+  std::int64_t running = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    OKTOPK_REQUIRE(running <= INT_MAX, std::runtime_error, "oktopk::impl::displacements_of",
+                   "the gathered entries exceed what one MPI call can address");
+    displacements[r] = static_cast<int>(running);
+    running += counts[r];
+  }
+  return displacements;
+}
+
+/// \brief Collective. Gathers every rank's `count` entries (indices, values) on every rank, in
+/// rank order. With balancing, the entries are first redistributed so every rank holds
+/// total/P of them (remainder to the low ranks), keeping their order, so the allgatherv moves
+/// equal blocks; the result is the same array either way. `timed(name)` opens a phase.
+template <class ExecSpace, class Idx, class Val, class Timed>
+void sparse_allgatherv(const ExecSpace& exec, const Communicator& comm, const Idx& indices,
+                       const Val& values, std::int64_t count, Balancing balancing,
+                       double balance_threshold, SparseGather<ExecSpace>& gather, Timed&& timed) {
+  constexpr const char* where = "oktopk::sparse_allgatherv";
+  const int P = comm.size();
+  const int me = comm.rank();
+  gather.counts.assign(P, 0);
+  {
+    auto timer = timed("allgatherv");
+    comm.allgather(&count, 1, gather.counts.data());
+  }
+  std::int64_t total = 0;
+  std::int64_t largest = 0;
+  for (const auto c : gather.counts) {
+    total += c;
+    largest = std::max(largest, c);
+  }
+  gather.total = total;
+  ensure_capacity(gather.indices, total);
+  ensure_capacity(gather.values, total);
+  const double mean = static_cast<double>(total) / P;
+  gather.balanced = P > 1 && total > 0 &&
+                    (balancing == Balancing::On ||
+                     (balancing == Balancing::Adaptive && largest > balance_threshold * mean));
+
+  if (!gather.balanced) {
+    auto timer = timed("allgatherv");
+    const auto counts = to_int_counts(where, gather.counts);
+    const auto displacements = displacements_of(counts);
+    const auto send_idx = mpi_send_view(exec, indices);
+    const auto send_val = mpi_send_view(exec, values);
+    auto recv_idx = mpi_receive_view(exec, gather.indices);
+    auto recv_val = mpi_receive_view(exec, gather.values);
+    comm.allgatherv(send_idx.data(), count, recv_idx.data(), counts.data(), displacements.data());
+    comm.allgatherv(send_val.data(), count, recv_val.data(), counts.data(), displacements.data());
+    mpi_received(exec, recv_idx, gather.indices, 0, total);
+    mpi_received(exec, recv_val, gather.values, 0, total);
+    return;
+  }
+
+  // Balancing: my entries are positions [mine_begin, mine_end) of the rank-ordered
+  // concatenation; rank q's balanced block is even_block(total, P, q). Send each overlap.
+  std::vector<std::int64_t> offsets(P + 1, 0);
+  for (int r = 0; r < P; ++r) offsets[r + 1] = offsets[r] + gather.counts[r];
+  const auto [block_begin, block_end] = even_block(total, P, me);
+  const std::int64_t block_size = block_end - block_begin;
+  ensure_capacity(gather.balanced_indices, block_size);
+  ensure_capacity(gather.balanced_values, block_size);
+  {
+    auto timer = timed("balance");
+    const auto send_idx = mpi_send_view(exec, indices);
+    const auto send_val = mpi_send_view(exec, values);
+    auto recv_idx = mpi_receive_view(exec, gather.balanced_indices);
+    auto recv_val = mpi_receive_view(exec, gather.balanced_values);
+    Communicator::Requests requests;
+    for (int q = 0; q < P; ++q) {
+      // What I send to q: my range intersected with q's block.
+      const auto [q_begin, q_end] = even_block(total, P, q);
+      const std::int64_t s_begin = std::max(offsets[me], q_begin);
+      const std::int64_t s_end = std::min(offsets[me + 1], q_end);
+      if (s_end > s_begin) {
+        comm.isend(send_val.data() + (s_begin - offsets[me]), s_end - s_begin, q, 1, requests);
+        comm.isend(send_idx.data() + (s_begin - offsets[me]), s_end - s_begin, q, 2, requests);
+      }
+      // What I receive from q: q's range intersected with my block.
+      const std::int64_t r_begin = std::max(offsets[q], block_begin);
+      const std::int64_t r_end = std::min(offsets[q + 1], block_end);
+      if (r_end > r_begin) {
+        comm.irecv(recv_val.data() + (r_begin - block_begin), r_end - r_begin, q, 1, requests);
+        comm.irecv(recv_idx.data() + (r_begin - block_begin), r_end - r_begin, q, 2, requests);
+      }
+    }
+    requests.wait_all();
+    mpi_received(exec, recv_idx, gather.balanced_indices, 0, block_size);
+    mpi_received(exec, recv_val, gather.balanced_values, 0, block_size);
+  }
+  {
+    auto timer = timed("allgatherv");
+    std::vector<std::int64_t> blocks(P);
+    for (int q = 0; q < P; ++q) {
+      const auto [b, e] = even_block(total, P, q);
+      blocks[q] = e - b;
+    }
+    const auto counts = to_int_counts(where, blocks);
+    const auto displacements = displacements_of(counts);
+    const auto send_idx = mpi_send_view(exec, gather.balanced_indices);
+    const auto send_val = mpi_send_view(exec, gather.balanced_values);
+    auto recv_idx = mpi_receive_view(exec, gather.indices);
+    auto recv_val = mpi_receive_view(exec, gather.values);
+    comm.allgatherv(send_idx.data(), block_size, recv_idx.data(), counts.data(),
+                    displacements.data());
+    comm.allgatherv(send_val.data(), block_size, recv_val.data(), counts.data(),
+                    displacements.data());
+    mpi_received(exec, recv_idx, gather.indices, 0, total);
+    mpi_received(exec, recv_val, gather.values, 0, total);
+  }
+}
+
+}  // namespace oktopk::impl

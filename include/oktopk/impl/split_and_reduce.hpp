@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Split-and-reduce, a sparse reduce-scatter: each rank selects its entries above a threshold,
+// sends those of region r to rank r, and sums what it receives into its own region. Ok-Topk's
+// phase 1 and TopkDSA's first step.
+#pragma once
+
+#include <oktopk/communicator.hpp>
+#include <oktopk/fwd.hpp>
+#include <oktopk/pack.hpp>
+#include <oktopk/select.hpp>
+#include <oktopk/impl/mpi_mirror.hpp>
+#include <oktopk/impl/vector_ops.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace oktopk::impl {
+
+/// \brief Buffers of split_and_reduce, kept across calls, and what the last call produced.
+template <class ExecSpace>
+struct SplitReduce {
+  using Memory = typename ExecSpace::memory_space;
+  /// This rank's selection, grouped by destination region, indices relative to the region.
+  Kokkos::View<index_type*, Memory> send_indices{"OkTopk::SplitReduce::send_indices", 0};
+  Kokkos::View<value_type*, Memory> send_values{"OkTopk::SplitReduce::send_values", 0};
+  Kokkos::View<count_type*, Memory> send_counts_device{"OkTopk::SplitReduce::send_counts", 0};
+  std::vector<std::int64_t> send_counts;  // per region
+  std::vector<std::int64_t> send_offsets;  // start of each region's group, P + 1 entries
+  /// What the other ranks sent for my region, grouped by source rank.
+  Kokkos::View<index_type*, Memory> recv_indices{"OkTopk::SplitReduce::recv_indices", 0};
+  Kokkos::View<value_type*, Memory> recv_values{"OkTopk::SplitReduce::recv_values", 0};
+  std::vector<std::int64_t> recv_counts;
+  std::vector<std::int64_t> recv_offsets;
+  /// My region of the reduced sum, dense: sum over ranks of their selected entries.
+  Kokkos::View<value_type*, Memory> region{"OkTopk::SplitReduce::region", 0};
+  /// Entries this rank selected (the sum of send_counts).
+  std::int64_t selected = 0;
+};
+
+/// \brief Collective. Selects {i : |acc(i)| > threshold}, splits it by the regions
+/// [offsets[r], offsets[r+1]) (host `offsets`, device `offsets_device`, P + 1 entries), and
+/// reduces region r on rank r into `state.region`: the rank's own part first, then the others
+/// in the order of the rotation below, so the sum is the same on every run.
+///
+/// Rotation: in step s = 1..P-1 rank r sends to r+s and receives from r-s (mod P), so no rank
+/// is the target of everyone at once. Steps go in groups of `throttle` (the messages in
+/// flight); while a group travels, the previous group's data is added into the region.
+template <class ExecSpace, class Acc, class Timed>
+void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc& acc,
+                      float threshold, const std::vector<std::int64_t>& offsets,
+                      const Kokkos::View<count_type*, typename ExecSpace::memory_space>& offsets_device,
+                      int throttle, SplitReduce<ExecSpace>& state, Timed&& timed) {
+  const int P = comm.size();
+  const int me = comm.rank();
+  if (static_cast<int>(state.send_counts_device.extent(0)) != P) {
+    state.send_counts_device = Kokkos::View<count_type*, typename ExecSpace::memory_space>(
+        "OkTopk::SplitReduce::send_counts", P);
+  }
+  {
+    auto timer = timed("select");
+    std::int64_t selected =
+        select_above_by_region(exec, acc, threshold, offsets_device, state.send_indices,
+                               state.send_values, state.send_counts_device);
+    if (selected > static_cast<std::int64_t>(state.send_indices.extent(0))) {
+      ensure_capacity(state.send_indices, selected);
+      ensure_capacity(state.send_values, selected);
+      selected = select_above_by_region(exec, acc, threshold, offsets_device, state.send_indices,
+                                        state.send_values, state.send_counts_device);
+    }
+    state.selected = selected;
+    auto counts_host =
+        Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), state.send_counts_device);
+    state.send_counts.assign(counts_host.data(), counts_host.data() + P);
+    state.send_offsets.assign(P + 1, 0);
+    for (int r = 0; r < P; ++r) state.send_offsets[r + 1] = state.send_offsets[r] + state.send_counts[r];
+  }
+
+  auto timer = timed("split_reduce");
+  state.recv_counts.assign(P, 0);
+  comm.alltoall(state.send_counts.data(), state.recv_counts.data(), 1);
+  state.recv_offsets.assign(P + 1, 0);
+  for (int r = 0; r < P; ++r) state.recv_offsets[r + 1] = state.recv_offsets[r] + state.recv_counts[r];
+  ensure_capacity(state.recv_indices, state.recv_offsets[P]);
+  ensure_capacity(state.recv_values, state.recv_offsets[P]);
+  const std::int64_t region_size = offsets[me + 1] - offsets[me];
+  if (static_cast<std::int64_t>(state.region.extent(0)) != region_size) {
+    state.region = Kokkos::View<value_type*, typename ExecSpace::memory_space>(
+        "OkTopk::SplitReduce::region", static_cast<std::size_t>(region_size));
+  } else {
+    Kokkos::deep_copy(exec, state.region, 0.0f);
+  }
+
+  auto range = [](std::int64_t b, std::int64_t e) { return Kokkos::make_pair(b, e); };
+  auto add_from = [&](const auto& idx, const auto& val, std::int64_t begin, std::int64_t end) {
+    if (end > begin) {
+      scatter_add(exec, Kokkos::subview(idx, range(begin, end)),
+                  Kokkos::subview(val, range(begin, end)), state.region);
+    }
+  };
+  // My own part needs no message.
+  add_from(state.send_indices, state.send_values, state.send_offsets[me], state.send_offsets[me + 1]);
+
+  const auto send_idx = mpi_send_view(exec, state.send_indices);
+  const auto send_val = mpi_send_view(exec, state.send_values);
+  auto recv_idx = mpi_receive_view(exec, state.recv_indices);
+  auto recv_val = mpi_receive_view(exec, state.recv_values);
+  const int group = std::max(1, std::min(throttle, P - 1));
+  int pending_first = 1, pending_last = 0;  // steps received but not yet added
+  for (int first = 1; first < P; first += group) {
+    const int last = std::min(P - 1, first + group - 1);
+    Communicator::Requests requests;
+    for (int s = first; s <= last; ++s) {
+      const int dst = (me + s) % P;
+      const int src = (me - s + P) % P;
+      if (state.recv_counts[src] > 0) {
+        comm.irecv(recv_idx.data() + state.recv_offsets[src], state.recv_counts[src], src, 1, requests);
+        comm.irecv(recv_val.data() + state.recv_offsets[src], state.recv_counts[src], src, 2, requests);
+      }
+      if (state.send_counts[dst] > 0) {
+        comm.isend(send_idx.data() + state.send_offsets[dst], state.send_counts[dst], dst, 1, requests);
+        comm.isend(send_val.data() + state.send_offsets[dst], state.send_counts[dst], dst, 2, requests);
+      }
+    }
+    // Overlap: add the previous group's data while this group is in flight.
+    for (int s = pending_first; s <= pending_last; ++s) {
+      const int src = (me - s + P) % P;
+      add_from(state.recv_indices, state.recv_values, state.recv_offsets[src], state.recv_offsets[src + 1]);
+    }
+    requests.wait_all();
+    for (int s = first; s <= last; ++s) {
+      const int src = (me - s + P) % P;
+      mpi_received(exec, recv_idx, state.recv_indices, state.recv_offsets[src], state.recv_offsets[src + 1]);
+      mpi_received(exec, recv_val, state.recv_values, state.recv_offsets[src], state.recv_offsets[src + 1]);
+    }
+    pending_first = first;
+    pending_last = last;
+  }
+  for (int s = pending_first; s <= pending_last; ++s) {
+    const int src = (me - s + P) % P;
+    add_from(state.recv_indices, state.recv_values, state.recv_offsets[src], state.recv_offsets[src + 1]);
+  }
+}
+
+}  // namespace oktopk::impl

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Small kernels the collectives share: checked accumulation, averaging, and moves between
+// dense and sparse forms. Internal: callers guarantee lengths and index ranges.
+#pragma once
+
+#include <oktopk/fwd.hpp>
+#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/kokkos_ext.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+namespace oktopk::impl {
+
+template <class ExecSpace>
+using RangeOf = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
+
+KOKKOS_INLINE_FUNCTION bool is_finite(float x) {
+  return (float_to_bits(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+/// acc = residual + grad, returning how many entries of acc are not finite (one pass).
+template <class ExecSpace, class Residual, class Grad, class Acc>
+std::int64_t accumulate_counting_nonfinite(const ExecSpace& exec, const Residual& residual,
+                                           const Grad& grad, const Acc& acc) {
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::accumulate_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, grad.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
+        const float a = residual(i) + grad(i);
+        acc(i) = a;
+        if (!is_finite(a)) ++count;
+      },
+      bad);
+  return bad;
+}
+
+template <class ExecSpace, class X>
+std::int64_t count_nonfinite(const ExecSpace& exec, const X& x) {
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::count_nonfinite", RangeOf<ExecSpace>(exec, 0, x.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
+        if (!is_finite(x(i))) ++count;
+      },
+      bad);
+  return bad;
+}
+
+/// out = in / divisor (a division, not a multiplication by 1/divisor, so that every method
+/// rounds its average exactly like the dense reference).
+template <class ExecSpace, class In, class Out>
+void divide(const ExecSpace& exec, const In& in, const Out& out, float divisor) {
+  Kokkos::parallel_for(
+      "OkTopk::divide", RangeOf<ExecSpace>(exec, 0, out.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i) { out(i) = in(i) / divisor; });
+}
+
+/// out(indices(j) + offset) = values(j) / divisor for j < count; indices must be distinct.
+template <class ExecSpace, class Idx, class Val, class Out>
+void scatter_divided(const ExecSpace& exec, const Idx& indices, const Val& values,
+                     std::int64_t count, const Out& out, float divisor, std::int64_t offset = 0) {
+  Kokkos::parallel_for(
+      "OkTopk::scatter_divided", RangeOf<ExecSpace>(exec, 0, count),
+      KOKKOS_LAMBDA(std::int64_t j) { out(indices(j) + offset) = values(j) / divisor; });
+}
+
+/// Compacts the pairs with |values(j)| > threshold (j < count) into the outputs, keeping their
+/// order; returns how many there are, writing at most the outputs' capacity.
+template <class ExecSpace, class Idx, class Val, class OutIdx, class OutVal>
+std::int64_t select_pairs_above(const ExecSpace& exec, const Idx& indices, const Val& values,
+                                std::int64_t count, float threshold, const OutIdx& out_indices,
+                                const OutVal& out_values) {
+  const auto capacity = static_cast<std::int64_t>(
+      out_indices.extent(0) < out_values.extent(0) ? out_indices.extent(0) : out_values.extent(0));
+  std::int64_t selected = 0;
+  Kokkos::parallel_scan(
+      "OkTopk::select_pairs_above", RangeOf<ExecSpace>(exec, 0, count),
+      KOKKOS_LAMBDA(std::int64_t j, std::int64_t& slot, bool final) {
+        const float v = values(j);
+        if (abs(v) > threshold) {
+          if (final && slot < capacity) {
+            out_indices(slot) = indices(j);
+            out_values(slot) = v;
+          }
+          ++slot;
+        }
+      },
+      selected);
+  return selected;
+}
+
+/// indices(j) += offset for j in [begin, end).
+template <class ExecSpace, class Idx>
+void add_offset(const ExecSpace& exec, const Idx& indices, std::int64_t begin, std::int64_t end,
+                std::int64_t offset) {
+  Kokkos::parallel_for(
+      "OkTopk::add_offset", RangeOf<ExecSpace>(exec, begin, end),
+      KOKKOS_LAMBDA(std::int64_t j) { indices(j) = static_cast<index_type>(indices(j) + offset); });
+}
+
+/// Grows a rank-1 View to hold at least `size` entries (contents are not kept), with 25%
+/// headroom so that slowly growing counts do not reallocate every call.
+template <class View>
+void ensure_capacity(View& view, std::int64_t size) {
+  if (static_cast<std::int64_t>(view.extent(0)) >= size) return;
+  const auto grown = static_cast<std::size_t>(size + size / 4 + 16);
+  view = View(Kokkos::view_alloc(Kokkos::WithoutInitializing, view.label()), grown);
+}
+
+}  // namespace oktopk::impl

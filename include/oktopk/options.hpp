@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Tuning of the sparse allreduce methods, with the defaults of the Ok-Topk reference (VGG-16)
+// where it has one. Every field must be equal on all ranks (checked when a handle is made).
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+
+namespace oktopk {
+
+/// \brief When Ok-Topk redistributes the globally selected entries before the allgatherv.
+enum class Balancing {
+  Off,       ///< never (the reference's VGG and LSTM runs)
+  On,        ///< always (its BERT runs)
+  Adaptive   ///< when the largest rank's share exceeds balance_threshold times the mean
+};
+
+/// \brief Options of every method; each method reads the fields that concern it.
+struct Options {
+  // ---- all sparse methods
+  /// k = floor(density * n) entries are selected (0 <= density <= 1).
+  double density = 0.01;
+  /// The first `warmup_iterations` calls are dense allreduces (error feedback restarts after).
+  std::int64_t warmup_iterations = 0;
+  /// Seed of every pseudo-random choice (sampling, S2's hashes); must match across ranks.
+  std::uint64_t seed = 42;
+
+  // ---- Ok-Topk
+  /// tau': the local and the global threshold are recomputed exactly every this many calls.
+  std::int64_t threshold_period = 32;
+  /// tau: region boundaries are recomputed from the local selections every this many calls.
+  std::int64_t repartition_period = 64;
+  /// Messages in flight per group of the split-and-reduce (min(throttle, P - 1)).
+  int throttle = 4;
+  Balancing balancing = Balancing::Adaptive;
+  /// Adaptive balancing starts when max share > balance_threshold * mean share.
+  double balance_threshold = 1.25;
+  /// Guard on reused local thresholds: while more than guard_factor * k entries pass,
+  /// multiply the threshold by guard_step (at most guard_loops times).
+  double guard_factor = 4.0 / 3.0;
+  double guard_step = 1.03;
+  int guard_loops = 5;
+  /// After the split phase: fewer than local_low * k selected -> threshold /= local_step;
+  /// more than local_high * k -> threshold *= local_step.
+  double local_low = 2.0 / 3.0;
+  double local_high = 5.0 / 4.0;
+  double local_step = 1.012;
+  /// After the global selection: fewer than global_low * k -> threshold /= global_step;
+  /// more than global_high * k -> threshold *= global_step.
+  double global_low = 2.0 / 3.0;
+  double global_high = 4.0 / 3.0;
+  double global_step = 1.008;
+
+  // ---- Gaussian-k correction loops: while the count is below gaussian_low * k divide the
+  // threshold by gaussian_step, while above gaussian_high * k multiply (at most gaussian_loops).
+  double gaussian_low = 3.0 / 4.0;
+  double gaussian_high = 5.0 / 4.0;
+  double gaussian_step = 1.02;
+  int gaussian_loops = 20;
+
+  // ---- S2 Reducer: the gradient is read as rows of s2_row_width entries
+  std::int64_t s2_row_width = 64;
+  /// Rows of the count sketch (the decode takes the median over them).
+  int s2_sketch_rows = 3;
+  /// Columns of the count sketch; 0 means ceil(2 * density * n). A sketch at least as wide as
+  /// the gradient hashes each position to itself (an exact sketch).
+  std::int64_t s2_sketch_columns = 0;
+  /// Keep what the sketch lost (own entries minus their decoded estimate) for the next call.
+  bool s2_error_feedback = false;
+
+  Options& set_density(double v) { density = v; return *this; }
+  Options& set_warmup_iterations(std::int64_t v) { warmup_iterations = v; return *this; }
+  Options& set_seed(std::uint64_t v) { seed = v; return *this; }
+  Options& set_threshold_period(std::int64_t v) { threshold_period = v; return *this; }
+  Options& set_repartition_period(std::int64_t v) { repartition_period = v; return *this; }
+  Options& set_throttle(int v) { throttle = v; return *this; }
+  Options& set_balancing(Balancing v) { balancing = v; return *this; }
+  Options& set_balance_threshold(double v) { balance_threshold = v; return *this; }
+  Options& set_s2_row_width(std::int64_t v) { s2_row_width = v; return *this; }
+  Options& set_s2_sketch_rows(int v) { s2_sketch_rows = v; return *this; }
+  Options& set_s2_sketch_columns(std::int64_t v) { s2_sketch_columns = v; return *this; }
+  Options& set_s2_error_feedback(bool v) { s2_error_feedback = v; return *this; }
+
+  /// Throws std::invalid_argument("oktopk::Options::validate: ...") for a value out of range.
+  void validate() const;
+  /// A digest of every field, for the cross-rank agreement check.
+  std::int64_t digest() const;
+};
+
+std::ostream& operator<<(std::ostream& os, Balancing balancing);
+/// One line, `key=value` pairs, for logs.
+std::ostream& operator<<(std::ostream& os, const Options& options);
+
+/// "off", "on" or "adaptive"; std::invalid_argument otherwise.
+Balancing balancing_from_string(const char* name);
+
+}  // namespace oktopk

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The interface every method implements: a persistent handle that turns each rank's dense
+// gradient into the same averaged, sparsified gradient on every rank.
+#pragma once
+
+#include <oktopk/algorithm.hpp>
+#include <oktopk/communicator.hpp>
+#include <oktopk/error.hpp>
+#include <oktopk/fwd.hpp>
+#include <oktopk/options.hpp>
+#include <oktopk/select.hpp>
+#include <oktopk/stats.hpp>
+#include <oktopk/topk.hpp>
+#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/mpi_mirror.hpp>
+#include <oktopk/impl/vector_ops.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace oktopk {
+
+/// \brief The last call's result in sparse form: `size` entries, indices ascending, values
+/// averaged (equal to the dense output at those indices).
+template <class MemorySpace>
+struct SparseResult {
+  Kokkos::View<index_type*, MemorySpace> indices;
+  Kokkos::View<value_type*, MemorySpace> values;
+  std::int64_t size = 0;
+};
+
+/// \brief A sparse allreduce handle for gradients of length n (made by make_sparse_allreduce).
+///
+/// Owns the residual (error feedback), thresholds, region boundaries and reusable buffers, so
+/// one handle serves every iteration of a training run. Not copyable; not thread-safe.
+template <class ExecSpace>
+class SparseAllreduce {
+ public:
+  using execution_space = ExecSpace;
+  using memory_space = typename ExecSpace::memory_space;
+  using vector_type = Kokkos::View<value_type*, memory_space>;
+  using const_vector_type = Kokkos::View<const value_type*, memory_space>;
+  using index_vector_type = Kokkos::View<index_type*, memory_space>;
+
+  SparseAllreduce(const SparseAllreduce&) = delete;
+  SparseAllreduce& operator=(const SparseAllreduce&) = delete;
+  virtual ~SparseAllreduce() = default;
+
+  /// \brief Collective. Writes into `out` the average over ranks of the sparsified gradients
+  /// (mostly zeros), bit-identical on every rank; `grad` is not modified. Every rank throws the
+  /// same std::invalid_argument if any rank passes Views whose length is not size(), or if any
+  /// rank's gradient (plus residual) holds NaN or Inf; the handle is then unchanged.
+  void reduce(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out);
+
+  Algorithm algorithm() const { return algorithm_; }
+  std::int64_t size() const { return n_; }
+  /// floor(density * n).
+  std::int64_t k() const { return k_; }
+  const Options& options() const { return options_; }
+  const Communicator& communicator() const { return comm_; }
+  const ReduceStats& stats() const { return stats_; }
+  /// What error feedback carries to the next call (all zeros for methods without it).
+  const_vector_type residual() const { return residual_; }
+
+  /// The non-zero entries of the last call's output View, as it is now (computed on demand).
+  SparseResult<memory_space> result(const ExecSpace& exec) const;
+
+ protected:
+  SparseAllreduce(Algorithm algorithm, const Communicator& comm, std::int64_t n,
+                  const Options& options);
+
+  /// The method's body, for calls after the warm-up. `acc` holds residual + grad; on return
+  /// `out` holds the averaged result and `acc` what stays in the residual (the method clears
+  /// the entries it communicated). `stats_` is reset before the call, except `phases`,
+  /// which the base fills from phase() scopes and the communicator.
+  virtual void reduce_step(const ExecSpace& exec, const vector_type& acc,
+                           const vector_type& out) = 0;
+
+  /// Whether the method keeps a residual (the base then zeroes nothing it carries over).
+  virtual bool uses_error_feedback() const { return true; }
+
+  /// \brief RAII: while alive, communication is charged to phase `name`; on destruction the
+  /// execution space is fenced and the elapsed time added to that phase's stats.
+  class PhaseTimer {
+   public:
+    PhaseTimer(SparseAllreduce& owner, const ExecSpace& exec, const char* name)
+        : owner_(owner), exec_(exec), name_(name), scope_(owner.comm_.phase(name)) {}
+    ~PhaseTimer() {
+      impl::fence(exec_, "OkTopk::SparseAllreduce::phase");
+      owner_.stats_.phases[name_].seconds += timer_.seconds();
+    }
+    PhaseTimer(const PhaseTimer&) = delete;
+    PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+   private:
+    SparseAllreduce& owner_;
+    ExecSpace exec_;
+    std::string name_;
+    Communicator::PhaseScope scope_;
+    Kokkos::Timer timer_;
+  };
+  PhaseTimer phase(const ExecSpace& exec, const char* name) { return PhaseTimer(*this, exec, name); }
+
+  /// Dense allreduce of `in` (SUM) into `out`, then out /= P. `in` and `out` may be the same.
+  void dense_average(const ExecSpace& exec, const vector_type& in, const vector_type& out);
+
+  /// A whole dense call (warm-up calls, and the Dense method): dense_average plus its stats.
+  void dense_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out);
+
+  /// Stream-compacts {i : |x(i)| > threshold} into (indices, values), growing them if needed;
+  /// returns the count.
+  std::int64_t select_into(const ExecSpace& exec, const vector_type& x, float threshold,
+                           index_vector_type& indices, vector_type& values);
+
+  /// A phase factory for the shared collectives: timed(name) opens phase(exec, name).
+  auto timed(const ExecSpace& exec) {
+    return [this, exec](const char* name) { return phase(exec, name); };
+  }
+
+  /// The k-th largest |x| threshold for "exactly the k largest": selecting |x| > result keeps
+  /// k entries when magnitudes are distinct (-Inf when k >= n keeps all, +Inf when k == 0).
+  float topk_threshold(const ExecSpace& exec, const vector_type& x, std::int64_t k);
+
+  Algorithm algorithm_;
+  Communicator comm_;
+  std::int64_t n_;
+  std::int64_t k_;
+  Options options_;
+  vector_type residual_;
+  vector_type acc_;
+  ReduceStats stats_;
+  std::int64_t iteration_ = 0;
+  KthLargestWorkspace<ExecSpace> kth_workspace_;
+
+ private:
+  vector_type last_out_;
+};
+
+// ---- implementation ----------------------------------------------------------------------
+
+template <class ExecSpace>
+SparseAllreduce<ExecSpace>::SparseAllreduce(Algorithm algorithm, const Communicator& comm,
+                                            std::int64_t n, const Options& options)
+    : algorithm_(algorithm),
+      comm_(comm),
+      n_(n),
+      k_(static_cast<std::int64_t>(std::floor(options.density * static_cast<double>(n)))),
+      options_(options),
+      residual_("OkTopk::SparseAllreduce::residual", static_cast<std::size_t>(n)),
+      acc_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::SparseAllreduce::acc"),
+           static_cast<std::size_t>(n)),
+      kth_workspace_(ExecSpace()) {
+  if (k_ > n_) k_ = n_;
+}
+
+template <class ExecSpace>
+void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vector_type& grad,
+                                        const vector_type& out) {
+  constexpr const char* where = "oktopk::SparseAllreduce::reduce";
+  impl::ScopedRegion region("OkTopk::SparseAllreduce::reduce");
+  comm_.reset_traffic();
+  stats_ = ReduceStats{};
+  stats_.k = k_;
+
+  // Local problems become collective ones: every rank learns of any rank's bad input, so all
+  // throw together instead of some waiting forever in the next collective.
+  const bool length_ok = static_cast<std::int64_t>(grad.extent(0)) == n_ &&
+                         static_cast<std::int64_t>(out.extent(0)) == n_;
+  std::int64_t nonfinite = 0;
+  if (length_ok) {
+    auto timer = phase(exec, "accumulate");
+    if (uses_error_feedback()) {
+      nonfinite = impl::accumulate_counting_nonfinite(exec, residual_, grad, acc_);
+    } else {
+      Kokkos::deep_copy(exec, acc_, grad);
+      nonfinite = impl::count_nonfinite(exec, acc_);
+    }
+  }
+  std::int64_t bad_rank[2] = {length_ok ? 0 : comm_.rank() + 1, nonfinite == 0 ? 0 : comm_.rank() + 1};
+  {
+    auto timer = phase(exec, "check");
+    comm_.allreduce_in_place(bad_rank, 2, MPI_MAX);
+  }
+  OKTOPK_REQUIRE(bad_rank[0] == 0, std::invalid_argument, where,
+                 "grad and out must have length " << n_ << " on every rank; rank "
+                                                  << bad_rank[0] - 1 << " passed "
+                                                  << (comm_.rank() + 1 == bad_rank[0]
+                                                          ? std::to_string(grad.extent(0)) + " and " +
+                                                                std::to_string(out.extent(0))
+                                                          : std::string("other lengths")));
+  OKTOPK_REQUIRE(bad_rank[1] == 0, std::invalid_argument, where,
+                 "the gradient (plus residual) holds NaN or Inf on rank " << bad_rank[1] - 1
+                     << (comm_.rank() + 1 == bad_rank[1]
+                             ? " (" + std::to_string(nonfinite) + " entries)"
+                             : std::string()));
+
+  ++iteration_;
+  stats_.iteration = iteration_;
+  if (iteration_ <= options_.warmup_iterations) {
+    dense_step(exec, acc_, out);
+    Kokkos::deep_copy(exec, residual_, 0.0f);
+  } else {
+    reduce_step(exec, acc_, out);
+    if (uses_error_feedback()) std::swap(residual_, acc_);
+  }
+  for (const auto& [name, traffic] : comm_.traffic()) stats_.phases[name].traffic = traffic;
+  last_out_ = out;
+}
+
+template <class ExecSpace>
+void SparseAllreduce<ExecSpace>::dense_average(const ExecSpace& exec, const vector_type& in,
+                                               const vector_type& out) {
+  if (in.data() != out.data()) Kokkos::deep_copy(exec, out, in);
+  // Summed in place: in `out` itself, or in a host copy of it without GPU-aware MPI.
+  auto buffer = impl::mpi_send_view(exec, out);
+  comm_.allreduce_in_place(buffer.data(), n_, MPI_SUM);
+  impl::mpi_received(exec, buffer, out, 0, n_);
+  impl::divide(exec, out, out, static_cast<float>(comm_.size()));
+}
+
+template <class ExecSpace>
+void SparseAllreduce<ExecSpace>::dense_step(const ExecSpace& exec, const vector_type& acc,
+                                            const vector_type& out) {
+  stats_.dense = true;
+  stats_.local_threshold = stats_.global_threshold = -std::numeric_limits<float>::infinity();
+  stats_.local_selected = stats_.global_selected = n_;
+  auto timer = phase(exec, "dense_allreduce");
+  dense_average(exec, acc, out);
+}
+
+template <class ExecSpace>
+std::int64_t SparseAllreduce<ExecSpace>::select_into(const ExecSpace& exec, const vector_type& x,
+                                                     float threshold, index_vector_type& indices,
+                                                     vector_type& values) {
+  std::int64_t count = select_above(exec, x, threshold, indices, values);
+  if (count > static_cast<std::int64_t>(std::min(indices.extent(0), values.extent(0)))) {
+    impl::ensure_capacity(indices, count);
+    impl::ensure_capacity(values, count);
+    count = select_above(exec, x, threshold, indices, values);
+  }
+  return count;
+}
+
+template <class ExecSpace>
+float SparseAllreduce<ExecSpace>::topk_threshold(const ExecSpace& exec, const vector_type& x,
+                                                 std::int64_t k) {
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  if (k <= 0) return std::numeric_limits<float>::infinity();
+  if (k >= n) return -std::numeric_limits<float>::infinity();
+  return kth_largest_abs(exec, x, k + 1, kth_workspace_);
+}
+
+template <class ExecSpace>
+SparseResult<typename ExecSpace::memory_space> SparseAllreduce<ExecSpace>::result(
+    const ExecSpace& exec) const {
+  SparseResult<memory_space> r;
+  const auto capacity = static_cast<std::size_t>(last_out_.extent(0) == 0 ? 0 : stats_.global_selected + 1);
+  r.indices = index_vector_type(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::SparseResult::indices"), capacity);
+  r.values = vector_type(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::SparseResult::values"), capacity);
+  r.size = select_above(exec, last_out_, 0.0f, r.indices, r.values);
+  if (r.size > static_cast<std::int64_t>(capacity)) {
+    impl::ensure_capacity(r.indices, r.size);
+    impl::ensure_capacity(r.values, r.size);
+    r.size = select_above(exec, last_out_, 0.0f, r.indices, r.values);
+  }
+  return r;
+}
+
+}  // namespace oktopk
