@@ -7,6 +7,7 @@
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
 #include <oktopk/options.hpp>
+#include <oktopk/pack.hpp>
 #include <oktopk/impl/mpi_mirror.hpp>
 #include <oktopk/impl/vector_ops.hpp>
 
@@ -168,6 +169,23 @@ void sparse_allgatherv(const ExecSpace& exec, const Communicator& comm, const Id
     mpi_received(exec, recv_idx, gather.indices, 0, total);
     mpi_received(exec, recv_val, gather.values, 0, total);
   }
+}
+
+/// out = (sum of the gathered entries) / P, adding rank by rank so the sum has the same order
+/// on every rank and every run (within one rank's block indices are distinct, so the atomic
+/// adds of scatter_add do not race). Entries of different ranks may share an index.
+template <class ExecSpace, class Out>
+void average_gathered(const ExecSpace& exec, const SparseGather<ExecSpace>& gather, const Out& out,
+                      int ranks) {
+  Kokkos::deep_copy(exec, out, 0.0f);
+  std::int64_t begin = 0;
+  for (const std::int64_t count : gather.counts) {
+    const auto block = Kokkos::make_pair(begin, begin + count);
+    scatter_add(exec, Kokkos::subview(gather.indices, block), Kokkos::subview(gather.values, block),
+                out);
+    begin += count;
+  }
+  divide(exec, out, out, static_cast<float>(ranks));
 }
 
 }  // namespace oktopk::impl

@@ -32,18 +32,8 @@ class TopkAllgather final : public SparseAllreduce<ExecSpace> {
     sparse_allgatherv(exec, this->comm_, indices_, values_, selected, Balancing::Off, 1.0,
                       gather_, this->timed(exec));
     {
-      // Rank by rank, so the sum has the same order on every rank and every run (within one
-      // rank's block indices are distinct, so the atomic adds do not race).
       auto timer = this->phase(exec, "reduce");
-      Kokkos::deep_copy(exec, out, 0.0f);
-      std::int64_t begin = 0;
-      for (const std::int64_t count : gather_.counts) {
-        const auto block = Kokkos::make_pair(begin, begin + count);
-        scatter_add(exec, Kokkos::subview(gather_.indices, block),
-                    Kokkos::subview(gather_.values, block), out);
-        begin += count;
-      }
-      divide(exec, out, out, static_cast<float>(this->comm_.size()));
+      average_gathered(exec, gather_, out, this->comm_.size());
     }
     stats.global_threshold = -std::numeric_limits<float>::infinity();
     stats.global_selected = gather_.total;
