@@ -1,26 +1,206 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// PLACEHOLDER (being implemented): OkTopk.
+// Ok-Topk (Li & Hoefler, PPoPP'22): a sparse allreduce moving at most about 6k words per rank.
+//
+// One call (spec §2.2): local threshold (exact every tau' calls, reused and adjusted between),
+// region boundaries from the local selections (every tau calls), split-and-reduce of the local
+// selection into P regions, global threshold over the reduced regions (exact every tau' calls),
+// global selection, optional balancing, allgatherv; the residual keeps everything except the
+// entries selected both locally and globally.
 #pragma once
 
+#include <oktopk/pack.hpp>
+#include <oktopk/residual.hpp>
 #include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/impl/distributed_kth.hpp>
+#include <oktopk/impl/sparse_allgatherv.hpp>
+#include <oktopk/impl/split_and_reduce.hpp>
 
-#include <stdexcept>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
 
 namespace oktopk::impl {
 
 template <class ExecSpace>
 class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
   using Base = SparseAllreduce<ExecSpace>;
+  using vector_type = typename Base::vector_type;
+  using index_vector_type = typename Base::index_vector_type;
+  using Memory = typename ExecSpace::memory_space;
 
  public:
   OkTopkAllreduce(const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(Algorithm::OkTopk, comm, n, options) {}
+      : Base(Algorithm::OkTopk, comm, n, options),
+        offsets_(comm.size() + 1, 0),
+        offsets_device_("OkTopk::oktopk::region_offsets", comm.size() + 1) {}
 
  protected:
-  void reduce_step(const ExecSpace&, const typename Base::vector_type&,
-                   const typename Base::vector_type&) override {
-    throw std::logic_error("OkTopk: not implemented yet");
+  void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+    const Options& o = this->options_;
+    auto& stats = this->stats_;
+    const std::int64_t k = this->k_;
+    // Calls since the warm-up ended, from 0: the schedules of tau' and tau count from there.
+    const std::int64_t t = this->iteration_ - o.warmup_iterations - 1;
+    const bool exact = t % o.threshold_period == 0;
+
+    {
+      auto timer = this->phase(exec, "threshold");
+      if (exact) {
+        local_threshold_ = this->topk_threshold(exec, acc, k);
+      } else {
+        guard_local_threshold(exec, acc);
+      }
+    }
+    stats.local_threshold = local_threshold_;
+    stats.local_threshold_exact = exact;
+
+    if (t % o.repartition_period == 0) {
+      auto timer = this->phase(exec, "repartition");
+      repartition(exec, acc);
+      stats.repartitioned = true;
+    }
+
+    split_and_reduce(exec, this->comm_, acc, local_threshold_, offsets_, offsets_device_,
+                     o.throttle, split_, this->timed(exec));
+    stats.local_selected = split_.selected;
+    nudge(local_threshold_, split_.selected, o.local_low, o.local_high, o.local_step);
+
+    const int me = this->comm_.rank();
+    std::int64_t selected = 0;
+    {
+      auto timer = this->phase(exec, "global_select");
+      if (exact) {
+        global_threshold_ =
+            distributed_topk_threshold(exec, this->comm_, split_.region, k, this->kth_workspace_);
+      }
+      selected = select_into_region(exec);
+      add_offset(exec, global_indices_, 0, selected, offsets_[me]);
+    }
+    stats.global_threshold = global_threshold_;
+    stats.global_threshold_exact = exact;
+
+    sparse_allgatherv(exec, this->comm_, global_indices_, global_values_, selected, o.balancing,
+                      o.balance_threshold, gather_, this->timed(exec));
+    stats.balanced = gather_.balanced;
+    stats.global_selected = gather_.total;
+    if (!exact) nudge(global_threshold_, gather_.total, o.global_low, o.global_high, o.global_step);
+
+    {
+      auto timer = this->phase(exec, "output");
+      Kokkos::deep_copy(exec, out, 0.0f);
+      scatter_divided(exec, gather_.indices, gather_.values, gather_.total, out,
+                      static_cast<float>(this->comm_.size()));
+    }
+    {
+      auto timer = this->phase(exec, "residual");
+      clear_communicated(exec, acc);
+    }
   }
+
+ private:
+  /// Reused thresholds drift with the gradient: while far more than k entries pass, raise it.
+  void guard_local_threshold(const ExecSpace& exec, const vector_type& acc) {
+    const Options& o = this->options_;
+    if (!(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return;
+    for (int loop = 0; loop < o.guard_loops; ++loop) {
+      const std::int64_t passing = count_above(exec, acc, local_threshold_);
+      if (static_cast<double>(passing) <= o.guard_factor * static_cast<double>(this->k_)) break;
+      local_threshold_ = static_cast<float>(local_threshold_ * o.guard_step);
+    }
+  }
+
+  /// Moves a reused threshold so that the next count comes closer to [low·k, high·k].
+  void nudge(float& threshold, std::int64_t count, double low, double high, double step) const {
+    if (!(std::isfinite(threshold) && threshold > 0.0f)) return;
+    const double k = static_cast<double>(this->k_);
+    if (static_cast<double>(count) < low * k) {
+      threshold = static_cast<float>(threshold / step);
+    } else if (static_cast<double>(count) > high * k) {
+      threshold = static_cast<float>(threshold * step);
+    }
+  }
+
+  /// Region boundaries from where the local selections lie (spec §2.4): each rank proposes the
+  /// P-quantiles of its selected positions, and the boundaries are their average, so every
+  /// region holds about k/P of every rank's entries. A rank with fewer than P selected entries
+  /// proposes equal regions.
+  void repartition(const ExecSpace& exec, const vector_type& acc) {
+    const int P = this->comm_.size();
+    const std::int64_t n = this->n_;
+    const std::int64_t selected =
+        this->select_into(exec, acc, local_threshold_, repartition_indices_, repartition_values_);
+    const std::int64_t stride = selected / P;
+    std::vector<std::int64_t> boundaries(P > 1 ? P - 1 : 0);
+    if (stride >= 1 && P > 1) {
+      Kokkos::View<std::int64_t*, Memory> picked("OkTopk::oktopk::quantiles", P - 1);
+      const auto indices = repartition_indices_;
+      Kokkos::parallel_for(
+          "OkTopk::oktopk::quantiles", Kokkos::RangePolicy<ExecSpace>(exec, 0, P - 1),
+          KOKKOS_LAMBDA(int i) { picked(i) = indices((i + 1) * stride); });
+      auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), picked);
+      for (int i = 0; i < P - 1; ++i) boundaries[i] = host(i);
+    } else {
+      for (int i = 0; i < P - 1; ++i) boundaries[i] = (i + 1) * n / P;
+    }
+    if (P > 1) this->comm_.allreduce_in_place(boundaries.data(), P - 1, MPI_SUM);
+    offsets_[0] = 0;
+    for (int i = 0; i < P - 1; ++i) offsets_[i + 1] = boundaries[i] / P;
+    offsets_[P] = n;
+    auto host = Kokkos::create_mirror_view(offsets_device_);
+    for (int r = 0; r <= P; ++r) host(r) = offsets_[r];
+    Kokkos::deep_copy(exec, offsets_device_, host);
+  }
+
+  /// This rank's region entries above the global threshold, region-relative.
+  std::int64_t select_into_region(const ExecSpace& exec) {
+    std::int64_t count = select_above(exec, split_.region, global_threshold_, global_indices_,
+                                      global_values_);
+    if (count > static_cast<std::int64_t>(global_indices_.extent(0))) {
+      ensure_capacity(global_indices_, count);
+      ensure_capacity(global_values_, count);
+      count = select_above(exec, split_.region, global_threshold_, global_indices_,
+                           global_values_);
+    }
+    return count;
+  }
+
+  /// Clears in acc the entries this rank selected that are also in the global result (§2.8);
+  /// both lists ascend: regions are in rank order and each is sorted.
+  void clear_communicated(const ExecSpace& exec, const vector_type& acc) {
+    const int P = this->comm_.size();
+    const std::int64_t selected = split_.selected;
+    ensure_capacity(local_global_indices_, selected);
+    if (selected > 0) {
+      Kokkos::deep_copy(exec,
+                        Kokkos::subview(local_global_indices_, Kokkos::make_pair(std::int64_t{0}, selected)),
+                        Kokkos::subview(split_.send_indices, Kokkos::make_pair(std::int64_t{0}, selected)));
+    }
+    for (int r = 0; r < P; ++r) {
+      add_offset(exec, local_global_indices_, split_.send_offsets[r], split_.send_offsets[r + 1],
+                 offsets_[r]);
+    }
+    const std::int64_t shorter = std::min(selected, gather_.total);
+    ensure_capacity(cleared_, shorter);
+    const std::int64_t both = intersect_sorted(
+        exec, Kokkos::subview(local_global_indices_, Kokkos::make_pair(std::int64_t{0}, selected)),
+        Kokkos::subview(gather_.indices, Kokkos::make_pair(std::int64_t{0}, gather_.total)),
+        cleared_);
+    clear_at(exec, acc, Kokkos::subview(cleared_, Kokkos::make_pair(std::int64_t{0}, both)));
+  }
+
+  float local_threshold_ = 0.0f;
+  float global_threshold_ = 0.0f;
+  std::vector<std::int64_t> offsets_;
+  Kokkos::View<count_type*, Memory> offsets_device_;
+  SplitReduce<ExecSpace> split_;
+  SparseGather<ExecSpace> gather_;
+  index_vector_type repartition_indices_{"OkTopk::oktopk::repartition_indices", 0};
+  vector_type repartition_values_{"OkTopk::oktopk::repartition_values", 0};
+  index_vector_type global_indices_{"OkTopk::oktopk::global_indices", 0};
+  vector_type global_values_{"OkTopk::oktopk::global_values", 0};
+  index_vector_type local_global_indices_{"OkTopk::oktopk::local_global_indices", 0};
+  index_vector_type cleared_{"OkTopk::oktopk::cleared", 0};
 };
 
 }  // namespace oktopk::impl
