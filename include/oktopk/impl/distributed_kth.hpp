@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The exact k-th largest |x| over a vector distributed across ranks, without moving the data:
-// radix select whose digit histograms are summed over ranks (three allreduces of 2048 counts).
+// radix select whose digit histograms are summed over ranks (three small allreduces).
 #pragma once
 
 #include <oktopk/communicator.hpp>
@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 namespace oktopk::impl {
 
@@ -19,8 +20,8 @@ namespace oktopk::impl {
 /// -Inf when k is at least the total length. Every rank gets the same t. No NaN may be present.
 ///
 /// Ok-Topk's reference gathers every non-zero of the reduced regions to every rank to find the
-/// global threshold, a volume that grows with P·k; the histograms here cost 3·2048·8 bytes per
-/// allreduce whatever k is.
+/// global threshold, a volume that grows with P·k; the histograms here are (2048 + 2048 + 512)
+/// 32-bit counts in three allreduces, whatever k is.
 template <class ExecSpace, class XView>
 float distributed_topk_threshold(const ExecSpace& exec, const Communicator& comm, const XView& x,
                                  std::int64_t k, KthLargestWorkspace<ExecSpace>& workspace) {
@@ -36,11 +37,13 @@ float distributed_topk_threshold(const ExecSpace& exec, const Communicator& comm
     const int bins = 1 << radix_bits[pass];
     Kokkos::deep_copy(exec, workspace.histogram_host, workspace.histogram);
     fence(exec, "OkTopk::distributed_topk_threshold: histogram to host");
-    auto& hist = workspace.histogram_host;
+    // Summed as 32-bit counts (halving the bytes): the total is n < 2^31.
+    std::vector<std::int32_t> hist(bins);
+    for (int b = 0; b < bins; ++b) hist[b] = static_cast<std::int32_t>(workspace.histogram_host(b));
     comm.allreduce_in_place(hist.data(), bins, MPI_SUM);
     int digit = bins - 1;
-    while (hist(digit) < remaining) {
-      remaining -= hist(digit);
+    while (hist[digit] < remaining) {
+      remaining -= hist[digit];
       --digit;
       OKTOPK_ASSERT(digit >= 0);
     }
