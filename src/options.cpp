@@ -90,9 +90,12 @@ void Options::validate() const {
                  std::invalid_argument, where,
                  "Gaussian correction needs 0 < gaussian_low <= gaussian_high, "
                  "gaussian_step > 1, gaussian_loops >= 0");
-  OKTOPK_REQUIRE(s2_row_width >= 1 && s2_sketch_rows >= 1 && s2_sketch_columns >= 0,
+  OKTOPK_REQUIRE(s2_row_width >= 1 && s2_sketch_rows >= 1 && s2_sketch_rows <= 15 &&
+                     s2_sketch_columns >= 0,
                  std::invalid_argument, where,
-                 "S2 needs s2_row_width >= 1, s2_sketch_rows >= 1, s2_sketch_columns >= 0");
+                 "S2 needs s2_row_width >= 1, 1 <= s2_sketch_rows <= 15 (the median is taken in "
+                 "registers), s2_sketch_columns >= 0; got "
+                     << s2_row_width << ", " << s2_sketch_rows << ", " << s2_sketch_columns);
 }
 
 std::int64_t Options::digest() const {

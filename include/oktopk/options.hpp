@@ -60,7 +60,7 @@ struct Options {
 
   // ---- S2 Reducer: the gradient is read as rows of s2_row_width entries
   std::int64_t s2_row_width = 64;
-  /// Rows of the count sketch (the decode takes the median over them).
+  /// Rows of the count sketch, 1 to 15 (the decode takes the median over them).
   int s2_sketch_rows = 3;
   /// Columns of the count sketch; 0 means ceil(2 * density * n). A sketch at least as wide as
   /// the gradient hashes each position to itself (an exact sketch).

@@ -1,26 +1,81 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// PLACEHOLDER (being implemented): GaussianK.
+// Gaussian-k (Shi et al., arXiv 1911.08772): a threshold from a normal fit of the gradient,
+// corrected by a few counting passes, then an allgatherv of every rank's selection, summed.
 #pragma once
 
+#include <oktopk/pack.hpp>
+#include <oktopk/residual.hpp>
+#include <oktopk/select.hpp>
 #include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/topk.hpp>
+#include <oktopk/impl/sparse_allgatherv.hpp>
 
-#include <stdexcept>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 
 namespace oktopk::impl {
 
+/// Every selected entry reaches the result, so the residual keeps exactly what was not
+/// selected. Ranks select about k entries each, so the result holds up to about P·k.
 template <class ExecSpace>
 class GaussianK final : public SparseAllreduce<ExecSpace> {
   using Base = SparseAllreduce<ExecSpace>;
+  using vector_type = typename Base::vector_type;
 
  public:
   GaussianK(const Communicator& comm, std::int64_t n, const Options& options)
       : Base(Algorithm::GaussianK, comm, n, options) {}
 
  protected:
-  void reduce_step(const ExecSpace&, const typename Base::vector_type&,
-                   const typename Base::vector_type&) override {
-    throw std::logic_error("GaussianK: not implemented yet");
+  void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+    auto& stats = this->stats_;
+    const Options& options = this->options_;
+    const std::int64_t k = this->k_;
+    std::int64_t selected = 0;
+    {
+      auto timer = this->phase(exec, "select");
+      float threshold = estimate_threshold_gaussian(exec, acc, k);
+      // Gradients are heavier-tailed than a normal distribution, so the fit is corrected by
+      // counting. k == 0 (+Inf) and k >= n (-Inf) need no correction; a zero threshold (a
+      // constant gradient) cannot be scaled.
+      if (std::isfinite(threshold) && threshold > 0.0f) {
+        const double low = options.gaussian_low * static_cast<double>(k);
+        const double high = options.gaussian_high * static_cast<double>(k);
+        for (int loop = 0; loop < options.gaussian_loops; ++loop) {
+          const auto count = static_cast<double>(count_above(exec, acc, threshold));
+          if (count < low) {
+            threshold = static_cast<float>(threshold / options.gaussian_step);
+          } else if (count > high) {
+            threshold = static_cast<float>(threshold * options.gaussian_step);
+          } else {
+            break;
+          }
+        }
+      }
+      stats.local_threshold = threshold;
+      stats.local_threshold_exact = false;
+      selected = this->select_into(exec, acc, threshold, indices_, values_);
+    }
+    stats.local_selected = selected;
+    stats.global_threshold = -std::numeric_limits<float>::infinity();
+    sparse_allgatherv(exec, this->comm_, indices_, values_, selected, Balancing::Off, 1.0, gather_,
+                      this->timed(exec));
+    stats.global_selected = gather_.total;
+    {
+      auto timer = this->phase(exec, "reduce");
+      average_gathered(exec, gather_, out, this->comm_.size());
+    }
+    {
+      auto timer = this->phase(exec, "residual");
+      clear_at(exec, acc, Kokkos::subview(indices_, Kokkos::make_pair(std::int64_t{0}, selected)));
+    }
   }
+
+ private:
+  typename Base::index_vector_type indices_{"OkTopk::GaussianK::indices", 0};
+  vector_type values_{"OkTopk::GaussianK::values", 0};
+  SparseGather<ExecSpace> gather_;
 };
 
 }  // namespace oktopk::impl

@@ -1,26 +1,195 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// PLACEHOLDER (being implemented): GTopk.
+// gTopk (Shi et al., ICDCS'19): exact local top-k, summed up a binary tree towards rank 0 with
+// the top-k re-selected after every merge, then the final k entries broadcast from rank 0.
 #pragma once
 
+#include <oktopk/pack.hpp>
+#include <oktopk/residual.hpp>
 #include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/topk.hpp>
+#include <oktopk/impl/mpi_mirror.hpp>
+#include <oktopk/impl/vector_ops.hpp>
 
-#include <stdexcept>
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 
 namespace oktopk::impl {
 
+/// Tree: in round s = 1, 2, 4, ... (s < P) rank r with r mod 2s == s sends its set to r - s and
+/// leaves the tree; rank r with r mod 2s == 0 and r + s < P receives, merges (own + received)
+/// and keeps the k largest |sum|. Any P works: a rank without a partner skips the round.
+///
+/// Residual (the reference behaviour, spec §4): an entry is cleared where it was locally
+/// selected and is in the final set. An entry a merge dropped on the way, but whose index comes
+/// back into the final set through another subtree, is cleared although its value never reached
+/// the result; so mass is NOT exactly conserved: sum_i (acc_i - residual_i) may differ from
+/// P·out.
 template <class ExecSpace>
 class GTopk final : public SparseAllreduce<ExecSpace> {
   using Base = SparseAllreduce<ExecSpace>;
+  using vector_type = typename Base::vector_type;
+  using index_vector_type = typename Base::index_vector_type;
 
  public:
   GTopk(const Communicator& comm, std::int64_t n, const Options& options)
       : Base(Algorithm::GTopk, comm, n, options) {}
 
  protected:
-  void reduce_step(const ExecSpace&, const typename Base::vector_type&,
-                   const typename Base::vector_type&) override {
-    throw std::logic_error("GTopk: not implemented yet");
+  void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+    auto& stats = this->stats_;
+    const Communicator& comm = this->comm_;
+    const int P = comm.size();
+    const int me = comm.rank();
+    const std::int64_t k = this->k_;
+    auto range = [](std::int64_t b, std::int64_t e) { return Kokkos::make_pair(b, e); };
+
+    std::int64_t local = 0;
+    {
+      auto timer = this->phase(exec, "select");
+      stats.local_threshold = this->topk_threshold(exec, acc, k);
+      stats.local_threshold_exact = true;
+      local = this->select_into(exec, acc, stats.local_threshold, local_indices_, local_values_);
+      ensure_capacity(set_indices_, local);
+      ensure_capacity(set_values_, local);
+      Kokkos::deep_copy(exec, Kokkos::subview(set_indices_, range(0, local)),
+                        Kokkos::subview(local_indices_, range(0, local)));
+      Kokkos::deep_copy(exec, Kokkos::subview(set_values_, range(0, local)),
+                        Kokkos::subview(local_values_, range(0, local)));
+    }
+    stats.local_selected = local;
+
+    std::int64_t size = local;  // of my current set
+    float threshold = -std::numeric_limits<float>::infinity();  // of my last re-selection
+    {
+      auto timer = this->phase(exec, "tree");
+      int round = 0;
+      for (std::int64_t s = 1; s < P; s *= 2, ++round) {
+        const int tag = 100 + 3 * round;  // count, indices, values
+        if (me % (2 * s) == s) {
+          const int parent = static_cast<int>(me - s);
+          const std::int64_t count = size;
+          // Only the live entries (a host copy of them without GPU-aware MPI).
+          const auto send_idx = mpi_send_view(exec, Kokkos::subview(set_indices_, range(0, count)));
+          const auto send_val = mpi_send_view(exec, Kokkos::subview(set_values_, range(0, count)));
+          Communicator::Requests requests;
+          comm.isend(&count, 1, parent, tag, requests);
+          if (count > 0) {
+            comm.isend(send_idx.data(), count, parent, tag + 1, requests);
+            comm.isend(send_val.data(), count, parent, tag + 2, requests);
+          }
+          requests.wait_all();
+          break;  // out of the tree; waits for the broadcast
+        }
+        if (me % (2 * s) != 0 || me + s >= P) continue;
+        const int child = static_cast<int>(me + s);
+        std::int64_t count = 0;
+        {
+          Communicator::Requests requests;
+          comm.irecv(&count, 1, child, tag, requests);
+          requests.wait_all();
+        }
+        ensure_capacity(recv_indices_, count);
+        ensure_capacity(recv_values_, count);
+        if (count > 0) {
+          const auto idx_part = Kokkos::subview(recv_indices_, range(0, count));
+          const auto val_part = Kokkos::subview(recv_values_, range(0, count));
+          auto recv_idx = mpi_receive_view(exec, idx_part);
+          auto recv_val = mpi_receive_view(exec, val_part);
+          Communicator::Requests requests;
+          comm.irecv(recv_idx.data(), count, child, tag + 1, requests);
+          comm.irecv(recv_val.data(), count, child, tag + 2, requests);
+          requests.wait_all();
+          mpi_received(exec, recv_idx, idx_part, 0, count);
+          mpi_received(exec, recv_val, val_part, 0, count);
+        }
+
+        ensure_capacity(merged_indices_, size + count);
+        ensure_capacity(merged_values_, size + count);
+        const std::int64_t merged = merge_sorted(
+            exec, Kokkos::subview(set_indices_, range(0, size)),
+            Kokkos::subview(set_values_, range(0, size)),
+            Kokkos::subview(recv_indices_, range(0, count)),
+            Kokkos::subview(recv_values_, range(0, count)), merged_indices_, merged_values_);
+        // Keep the k largest |sum|: strictly above the (k+1)-th largest.
+        if (k <= 0) {
+          threshold = std::numeric_limits<float>::infinity();
+        } else if (k >= merged) {
+          threshold = -std::numeric_limits<float>::infinity();
+        } else {
+          threshold = kth_largest_abs(exec, Kokkos::subview(merged_values_, range(0, merged)),
+                                      k + 1, this->kth_workspace_);
+        }
+        // The set's old contents are in the merged buffers now; regrowing it may drop them.
+        ensure_capacity(set_indices_, merged);
+        ensure_capacity(set_values_, merged);
+        size = select_pairs_above(exec, merged_indices_, merged_values_, merged, threshold,
+                                  set_indices_, set_values_);
+      }
+    }
+
+    {
+      auto timer = this->phase(exec, "bcast");
+      // The count and rank 0's last threshold (as its bit pattern), then the entries.
+      std::int64_t header[2] = {size, 0};
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, &threshold, sizeof bits);
+      header[1] = bits;
+      comm.bcast(header, 2, 0);
+      size = header[0];
+      bits = static_cast<std::uint32_t>(header[1]);
+      std::memcpy(&threshold, &bits, sizeof threshold);
+      if (me != 0) {
+        ensure_capacity(set_indices_, size);
+        ensure_capacity(set_values_, size);
+      }
+      if (size > 0) {
+        const auto idx_part = Kokkos::subview(set_indices_, range(0, size));
+        const auto val_part = Kokkos::subview(set_values_, range(0, size));
+        auto idx = me == 0 ? mpi_send_view(exec, idx_part) : mpi_receive_view(exec, idx_part);
+        auto val = me == 0 ? mpi_send_view(exec, val_part) : mpi_receive_view(exec, val_part);
+        comm.bcast(idx.data(), size, 0);
+        comm.bcast(val.data(), size, 0);
+        if (me != 0) {
+          mpi_received(exec, idx, idx_part, 0, size);
+          mpi_received(exec, val, val_part, 0, size);
+        }
+      }
+    }
+    stats.global_threshold = threshold;
+    stats.global_threshold_exact = true;
+    stats.global_selected = size;
+
+    {
+      auto timer = this->phase(exec, "reduce");
+      Kokkos::deep_copy(exec, out, 0.0f);
+      scatter_divided(exec, set_indices_, set_values_, size, out, static_cast<float>(P));
+    }
+    {
+      auto timer = this->phase(exec, "residual");
+      const auto final_indices = Kokkos::subview(set_indices_, range(0, size));
+      const auto mine = Kokkos::subview(local_indices_, range(0, local));
+      ensure_capacity(common_, std::min(local, size));
+      const std::int64_t common = intersect_sorted(exec, mine, final_indices, common_);
+      clear_at(exec, acc, Kokkos::subview(common_, range(0, common)));
+    }
   }
+
+ private:
+  // This rank's local top-k (kept for the residual), its current tree set, what it received
+  // from a child, the merge of the two, and the indices cleared from the residual.
+  index_vector_type local_indices_{"OkTopk::GTopk::local_indices", 0};
+  vector_type local_values_{"OkTopk::GTopk::local_values", 0};
+  index_vector_type set_indices_{"OkTopk::GTopk::set_indices", 0};
+  vector_type set_values_{"OkTopk::GTopk::set_values", 0};
+  index_vector_type recv_indices_{"OkTopk::GTopk::recv_indices", 0};
+  vector_type recv_values_{"OkTopk::GTopk::recv_values", 0};
+  index_vector_type merged_indices_{"OkTopk::GTopk::merged_indices", 0};
+  vector_type merged_values_{"OkTopk::GTopk::merged_values", 0};
+  index_vector_type common_{"OkTopk::GTopk::common", 0};
 };
 
 }  // namespace oktopk::impl

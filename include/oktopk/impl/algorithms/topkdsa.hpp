@@ -1,26 +1,125 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// PLACEHOLDER (being implemented): TopkDSA.
+// TopkDSA (SparCML's DSAR split-allgather): exact local top-k, reduced over P equal regions by
+// split-and-reduce, then every region allgathered, sparse or dense, whichever moves fewer bytes.
 #pragma once
 
+#include <oktopk/pack.hpp>
+#include <oktopk/residual.hpp>
 #include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/impl/mpi_mirror.hpp>
+#include <oktopk/impl/sparse_allgatherv.hpp>
+#include <oktopk/impl/split_and_reduce.hpp>
+#include <oktopk/impl/vector_ops.hpp>
 
-#include <stdexcept>
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
 
 namespace oktopk::impl {
 
+/// Every locally selected entry reaches the result, so the residual keeps exactly what was not
+/// selected (mass is conserved). No global selection: the result holds up to P·k entries.
 template <class ExecSpace>
 class TopkDSA final : public SparseAllreduce<ExecSpace> {
   using Base = SparseAllreduce<ExecSpace>;
+  using vector_type = typename Base::vector_type;
+  using memory_space = typename Base::memory_space;
 
  public:
   TopkDSA(const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(Algorithm::TopkDSA, comm, n, options) {}
+      : Base(Algorithm::TopkDSA, comm, n, options) {
+    // Equal regions of floor(n/P) entries; the last one also takes the remainder.
+    const int P = this->comm_.size();
+    const std::int64_t width = n / P;
+    offsets_.assign(P + 1, 0);
+    for (int r = 0; r < P; ++r) offsets_[r] = r * width;
+    offsets_[P] = n;
+    offsets_device_ = Kokkos::View<count_type*, memory_space>("OkTopk::TopkDSA::offsets", P + 1);
+    auto host = Kokkos::create_mirror_view(offsets_device_);
+    for (int r = 0; r <= P; ++r) host(r) = offsets_[r];
+    Kokkos::deep_copy(offsets_device_, host);
+  }
 
  protected:
-  void reduce_step(const ExecSpace&, const typename Base::vector_type&,
-                   const typename Base::vector_type&) override {
-    throw std::logic_error("TopkDSA: not implemented yet");
+  void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+    auto& stats = this->stats_;
+    const Communicator& comm = this->comm_;
+    const int P = comm.size();
+    const int me = comm.rank();
+    {
+      auto timer = this->phase(exec, "select");
+      stats.local_threshold = this->topk_threshold(exec, acc, this->k_);
+      stats.local_threshold_exact = true;
+    }
+    stats.global_threshold = -std::numeric_limits<float>::infinity();
+    split_and_reduce(exec, comm, acc, stats.local_threshold, offsets_, offsets_device_,
+                     this->options_.throttle, state_, this->timed(exec));
+    stats.local_selected = state_.selected;
+    {
+      auto timer = this->phase(exec, "residual");
+      for (int r = 0; r < P; ++r) {
+        const std::int64_t begin = state_.send_offsets[r];
+        const std::int64_t end = state_.send_offsets[r + 1];
+        if (end > begin) {
+          clear_at(exec, acc, Kokkos::subview(state_.send_indices, Kokkos::make_pair(begin, end)),
+                   offsets_[r]);
+        }
+      }
+    }
+
+    // My reduced region's non-zeros, with region-relative indices.
+    std::int64_t nonzeros = 0;
+    {
+      auto timer = this->phase(exec, "select");
+      nonzeros = this->select_into(exec, state_.region, 0.0f, region_indices_, region_values_);
+    }
+    std::vector<std::int64_t> counts(P, 0);
+    {
+      auto timer = this->phase(exec, "allgatherv");
+      comm.allgather(&nonzeros, 1, counts.data());
+    }
+    std::int64_t total = 0;
+    for (const auto c : counts) total += c;
+    stats.global_selected = total;
+
+    // Byte break-even: a sparse entry costs 8 bytes (index + value), a dense one 4.
+    const bool sparse = 2 * total < this->n_;
+    stats.dense_switch = !sparse;
+    if (sparse) {
+      add_offset(exec, region_indices_, 0, nonzeros, offsets_[me]);
+      sparse_allgatherv(exec, comm, region_indices_, region_values_, nonzeros, Balancing::Off, 1.0,
+                        gather_, this->timed(exec));
+      auto timer = this->phase(exec, "reduce");
+      Kokkos::deep_copy(exec, out, 0.0f);
+      // Regions are disjoint, so the gathered global indices are distinct.
+      scatter_divided(exec, gather_.indices, gather_.values, total, out, static_cast<float>(P));
+    } else {
+      {
+        auto timer = this->phase(exec, "allgatherv");
+        std::vector<std::int64_t> sizes(P);
+        for (int r = 0; r < P; ++r) sizes[r] = offsets_[r + 1] - offsets_[r];
+        const auto region_counts = to_int_counts("oktopk::TopkDSA::reduce", sizes);
+        const auto displacements = displacements_of(region_counts);
+        const auto send = mpi_send_view(exec, state_.region);
+        auto receive = mpi_receive_view(exec, out);
+        comm.allgatherv(send.data(), sizes[me], receive.data(), region_counts.data(),
+                        displacements.data());
+        mpi_received(exec, receive, out, 0, this->n_);
+      }
+      auto timer = this->phase(exec, "reduce");
+      divide(exec, out, out, static_cast<float>(P));
+    }
   }
+
+ private:
+  std::vector<std::int64_t> offsets_;
+  Kokkos::View<count_type*, memory_space> offsets_device_;
+  SplitReduce<ExecSpace> state_;
+  typename Base::index_vector_type region_indices_{"OkTopk::TopkDSA::region_indices", 0};
+  vector_type region_values_{"OkTopk::TopkDSA::region_values", 0};
+  SparseGather<ExecSpace> gather_;
 };
 
 }  // namespace oktopk::impl
