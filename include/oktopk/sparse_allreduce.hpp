@@ -163,6 +163,7 @@ void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vecto
                                         const vector_type& out) {
   constexpr const char* where = "oktopk::SparseAllreduce::reduce";
   impl::ScopedRegion region("OkTopk::SparseAllreduce::reduce");
+  const ReduceStats previous_stats = stats_;  // restored if the call is rejected
   comm_.reset_traffic();
   stats_ = ReduceStats{};
   stats_.k = k_;
@@ -186,6 +187,7 @@ void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vecto
     auto timer = phase(exec, "check");
     comm_.allreduce_in_place(bad_rank, 2, MPI_MAX);
   }
+  if (bad_rank[0] != 0 || bad_rank[1] != 0) stats_ = previous_stats;
   OKTOPK_REQUIRE(bad_rank[0] == 0, std::invalid_argument, where,
                  "grad and out must have length " << n_ << " on every rank; rank "
                                                   << bad_rank[0] - 1 << " passed "

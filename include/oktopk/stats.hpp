@@ -27,7 +27,9 @@ struct ReduceStats {
   std::int64_t k = 0;
   /// Entries this rank contributed (|acc| > local_threshold, or its share of the tree).
   std::int64_t local_selected = 0;
-  /// Entries of the global result (non-zeros of the output, up to cancellation).
+  /// Entries of the global result: the entries allgathered (topka and gaussiank: every rank's
+  /// pairs, so an index chosen by several ranks counts several times), the globally selected
+  /// entries (oktopk, topkdsa, gtopk), n (dense), or the entries decoded (s2).
   std::int64_t global_selected = 0;
   /// This rank's entries were those with |acc| > local_threshold (-Inf: all of them).
   float local_threshold = 0.0f;

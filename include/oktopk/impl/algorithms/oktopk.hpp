@@ -73,6 +73,8 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
       if (exact) {
         global_threshold_ =
             distributed_topk_threshold(exec, this->comm_, split_.region, k, this->kth_workspace_);
+      } else {
+        guard_global_threshold(exec);
       }
       selected = select_into_region(exec);
       add_offset(exec, global_indices_, 0, selected, offsets_[me]);
@@ -107,6 +109,20 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
       const std::int64_t passing = count_above(exec, acc, local_threshold_);
       if (static_cast<double>(passing) <= o.guard_factor * static_cast<double>(this->k_)) break;
       local_threshold_ = static_cast<float>(local_threshold_ * o.guard_step);
+    }
+  }
+
+  /// The same guard on the reused global threshold, counted over all ranks' regions (one
+  /// scalar allreduce a loop): the nudges alone follow a sum whose magnitude grows (correlated
+  /// gradients, growing residuals) too slowly, and every extra entry is allgathered to all.
+  void guard_global_threshold(const ExecSpace& exec) {
+    const Options& o = this->options_;
+    if (!(std::isfinite(global_threshold_) && global_threshold_ > 0.0f)) return;
+    for (int loop = 0; loop < o.guard_loops; ++loop) {
+      std::int64_t passing = count_above(exec, split_.region, global_threshold_);
+      this->comm_.allreduce_in_place(&passing, 1, MPI_SUM);
+      if (static_cast<double>(passing) <= o.guard_factor * static_cast<double>(this->k_)) break;
+      global_threshold_ = static_cast<float>(global_threshold_ * o.guard_step);
     }
   }
 

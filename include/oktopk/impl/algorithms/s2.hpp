@@ -39,7 +39,8 @@ struct S2Sketch {
   std::int64_t columns = 1;
   int sketch_rows = 1;
   bool exact = true;
-  std::uint64_t seed_key = 0;
+  /// key_q for every sketch row, computed once rather than per entry.
+  std::uint64_t row_keys[s2_max_sketch_rows] = {};
 
   /// Validates the S2 options for gradients of length n; throws std::invalid_argument
   /// ("<where>: s2_...") for values S2 cannot use.
@@ -65,7 +66,10 @@ struct S2Sketch {
     OKTOPK_REQUIRE(s.cells() <= INT_MAX, std::invalid_argument, where,
                    "s2_sketch_rows x columns = " << s.sketch_rows << " x " << s.columns
                                                  << " cells exceed 2^31 - 1");
-    s.seed_key = splitmix64(options.seed);
+    const std::uint64_t seed_key = splitmix64(options.seed);
+    for (int q = 0; q < s.sketch_rows; ++q) {
+      s.row_keys[q] = splitmix64(seed_key + static_cast<std::uint64_t>(q));
+    }
     return s;
   }
 
@@ -79,7 +83,7 @@ struct S2Sketch {
   /// The flat cell of entry x (with mixed = mix(x)) in sketch row q, and its sign.
   KOKKOS_INLINE_FUNCTION std::int64_t cell(int q, std::int64_t x, std::uint64_t mixed,
                                            float& sign) const {
-    const std::uint64_t h = splitmix64(splitmix64(seed_key + static_cast<std::uint64_t>(q)) ^ mixed);
+    const std::uint64_t h = splitmix64(row_keys[q] ^ mixed);
     sign = (h & 1u) != 0 ? 1.0f : -1.0f;
     // columns < n < 2^31 here, so the product fits in 64 bits.
     const std::int64_t column =

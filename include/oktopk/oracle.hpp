@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The result oracle: what the last SparseAllreduce::reduce call should have written, rebuilt
+// from dense data and the thresholds the method reported (spec §6), and a comparison that
+// tolerates only what a correct method may do differently: sum in another order, and decide
+// either way on entries that sit on a threshold.
+#pragma once
+
+#include <oktopk/algorithm.hpp>
+#include <oktopk/communicator.hpp>
+#include <oktopk/error.hpp>
+#include <oktopk/fwd.hpp>
+#include <oktopk/select.hpp>
+#include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/impl/algorithms/s2.hpp>
+#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/kokkos_ext.hpp>
+#include <oktopk/impl/mpi_mirror.hpp>
+#include <oktopk/impl/vector_ops.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace oktopk {
+
+/// \brief The relative tolerance the oracle uses unless told otherwise.
+inline constexpr double default_oracle_tolerance = 1e-5;
+
+/// \brief Collective. Writes into `expected` what the last reduce call of `handle` should have
+/// written into its output.
+///
+/// `acc` is this rank's input to that call as the method saw it: handle.residual() copied
+/// *before* the call, plus the gradient (acc(i) = residual(i) + grad(i)). The result is
+/// rebuilt from dense data and the thresholds in handle.stats():
+/// - a dense call (the Dense method, or a warm-up call; stats().dense): the SUM allreduce of
+///   acc, divided by P;
+/// - TopkA, TopkDSA, GaussianK, OkTopk: every rank masks its acc with
+///   |acc| > stats().local_threshold (its own threshold); R = the SUM allreduce of the masked
+///   vectors; expected = R where |R| > stats().global_threshold (the same on all ranks; -Inf for
+///   methods without a global selection), else 0; then divided by P (a float division, as the
+///   methods do);
+/// - GTopk: every rank's selection (its entries with |acc| > local_threshold) is gathered to
+///   every rank and the tree is simulated on the host: in rounds s = 1, 2, 4, ... while s < P,
+///   rank r with r % 2s == 0 and r + s < P merges its set (a) with rank r+s's (b), adding
+///   a + b at common indices, then keeps the pairs with |v| > t, t = the (k+1)-th largest |v|
+///   of the merged set (all of them if k >= its size, none if k == 0); rank 0's final set / P;
+/// - S2Reducer: impl::s2_oracle: the dense mean of acc, sketched once with the method's hashes
+///   and decoded on the union of the ranks' non-zero rows (equal by linearity of the sketch).
+///
+/// Two things a correct method may do differently are allowed for:
+/// - Selection on a threshold. Entries whose selection could flip are set to NaN, meaning
+///   "either answer is right" (count_mismatches() then only checks that the output is finite
+///   and equal on all ranks): on some rank acc != 0 and | |acc| - local_threshold | <=
+///   rel_tol·max(|acc|, |local_threshold|); or (masked-sum methods) | |R| - global_threshold | <=
+///   max(rel_tol·max(|R|, |global_threshold|), e), e the summation-order bound below.
+/// - Summation order. `slack`, when given (length n), receives per entry the absolute amount by
+///   which a correct output may differ because it adds the same floats in another order (first
+///   order bounds, doubled for safety, in units of the output, i.e. after / P):
+///   masked-sum methods: 2(c-1)·u·sum|terms| / P for the c >= 3 non-zero terms of R (0 for c <= 2:
+///   a + b == b + a exactly; u = 2^-24); S2: per sketch cell of load L (entries with a non-zero
+///   on some rank) and mass M (sum over them and over ranks of |acc|), both ways of summing
+///   are within (L + P)·u·M of the exact cell, and the median moves no more than its inputs, so
+///   4·max over the entry's cells of (L + P)·u·M / P; dense calls and gTopk: 0 (the same
+///   MPI_Allreduce as the library's dense path; the same a + b additions as the tree).
+///   Without `slack`, entries whose slack exceeds rel_tol·|expected| / 2 are set to NaN instead
+///   (they cannot be checked to rel_tol), which for S2 is most of them.
+///
+/// Throws std::invalid_argument (on every rank) if any rank passes Views whose length is not
+/// handle.size() (an empty `slack` is "not given"), std::logic_error if the handle has not
+/// reduced anything yet.
+template <class ExecSpace>
+void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
+                     const Kokkos::View<const float*, typename ExecSpace::memory_space>& acc,
+                     const Kokkos::View<float*, typename ExecSpace::memory_space>& expected,
+                     double rel_tol = default_oracle_tolerance,
+                     const Kokkos::View<float*, typename ExecSpace::memory_space>& slack = {});
+
+/// \brief Collective. The number of output entries that are wrong: `out` (the last call's
+/// output on this rank) is not finite, or differs from rank 0's output (every rank must get
+/// the same result), or differs from `expected` (from expected_result) by more than
+/// max(rel_tol·max(|out|, |expected|), slack) + 1e-30. Entries where `expected` is NaN
+/// (borderline, see expected_result) are held to the first two rules only. `slack` is the
+/// View expected_result filled, or empty for none.
+///
+/// Returns the largest count over the ranks, so every rank gets the same number.
+template <class ExecSpace>
+std::int64_t count_mismatches(
+    const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
+    const Kokkos::View<const float*, typename ExecSpace::memory_space>& expected,
+    const Kokkos::View<const float*, typename ExecSpace::memory_space>& out,
+    double rel_tol = default_oracle_tolerance,
+    const Kokkos::View<const float*, typename ExecSpace::memory_space>& slack = {});
+
+// ---- implementation ----------------------------------------------------------------------
+
+namespace impl {
+
+template <class ExecSpace>
+using OracleVector = Kokkos::View<float*, typename ExecSpace::memory_space>;
+template <class ExecSpace>
+using OracleConstVector = Kokkos::View<const float*, typename ExecSpace::memory_space>;
+
+/// 2^-24: the unit roundoff of float.
+inline constexpr float float_roundoff = 5.9604645e-8f;
+
+KOKKOS_INLINE_FUNCTION float quiet_nan() { return bits_to_float(0x7fc00000u); }
+
+KOKKOS_INLINE_FUNCTION float max_of(float a, float b) { return a > b ? a : b; }
+
+/// x (a magnitude) lies within tol of a finite threshold t.
+KOKKOS_INLINE_FUNCTION bool near_threshold(float x, float t, float tol) {
+  if (!is_finite(t)) return false;
+  return abs(x - t) <= tol * max_of(x, abs(t));
+}
+
+/// Sums `v` over the ranks, in place (through a host copy when MPI cannot read v's memory).
+template <class ExecSpace>
+void oracle_allreduce_sum(const ExecSpace& exec, const Communicator& comm,
+                          const OracleVector<ExecSpace>& v) {
+  const auto n = static_cast<std::int64_t>(v.extent(0));
+  auto buffer = mpi_send_view(exec, v);
+  comm.allreduce_in_place(buffer.data(), n, MPI_SUM);
+  mpi_received(exec, buffer, v, 0, n);
+}
+
+/// Every rank learns whether any rank's Views have the wrong length, so all throw together.
+inline void oracle_check_lengths(const char* where, const Communicator& comm, std::int64_t n,
+                                 std::initializer_list<std::size_t> lengths) {
+  bool ok = true;
+  for (const std::size_t length : lengths) ok = ok && static_cast<std::int64_t>(length) == n;
+  std::int64_t bad = ok ? 0 : comm.rank() + 1;
+  comm.allreduce_in_place(&bad, 1, MPI_MAX);
+  OKTOPK_REQUIRE(bad == 0, std::invalid_argument, where,
+                 "the Views must have length " << n << " on every rank; rank " << bad - 1
+                                               << " passed other lengths");
+}
+
+/// flags(i) = the number of ranks on which acc(i) != 0 lies within tol of their local threshold.
+template <class ExecSpace>
+void local_borderline_counts(const ExecSpace& exec, const Communicator& comm,
+                             const OracleConstVector<ExecSpace>& acc, float threshold, float tol,
+                             const OracleVector<ExecSpace>& flags) {
+  Kokkos::parallel_for(
+      "OkTopk::expected_result::local_borderline", RangeOf<ExecSpace>(exec, 0, acc.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        const float a = acc(i);
+        flags(i) = (a != 0.0f && near_threshold(abs(a), threshold, tol)) ? 1.0f : 0.0f;
+      });
+  oracle_allreduce_sum(exec, comm, flags);
+}
+
+/// Masked-sum methods (TopkA, TopkDSA, GaussianK, OkTopk): spec §6.1.
+template <class ExecSpace>
+void expected_masked_sum(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
+                         const OracleConstVector<ExecSpace>& acc,
+                         const OracleVector<ExecSpace>& expected,
+                         const OracleVector<ExecSpace>& slack, float tol) {
+  const Communicator& comm = handle.communicator();
+  const ReduceStats& stats = handle.stats();
+  const auto n = static_cast<std::size_t>(handle.size());
+  // expected first holds R, the masked sum; beside it sum|terms| (in slack), the count of
+  // non-zero terms, and the number of ranks on which the entry is locally borderline.
+  const auto terms = make_uninitialized<float>(exec, "OkTopk::expected_result::terms", n);
+  const auto borderline = make_uninitialized<float>(exec, "OkTopk::expected_result::borderline", n);
+  const float local_threshold = stats.local_threshold;
+  Kokkos::parallel_for(
+      "OkTopk::expected_result::mask", RangeOf<ExecSpace>(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        const float a = acc(i);
+        const float m = abs(a);
+        const bool selected = m > local_threshold;
+        expected(i) = selected ? a : 0.0f;
+        slack(i) = selected ? m : 0.0f;
+        terms(i) = (selected && a != 0.0f) ? 1.0f : 0.0f;
+        borderline(i) = (a != 0.0f && near_threshold(m, local_threshold, tol)) ? 1.0f : 0.0f;
+      });
+  oracle_allreduce_sum(exec, comm, expected);
+  oracle_allreduce_sum(exec, comm, slack);
+  oracle_allreduce_sum(exec, comm, terms);
+  oracle_allreduce_sum(exec, comm, borderline);
+
+  const float global_threshold = stats.global_threshold;
+  const auto ranks = static_cast<float>(comm.size());
+  Kokkos::parallel_for(
+      "OkTopk::expected_result::select", RangeOf<ExecSpace>(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        const float r = expected(i);
+        const float m = abs(r);
+        const float c = terms(i);
+        const float order = c > 2.0f ? 2.0f * (c - 1.0f) * float_roundoff * slack(i) : 0.0f;
+        const bool keep = m > global_threshold;
+        bool undecided = borderline(i) > 0.0f;
+        if (is_finite(global_threshold)) {
+          const float g = global_threshold;
+          if (abs(m - g) <= max_of(tol * max_of(m, abs(g)), order)) undecided = true;
+        }
+        expected(i) = undecided ? quiet_nan() : (keep ? r / ranks : 0.0f);
+        slack(i) = keep ? order / ranks : 0.0f;
+      });
+}
+
+/// gTopk: the tree simulated on the host from everyone's local selection.
+template <class ExecSpace>
+void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
+                    const OracleConstVector<ExecSpace>& acc,
+                    const OracleVector<ExecSpace>& expected, float tol) {
+  constexpr const char* where = "oktopk::expected_result";
+  using Memory = typename ExecSpace::memory_space;
+  const Communicator& comm = handle.communicator();
+  const int P = comm.size();
+  const float local_threshold = handle.stats().local_threshold;
+  const std::int64_t k = handle.k();
+
+  // This rank's leaf: its entries above its threshold, ascending (select_above keeps order).
+  std::int64_t count = count_above(exec, acc, local_threshold);
+  Kokkos::View<index_type*, Memory> idx(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::expected_result::leaf_indices"),
+      static_cast<std::size_t>(count));
+  OracleVector<ExecSpace> val(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::expected_result::leaf_values"),
+      static_cast<std::size_t>(count));
+  count = select_above(exec, acc, local_threshold, idx, val);
+  auto host_idx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), idx);
+  auto host_val = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), val);
+
+  std::vector<std::int64_t> counts(P, 0);
+  comm.allgather(&count, 1, counts.data());
+  std::vector<int> int_counts(P, 0), displacements(P, 0);
+  std::int64_t total = 0;
+  for (int r = 0; r < P; ++r) {
+    OKTOPK_REQUIRE(total + counts[r] <= INT_MAX, std::runtime_error, where,
+                   "the gTopk leaves hold more entries than one MPI call can gather");
+    displacements[r] = static_cast<int>(total);
+    int_counts[r] = static_cast<int>(counts[r]);
+    total += counts[r];
+  }
+  std::vector<index_type> all_idx(static_cast<std::size_t>(total));
+  std::vector<float> all_val(static_cast<std::size_t>(total));
+  comm.allgatherv(host_idx.data(), count, all_idx.data(), int_counts.data(), displacements.data());
+  comm.allgatherv(host_val.data(), count, all_val.data(), int_counts.data(), displacements.data());
+
+  using Set = std::vector<std::pair<index_type, float>>;
+  std::vector<Set> sets(P);
+  for (int r = 0; r < P; ++r) {
+    for (std::int64_t j = displacements[r]; j < displacements[r] + counts[r]; ++j) {
+      sets[r].emplace_back(all_idx[j], all_val[j]);
+    }
+  }
+  std::vector<float> magnitudes;
+  for (int s = 1; s < P; s *= 2) {
+    for (int r = 0; r + s < P; r += 2 * s) {
+      const Set& a = sets[r];
+      const Set& b = sets[r + s];
+      Set merged;
+      merged.reserve(a.size() + b.size());
+      std::size_t i = 0, j = 0;
+      while (i < a.size() || j < b.size()) {
+        if (j == b.size() || (i < a.size() && a[i].first < b[j].first)) {
+          merged.push_back(a[i++]);
+        } else if (i == a.size() || b[j].first < a[i].first) {
+          merged.push_back(b[j++]);
+        } else {
+          merged.emplace_back(a[i].first, a[i].second + b[j].second);
+          ++i, ++j;
+        }
+      }
+      if (k == 0) {
+        merged.clear();
+      } else if (k < static_cast<std::int64_t>(merged.size())) {
+        magnitudes.resize(merged.size());
+        for (std::size_t m = 0; m < merged.size(); ++m) magnitudes[m] = std::abs(merged[m].second);
+        std::nth_element(magnitudes.begin(), magnitudes.begin() + k, magnitudes.end(),
+                         std::greater<float>());
+        const float t = magnitudes[static_cast<std::size_t>(k)];
+        merged.erase(std::remove_if(merged.begin(), merged.end(),
+                                    [t](const auto& e) { return !(std::abs(e.second) > t); }),
+                     merged.end());
+      }
+      sets[r] = std::move(merged);
+      sets[r + s].clear();
+    }
+  }
+
+  const Set& result = sets[0];
+  const auto size = static_cast<std::size_t>(result.size());
+  Kokkos::View<index_type*, Memory> result_idx(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::expected_result::tree_indices"),
+      size);
+  OracleVector<ExecSpace> result_val(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::expected_result::tree_values"),
+      size);
+  auto host_result_idx = Kokkos::create_mirror_view(Kokkos::HostSpace(), result_idx);
+  auto host_result_val = Kokkos::create_mirror_view(Kokkos::HostSpace(), result_val);
+  for (std::size_t j = 0; j < size; ++j) {
+    host_result_idx(j) = result[j].first;
+    host_result_val(j) = result[j].second;
+  }
+  Kokkos::deep_copy(exec, result_idx, host_result_idx);
+  Kokkos::deep_copy(exec, result_val, host_result_val);
+
+  const auto borderline = make_uninitialized<float>(exec, "OkTopk::expected_result::borderline",
+                                                    static_cast<std::size_t>(handle.size()));
+  local_borderline_counts(exec, comm, acc, local_threshold, tol, borderline);
+  Kokkos::deep_copy(exec, expected, 0.0f);
+  const auto ranks = static_cast<float>(P);
+  Kokkos::parallel_for(
+      "OkTopk::expected_result::tree_scatter", RangeOf<ExecSpace>(exec, 0, size),
+      KOKKOS_LAMBDA(std::int64_t j) { expected(result_idx(j)) = result_val(j) / ranks; });
+  Kokkos::parallel_for(
+      "OkTopk::expected_result::tree_borderline", RangeOf<ExecSpace>(exec, 0, expected.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        if (borderline(i) > 0.0f) expected(i) = quiet_nan();
+      });
+  // Host vectors above die with this scope: nothing may still read them.
+  fence(exec, "OkTopk::expected_result::gtopk");
+}
+
+/// S2: its own oracle for the values; the slack from every sketch cell's load and mass.
+template <class ExecSpace>
+void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
+                 const OracleConstVector<ExecSpace>& acc, const OracleVector<ExecSpace>& expected,
+                 const OracleVector<ExecSpace>& slack) {
+  const Communicator& comm = handle.communicator();
+  const std::int64_t n = handle.size();
+  s2_oracle(exec, comm, n, handle.options(), acc, expected);
+
+  const S2Sketch s = S2Sketch::make("oktopk::expected_result", n, handle.options());
+  // slack first holds sum over ranks of |acc|.
+  Kokkos::parallel_for(
+      "OkTopk::expected_result::s2_abs", RangeOf<ExecSpace>(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i) { slack(i) = abs(acc(i)); });
+  oracle_allreduce_sum(exec, comm, slack);
+  const auto cells = static_cast<std::size_t>(s.cells());
+  const OracleVector<ExecSpace> mass("OkTopk::expected_result::s2_mass", cells);
+  const OracleVector<ExecSpace> load("OkTopk::expected_result::s2_load", cells);
+  Kokkos::parallel_for(
+      "OkTopk::expected_result::s2_cells", RangeOf<ExecSpace>(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        const float a = slack(i);
+        if (a == 0.0f) return;
+        const std::uint64_t mixed = s.mix(i);
+        for (int q = 0; q < s.sketch_rows; ++q) {
+          float sign = 1.0f;
+          const std::int64_t c = s.cell(q, i, mixed, sign);
+          Kokkos::atomic_add(&mass(c), a);
+          Kokkos::atomic_add(&load(c), 1.0f);
+        }
+      });
+  const auto ranks = static_cast<float>(comm.size());
+  Kokkos::parallel_for(
+      "OkTopk::expected_result::s2_slack", RangeOf<ExecSpace>(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        const std::uint64_t mixed = s.mix(i);
+        float worst = 0.0f;
+        for (int q = 0; q < s.sketch_rows; ++q) {
+          float sign = 1.0f;
+          const std::int64_t c = s.cell(q, i, mixed, sign);
+          worst = max_of(worst, (load(c) + ranks) * mass(c));
+        }
+        slack(i) = 4.0f * float_roundoff * worst / ranks;
+      });
+}
+
+}  // namespace impl
+
+template <class ExecSpace>
+void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
+                     const Kokkos::View<const float*, typename ExecSpace::memory_space>& acc,
+                     const Kokkos::View<float*, typename ExecSpace::memory_space>& expected,
+                     double rel_tol,
+                     const Kokkos::View<float*, typename ExecSpace::memory_space>& slack) {
+  constexpr const char* where = "oktopk::expected_result";
+  impl::ScopedRegion region("OkTopk::expected_result");
+  const Communicator& comm = handle.communicator();
+  // Traffic lands in its own phase; handle.stats() keeps the reduce call's own numbers.
+  auto scope = comm.phase("oracle");
+  const bool slack_given = slack.extent(0) != 0;
+  impl::oracle_check_lengths(
+      where, comm, handle.size(),
+      {acc.extent(0), expected.extent(0), slack_given ? slack.extent(0) : acc.extent(0)});
+  const ReduceStats& stats = handle.stats();
+  OKTOPK_REQUIRE(stats.iteration > 0, std::logic_error, where,
+                 "the handle has not reduced anything yet");
+  const auto tol = static_cast<float>(rel_tol);
+  const auto n = static_cast<std::size_t>(handle.size());
+  const impl::OracleVector<ExecSpace> bound =
+      slack_given ? slack
+                  : impl::make_uninitialized<float>(exec, "OkTopk::expected_result::slack", n);
+
+  if (stats.dense || handle.algorithm() == Algorithm::Dense) {
+    // The library's dense path, step by step: copy, SUM allreduce in place, divide by P.
+    Kokkos::deep_copy(exec, expected, acc);
+    impl::oracle_allreduce_sum(exec, comm, expected);
+    impl::divide(exec, expected, expected, static_cast<float>(comm.size()));
+    Kokkos::deep_copy(exec, bound, 0.0f);
+  } else {
+    switch (handle.algorithm()) {
+      case Algorithm::TopkA:
+      case Algorithm::TopkDSA:
+      case Algorithm::GaussianK:
+      case Algorithm::OkTopk:
+        impl::expected_masked_sum(exec, handle, acc, expected, bound, tol);
+        break;
+      case Algorithm::GTopk:
+        impl::expected_gtopk(exec, handle, acc, expected, tol);
+        Kokkos::deep_copy(exec, bound, 0.0f);
+        break;
+      case Algorithm::S2Reducer:
+        impl::expected_s2(exec, handle, acc, expected, bound);
+        break;
+      default:
+        throw std::invalid_argument(std::string(where) + ": not an Algorithm value (" +
+                                    std::to_string(static_cast<int>(handle.algorithm())) + ")");
+    }
+  }
+  if (!slack_given) {
+    // Nobody will allow for the summation order: skip the entries it can move beyond rel_tol.
+    Kokkos::parallel_for(
+        "OkTopk::expected_result::order_sensitive", impl::RangeOf<ExecSpace>(exec, 0, n),
+        KOKKOS_LAMBDA(std::int64_t i) {
+          if (bound(i) > 0.5f * tol * impl::abs(expected(i))) expected(i) = impl::quiet_nan();
+        });
+  }
+  impl::fence(exec, "OkTopk::expected_result");
+}
+
+template <class ExecSpace>
+std::int64_t count_mismatches(
+    const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
+    const Kokkos::View<const float*, typename ExecSpace::memory_space>& expected,
+    const Kokkos::View<const float*, typename ExecSpace::memory_space>& out, double rel_tol,
+    const Kokkos::View<const float*, typename ExecSpace::memory_space>& slack) {
+  constexpr const char* where = "oktopk::count_mismatches";
+  impl::ScopedRegion region("OkTopk::count_mismatches");
+  const Communicator& comm = handle.communicator();
+  auto scope = comm.phase("oracle");
+  const bool slack_given = slack.extent(0) != 0;
+  impl::oracle_check_lengths(
+      where, comm, handle.size(),
+      {expected.extent(0), out.extent(0), slack_given ? slack.extent(0) : out.extent(0)});
+  const auto n = static_cast<std::size_t>(handle.size());
+
+  // Rank 0's output, to hold every rank to the same answer.
+  const auto reference =
+      impl::make_uninitialized<float>(exec, "OkTopk::count_mismatches::rank0", n);
+  Kokkos::deep_copy(exec, reference, out);
+  {
+    auto buffer = impl::mpi_send_view(exec, reference);
+    comm.bcast(buffer.data(), static_cast<count_type>(n), 0);
+    impl::mpi_received(exec, buffer, reference, 0, static_cast<std::int64_t>(n));
+  }
+  const auto tol = static_cast<float>(rel_tol);
+  std::int64_t wrong = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::count_mismatches", impl::RangeOf<ExecSpace>(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& bad) {
+        const float o = out(i);
+        const float e = expected(i);
+        bool mismatch = !impl::is_finite(o) || o != reference(i);
+        if (!mismatch && !impl::isnan(e)) {
+          const float allowed = impl::max_of(tol * impl::max_of(impl::abs(o), impl::abs(e)),
+                                             slack_given ? slack(i) : 0.0f);
+          mismatch = !(impl::abs(o - e) <= allowed + 1e-30f);
+        }
+        if (mismatch) ++bad;
+      },
+      wrong);
+  comm.allreduce_in_place(&wrong, 1, MPI_MAX);
+  return wrong;
+}
+
+}  // namespace oktopk

@@ -1,0 +1,1273 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The SparseAllreduce interface, for every method: names and options, the collective factory,
+// input errors that every rank must report together, and each call's output checked bit for bit
+// against oracles rebuilt on the host from dense data with plain MPI (spec §6), using the
+// thresholds the method reports. Gradients are multiples of 2^-8 small enough that every sum is
+// exact, so "bit for bit" holds whatever order a method adds in. Runs at several rank counts.
+#include <oktopk/make_sparse_allreduce.hpp>
+#include <oktopk/oktopk.hpp>
+
+#include "oracle_host.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <iomanip>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace oktopk::test;  // NOLINT(google-build-using-namespace)
+using oktopk::Algorithm;
+using oktopk::Balancing;
+using oktopk::Options;
+
+using Exec = Kokkos::DefaultExecutionSpace;
+using Handle = oktopk::SparseAllreduce<Exec>;
+using Vector = Handle::vector_type;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+bool same_text_on_all_ranks(const std::string& text) {
+  return same_on_all_ranks(oktopk::agreement_digest(std::string_view(text)) & 0x3fffffffffffffff);
+}
+
+Vector to_device(const std::vector<float>& host, const char* label = "test::vector") {
+  Vector device(std::string(label), host.size());
+  Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(
+      host.data(), host.size());
+  Kokkos::deep_copy(device, view);
+  return device;
+}
+
+template <class T, class V>
+std::vector<T> to_host(const V& device, std::size_t count) {
+  std::vector<T> host(count);
+  if (count == 0) return host;
+  Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(host.data(),
+                                                                                    count);
+  Kokkos::deep_copy(view, Kokkos::subview(device, Kokkos::make_pair(std::size_t{0}, count)));
+  return host;
+}
+
+template <class V>
+std::vector<float> to_host(const V& device) {
+  return to_host<float>(device, device.extent(0));
+}
+
+std::int64_t count_nonzero(const std::vector<float>& x) {
+  return std::count_if(x.begin(), x.end(), [](float v) { return v != 0.0f; });
+}
+
+/// The threshold keeping exactly the k largest magnitudes when they are distinct: the
+/// (k+1)-th largest |x| (+Inf for k <= 0, -Inf for k >= n), as the spec defines "exact top-k".
+float kth_abs(const std::vector<float>& x, std::int64_t k) {
+  const auto n = static_cast<std::int64_t>(x.size());
+  if (k <= 0) return kInf;
+  if (k >= n) return -kInf;
+  std::vector<float> a(x.size());
+  std::transform(x.begin(), x.end(), a.begin(), [](float v) { return std::fabs(v); });
+  std::nth_element(a.begin(), a.begin() + k, a.end(), std::greater<float>());
+  return a[static_cast<std::size_t>(k)];
+}
+
+std::string describe(float x) {
+  std::ostringstream os;
+  os << std::setprecision(9) << x << " (0x" << std::hex << bits_of(x) << ")";
+  return os.str();
+}
+
+/// Counts differing entries and remembers the first.
+struct Diff {
+  std::int64_t count = 0;
+  std::int64_t first = -1;
+  float expected = 0.0f;
+  float actual = 0.0f;
+  void note(std::size_t j, float e, float a) {
+    if (count++ == 0) {
+      first = static_cast<std::int64_t>(j);
+      expected = e;
+      actual = a;
+    }
+  }
+};
+
+std::ostream& operator<<(std::ostream& os, const Diff& d) {
+  if (d.count == 0) return os << "no difference";
+  return os << d.count << " entries differ on rank " << world_rank() << "; first at " << d.first
+            << ": expected " << describe(d.expected) << ", got " << describe(d.actual);
+}
+
+std::string algorithm_name(const ::testing::TestParamInfo<Algorithm>& info) {
+  return oktopk::to_string(info.param);
+}
+
+/// Methods whose output is R·[|R| > global_threshold]/P with R = Σ_i acc_i·[|acc_i| > local_i].
+bool has_threshold_oracle(Algorithm a) {
+  return a == Algorithm::Dense || a == Algorithm::TopkA || a == Algorithm::TopkDSA ||
+         a == Algorithm::GaussianK || a == Algorithm::OkTopk;
+}
+
+/// Methods whose local threshold is the exact top-k one on every call.
+bool exact_local_topk_every_call(Algorithm a) {
+  return a == Algorithm::TopkA || a == Algorithm::TopkDSA || a == Algorithm::GTopk;
+}
+
+// ---- one call, observed --------------------------------------------------------------------
+
+/// Everything a check needs about one reduce call, on the host.
+struct Call {
+  std::vector<float> grad;
+  std::vector<float> acc;  // residual before the call + grad
+  std::vector<float> out;
+  std::vector<float> residual_after;
+  oktopk::ReduceStats stats;
+};
+
+/// A handle and the number of calls made on it.
+class Runner {
+ public:
+  Runner(Algorithm algorithm, std::int64_t n, const Options& options)
+      : handle_(oktopk::make_sparse_allreduce<Exec>(algorithm, oktopk::Communicator(), n,
+                                                    options)) {}
+
+  Handle& handle() { return *handle_; }
+  std::int64_t calls() const { return calls_; }
+  std::int64_t n() const { return handle_->size(); }
+
+  /// One reduce call: `out` starts as NaN everywhere, so an entry the method forgets to write
+  /// shows. Also checks that `grad` was left alone.
+  Call reduce(const std::vector<float>& grad) {
+    Exec exec;
+    Call c;
+    c.grad = grad;
+    const std::vector<float> residual_before = to_host(handle_->residual());
+    const Vector g = to_device(grad, "test::grad");
+    Vector out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "test::out"), grad.size());
+    Kokkos::deep_copy(out, std::numeric_limits<float>::quiet_NaN());
+    handle_->reduce(exec, g, out);
+    exec.fence();
+    ++calls_;
+    c.out = to_host(out);
+    c.residual_after = to_host(handle_->residual());
+    c.stats = handle_->stats();
+    c.acc.resize(grad.size());
+    for (std::size_t j = 0; j < grad.size(); ++j) c.acc[j] = residual_before[j] + grad[j];
+    const std::vector<float> grad_after = to_host(g);
+    Diff changed;
+    for (std::size_t j = 0; j < grad.size(); ++j) {
+      if (bits_of(grad_after[j]) != bits_of(grad[j])) changed.note(j, grad[j], grad_after[j]);
+    }
+    EXPECT_EQ(changed.count, 0) << "reduce modified grad: " << changed;
+    return c;
+  }
+
+ private:
+  std::unique_ptr<Handle> handle_;
+  std::int64_t calls_ = 0;
+};
+
+/// Checks every method's output must pass: written everywhere, the same bits on every rank,
+/// result() = its non-zeros, stats counting the calls, traffic conserved over ranks.
+void check_common(Runner& runner, const Call& c) {
+  Handle& h = runner.handle();
+  const auto& s = c.stats;
+  EXPECT_EQ(s.iteration, runner.calls());
+  EXPECT_EQ(s.k, h.k());
+  EXPECT_EQ(h.k(), static_cast<std::int64_t>(std::floor(h.options().density *
+                                                        static_cast<double>(h.size()))));
+  EXPECT_TRUE(same_on_all_ranks(s.iteration));
+  EXPECT_TRUE(same_on_all_ranks(s.dense ? 1 : 0)) << "stats().dense differs across ranks";
+  if (h.algorithm() == Algorithm::Dense) {
+    EXPECT_TRUE(s.dense);
+  }
+
+  const auto nonfinite = std::count_if(c.out.begin(), c.out.end(),
+                                       [](float v) { return !std::isfinite(v); });
+  EXPECT_EQ(nonfinite, 0) << "output entries left unwritten or not finite";
+  EXPECT_EQ(bits_differing_from_rank0(c.out), 0) << "output bits differ from rank 0's";
+
+  Exec exec;
+  const auto r = h.result(exec);
+  exec.fence();
+  EXPECT_EQ(r.size, count_nonzero(c.out)) << "result() must hold exactly the non-zeros of out";
+  const auto size = static_cast<std::size_t>(std::max<std::int64_t>(r.size, 0));
+  if (size <= r.indices.extent(0) && size <= r.values.extent(0)) {
+    const auto idx = to_host<oktopk::index_type>(r.indices, size);
+    const auto val = to_host<float>(r.values, size);
+    std::int64_t bad = 0;
+    for (std::size_t e = 0; e < size; ++e) {
+      const bool ascending = e == 0 || idx[e] > idx[e - 1];
+      const bool inside = idx[e] >= 0 && static_cast<std::size_t>(idx[e]) < c.out.size();
+      if (!ascending || !inside || bits_of(c.out[static_cast<std::size_t>(idx[e])]) !=
+                                       bits_of(val[e])) {
+        ++bad;
+      }
+    }
+    EXPECT_EQ(bad, 0) << "result() entries not ascending or not equal to out";
+  } else {
+    ADD_FAILURE() << "result() size " << r.size << " exceeds its views";
+  }
+
+  const oktopk::PhaseTraffic t = s.total_traffic();
+  EXPECT_EQ(sum_over_ranks(t.bytes_sent), sum_over_ranks(t.bytes_received));
+  EXPECT_EQ(sum_over_ranks(t.messages_sent), sum_over_ranks(t.messages_received));
+  EXPECT_FALSE(s.phases.empty());
+}
+
+// ---- the threshold oracle (spec §6.1-6.3) ---------------------------------------------------
+
+struct Oracle {
+  std::vector<char> mask;  // this rank's selection: |acc| > local_threshold
+  std::vector<float> R;    // Σ_i acc_i·mask_i (exact)
+  std::vector<char> G;     // |R| > global_threshold
+  std::int64_t local_count = 0;
+  std::int64_t global_count = 0;  // entries of G
+};
+
+/// Collective.
+Oracle build_oracle(const Call& c) {
+  Oracle o;
+  const std::size_t n = c.acc.size();
+  const float lt = c.stats.local_threshold;
+  const float gt = c.stats.global_threshold;
+  o.mask.assign(n, 0);
+  o.G.assign(n, 0);
+  std::vector<float> masked(n, 0.0f);
+  for (std::size_t j = 0; j < n; ++j) {
+    if (std::fabs(c.acc[j]) > lt) {
+      o.mask[j] = 1;
+      masked[j] = c.acc[j];
+      ++o.local_count;
+    }
+  }
+  o.R = sum_over_ranks(masked);
+  for (std::size_t j = 0; j < n; ++j) {
+    if (std::fabs(o.R[j]) > gt) {
+      o.G[j] = 1;
+      ++o.global_count;
+    }
+  }
+  return o;
+}
+
+/// Collective. out == R·G/P bitwise; residual = acc with mask ∩ G cleared; Σ_i (acc_i −
+/// residual_i) == R·G exactly; the global threshold is the same on all ranks.
+void expect_threshold_oracle(const Call& c, const Oracle& o) {
+  const std::size_t n = c.acc.size();
+  const auto P = static_cast<float>(world_size());
+  const float gt = c.stats.global_threshold;
+  EXPECT_TRUE(same_bits_on_all_ranks(gt)) << "global_threshold differs across ranks";
+
+  Diff out_diff;
+  for (std::size_t j = 0; j < n; ++j) {
+    const float expected = o.G[j] ? o.R[j] / P : 0.0f;
+    if (!same_value_bits(expected, c.out[j])) out_diff.note(j, expected, c.out[j]);
+  }
+  EXPECT_EQ(out_diff.count, 0) << "out vs R·[|R| > " << gt << "]/P with local_threshold "
+                               << c.stats.local_threshold << ": " << out_diff;
+
+  Diff residual_diff;
+  std::vector<float> removed(n, 0.0f);
+  for (std::size_t j = 0; j < n; ++j) {
+    const bool cleared = o.mask[j] && o.G[j];
+    const float expected = cleared ? 0.0f : c.acc[j];
+    const float actual = c.residual_after[j];
+    // A selected entry whose sum cancelled to exactly 0 is "globally selected" only because the
+    // global threshold is negative; a method may treat it either way (the mass check below
+    // still requires all ranks to agree).
+    const bool either = cleared && o.R[j] == 0.0f && !(gt >= 0.0f) &&
+                        (actual == 0.0f || same_value_bits(actual, c.acc[j]));
+    if (!either && !same_value_bits(expected, actual)) residual_diff.note(j, expected, actual);
+    removed[j] = c.acc[j] - actual;
+  }
+  EXPECT_EQ(residual_diff.count, 0) << "residual vs acc with (local ∩ global) cleared: "
+                                    << residual_diff;
+
+  const std::vector<float> moved = sum_over_ranks(removed);
+  Diff mass_diff;
+  for (std::size_t j = 0; j < n; ++j) {
+    const float expected = o.G[j] ? o.R[j] : 0.0f;
+    if (!same_value_bits(expected, moved[j])) mass_diff.note(j, expected, moved[j]);
+  }
+  EXPECT_EQ(mass_diff.count, 0) << "mass: Σ_i (acc_i - residual_i) vs R·G: " << mass_diff;
+  EXPECT_EQ(c.stats.local_selected, o.local_count);
+}
+
+/// Collective. A dense call: out == (Σ_i acc_i)/P bitwise and nothing stays in the residual.
+void expect_dense_average(const Call& c) {
+  const std::vector<float> sum = sum_over_ranks(c.acc);
+  const auto P = static_cast<float>(world_size());
+  Diff out_diff;
+  Diff residual_diff;
+  for (std::size_t j = 0; j < c.acc.size(); ++j) {
+    if (!same_value_bits(sum[j] / P, c.out[j])) out_diff.note(j, sum[j] / P, c.out[j]);
+    if (c.residual_after[j] != 0.0f) residual_diff.note(j, 0.0f, c.residual_after[j]);
+  }
+  EXPECT_EQ(out_diff.count, 0) << "out vs dense average: " << out_diff;
+  EXPECT_EQ(residual_diff.count, 0) << "residual after a dense call: " << residual_diff;
+}
+
+// ---- gTopk: the tree simulated on the host ------------------------------------------------
+
+using SparseSet = std::vector<std::pair<std::size_t, float>>;  // ascending indices
+
+/// Collective. Replays the documented tree (round s: rank r with r mod 2s == 0 merges r + s;
+/// common indices add; the k largest magnitudes stay) from every rank's acc and local threshold.
+/// Returns false (and checks only what holds anyway) when a cut fell between equal magnitudes,
+/// where the kept entries are the method's choice.
+bool check_gtopk_tree(const Call& c, std::int64_t k) {
+  const int P = world_size();
+  const std::size_t n = c.acc.size();
+  const std::vector<float> all = gather_all(c.acc);
+  const std::vector<float> thresholds = gather_all({c.stats.local_threshold});
+  std::vector<SparseSet> sets(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) {
+    for (std::size_t j = 0; j < n; ++j) {
+      const float a = all[static_cast<std::size_t>(r) * n + j];
+      if (std::fabs(a) > thresholds[static_cast<std::size_t>(r)]) {
+        sets[static_cast<std::size_t>(r)].emplace_back(j, a);
+      }
+    }
+  }
+  const auto ku = static_cast<std::size_t>(std::max<std::int64_t>(k, 0));
+  EXPECT_LE(sets[static_cast<std::size_t>(world_rank())].size(), ku)
+      << "more than k entries pass the local threshold";
+  bool ambiguous = false;
+  std::vector<char> zero_sum(n, 0);
+  for (int s = 1; s < P; s *= 2) {
+    for (int r = 0; r + s < P; r += 2 * s) {
+      const SparseSet& a = sets[static_cast<std::size_t>(r)];
+      const SparseSet& b = sets[static_cast<std::size_t>(r + s)];
+      SparseSet merged;
+      std::size_t x = 0, y = 0;
+      while (x < a.size() || y < b.size()) {
+        if (y == b.size() || (x < a.size() && a[x].first < b[y].first)) {
+          merged.push_back(a[x++]);
+        } else if (x == a.size() || b[y].first < a[x].first) {
+          merged.push_back(b[y++]);
+        } else {
+          const float sum = a[x].second + b[y].second;
+          if (sum == 0.0f) zero_sum[a[x].first] = 1;
+          merged.emplace_back(a[x].first, sum);
+          ++x;
+          ++y;
+        }
+      }
+      if (merged.size() > ku) {
+        std::stable_sort(merged.begin(), merged.end(), [](const auto& u, const auto& v) {
+          return std::fabs(u.second) > std::fabs(v.second);
+        });
+        if (ku > 0 && std::fabs(merged[ku - 1].second) == std::fabs(merged[ku].second)) {
+          ambiguous = true;
+        }
+        merged.resize(ku);
+        std::sort(merged.begin(), merged.end());
+      }
+      sets[static_cast<std::size_t>(r)] = std::move(merged);
+      sets[static_cast<std::size_t>(r + s)].clear();
+    }
+  }
+  EXPECT_LE(count_nonzero(c.out), k) << "gTopk returned more than k entries";
+  if (ambiguous) return false;
+
+  const SparseSet& final_set = sets[0];
+  const auto Pf = static_cast<float>(P);
+  std::vector<float> expected_out(n, 0.0f);
+  std::vector<char> in_final(n, 0);
+  for (const auto& [j, v] : final_set) {
+    expected_out[j] = v / Pf;
+    in_final[j] = 1;
+  }
+  Diff out_diff, residual_diff;
+  const float lt = c.stats.local_threshold;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (!same_value_bits(expected_out[j], c.out[j])) out_diff.note(j, expected_out[j], c.out[j]);
+    const bool cleared = std::fabs(c.acc[j]) > lt && in_final[j];
+    const float expected = cleared ? 0.0f : c.acc[j];
+    const float actual = c.residual_after[j];
+    const bool either = zero_sum[j] && (actual == 0.0f || same_value_bits(actual, c.acc[j]));
+    if (!either && !same_value_bits(expected, actual)) residual_diff.note(j, expected, actual);
+  }
+  EXPECT_EQ(out_diff.count, 0) << "gTopk out vs the simulated tree: " << out_diff;
+  EXPECT_EQ(residual_diff.count, 0)
+      << "gTopk residual vs acc with (local ∩ final) cleared: " << residual_diff;
+  return true;
+}
+
+// ---- S2 ------------------------------------------------------------------------------------
+
+/// Collective. Rows (of `row_width` entries) that are zero on every rank decode to zero; without
+/// error feedback nothing is kept.
+void check_s2(const Call& c, const Options& options) {
+  const std::size_t n = c.acc.size();
+  const auto width = static_cast<std::size_t>(options.s2_row_width);
+  const std::size_t rows = (n + width - 1) / width;
+  std::vector<int> nonzero_row(rows + 1, 0), union_row(rows + 1, 0);
+  for (std::size_t j = 0; j < n; ++j) {
+    if (c.acc[j] != 0.0f) nonzero_row[j / width] = 1;
+  }
+  MPI_Allreduce(nonzero_row.data(), union_row.data(), static_cast<int>(rows), MPI_INT, MPI_MAX,
+                MPI_COMM_WORLD);
+  Diff outside;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (!union_row[j / width] && c.out[j] != 0.0f) outside.note(j, 0.0f, c.out[j]);
+  }
+  EXPECT_EQ(outside.count, 0) << "S2: rows with no non-zero on any rank must decode to 0: "
+                              << outside;
+  if (!options.s2_error_feedback) {
+    EXPECT_EQ(count_nonzero(c.residual_after), 0) << "S2 without error feedback keeps nothing";
+  }
+}
+
+/// What check_call found, for tests that look further.
+struct Checked {
+  bool dense = false;
+  bool tree_verified = false;
+  Oracle oracle;  // filled for dense calls and threshold-oracle methods
+};
+
+/// Collective. The common checks plus the method's oracle.
+Checked check_call(Runner& runner, const Call& c) {
+  check_common(runner, c);
+  Handle& h = runner.handle();
+  const Algorithm a = h.algorithm();
+  Checked result;
+  // Branch on rank 0's view, so a disagreement cannot send ranks down different collectives.
+  result.dense = from_rank0(c.stats.dense ? 1 : 0) != 0;
+  if (result.dense) {
+    EXPECT_EQ(c.stats.local_threshold, -kInf);
+    EXPECT_EQ(c.stats.global_threshold, -kInf);
+    expect_dense_average(c);
+  }
+  if (result.dense || has_threshold_oracle(a)) {
+    result.oracle = build_oracle(c);
+    expect_threshold_oracle(c, result.oracle);
+  } else if (a == Algorithm::GTopk) {
+    result.tree_verified = check_gtopk_tree(c, h.k());
+  } else if (a == Algorithm::S2Reducer) {
+    check_s2(c, h.options());
+  }
+  if (!result.dense && exact_local_topk_every_call(a)) {
+    EXPECT_TRUE(c.stats.local_threshold_exact);
+    EXPECT_EQ(bits_of(c.stats.local_threshold), bits_of(kth_abs(c.acc, h.k())))
+        << "local threshold " << c.stats.local_threshold << " is not the (k+1)-th largest |acc|";
+  }
+  return result;
+}
+
+/// Runs `f`, which must throw std::invalid_argument whose message starts with `prefix`;
+/// returns the message.
+template <class F>
+std::string expect_invalid_argument(F&& f, const std::string& prefix) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception, expected one starting with " << prefix;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_TRUE(starts_with(e.what(), prefix)) << e.what();
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+  return {};
+}
+
+// =============================================================================================
+// Names and options
+// =============================================================================================
+
+TEST(AlgorithmNames, RoundTripAllSeven) {
+  const std::vector<std::string> names = {"dense", "topka", "topkdsa", "gtopk",
+                                          "gaussiank", "oktopk", "s2"};
+  ASSERT_EQ(oktopk::all_algorithms.size(), names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const Algorithm a = oktopk::all_algorithms[i];
+    EXPECT_EQ(oktopk::to_string(a), names[i]);
+    EXPECT_EQ(oktopk::algorithm_from_string(names[i]), a);
+    std::ostringstream os;
+    os << a;
+    EXPECT_EQ(os.str(), names[i]);
+  }
+  EXPECT_EQ(oktopk::algorithm_from_string("oktopk"), Algorithm::OkTopk);
+  EXPECT_EQ(oktopk::algorithm_from_string("s2"), Algorithm::S2Reducer);
+}
+
+TEST(AlgorithmNames, UnknownNameThrowsListingTheValidOnes) {
+  for (const char* bad : {"", "OkTopk", "topk", "dense ", "s2reducer", "gtopk\n"}) {
+    const std::string message = expect_invalid_argument(
+        [&] { oktopk::algorithm_from_string(bad); }, "oktopk::algorithm_from_string");
+    for (const Algorithm a : oktopk::all_algorithms) {
+      EXPECT_NE(message.find(oktopk::to_string(a)), std::string::npos)
+          << "'" << message << "' does not list " << oktopk::to_string(a);
+    }
+  }
+}
+
+TEST(BalancingNames, RoundTrip) {
+  for (const Balancing b : {Balancing::Off, Balancing::On, Balancing::Adaptive}) {
+    std::ostringstream os;
+    os << b;
+    EXPECT_EQ(oktopk::balancing_from_string(os.str().c_str()), b);
+  }
+  expect_invalid_argument([] { oktopk::balancing_from_string("sometimes"); },
+                          "oktopk::balancing_from_string");
+  expect_invalid_argument([] { oktopk::balancing_from_string(nullptr); },
+                          "oktopk::balancing_from_string");
+}
+
+/// One mutation of a default Options per field.
+std::vector<std::pair<std::string, std::function<void(Options&)>>> field_changes() {
+  return {
+      {"density", [](Options& o) { o.density = 0.375; }},
+      {"warmup_iterations", [](Options& o) { o.warmup_iterations = 7; }},
+      {"seed", [](Options& o) { o.seed = 123456789; }},
+      {"threshold_period", [](Options& o) { o.threshold_period = 11; }},
+      {"repartition_period", [](Options& o) { o.repartition_period = 13; }},
+      {"throttle", [](Options& o) { o.throttle = 3; }},
+      {"balancing", [](Options& o) { o.balancing = Balancing::On; }},
+      {"balance_threshold", [](Options& o) { o.balance_threshold = 1.5; }},
+      {"guard_factor", [](Options& o) { o.guard_factor = 1.75; }},
+      {"guard_step", [](Options& o) { o.guard_step = 1.0625; }},
+      {"guard_loops", [](Options& o) { o.guard_loops = 9; }},
+      {"local_low", [](Options& o) { o.local_low = 0.5; }},
+      {"local_high", [](Options& o) { o.local_high = 1.5; }},
+      {"local_step", [](Options& o) { o.local_step = 1.125; }},
+      {"global_low", [](Options& o) { o.global_low = 0.25; }},
+      {"global_high", [](Options& o) { o.global_high = 2.5; }},
+      {"global_step", [](Options& o) { o.global_step = 1.25; }},
+      {"gaussian_low", [](Options& o) { o.gaussian_low = 0.625; }},
+      {"gaussian_high", [](Options& o) { o.gaussian_high = 1.375; }},
+      {"gaussian_step", [](Options& o) { o.gaussian_step = 1.03125; }},
+      {"gaussian_loops", [](Options& o) { o.gaussian_loops = 17; }},
+      {"s2_row_width", [](Options& o) { o.s2_row_width = 33; }},
+      {"s2_sketch_rows", [](Options& o) { o.s2_sketch_rows = 5; }},
+      {"s2_sketch_columns", [](Options& o) { o.s2_sketch_columns = 77; }},
+      {"s2_error_feedback", [](Options& o) { o.s2_error_feedback = true; }},
+  };
+}
+
+std::string printed(const Options& o) {
+  std::ostringstream os;
+  os << o;
+  return os.str();
+}
+
+TEST(OptionsTest, DefaultsBoundariesAndEveryChangedFieldAreValid) {
+  EXPECT_NO_THROW(Options{}.validate());
+  for (const auto& [name, change] : field_changes()) {
+    Options o;
+    change(o);
+    EXPECT_NO_THROW(o.validate()) << name;
+  }
+  EXPECT_NO_THROW(Options{}.set_density(0.0).validate());
+  EXPECT_NO_THROW(Options{}.set_density(1.0).validate());
+  EXPECT_NO_THROW(Options{}.set_balance_threshold(1.0).validate());
+  EXPECT_NO_THROW(Options{}.set_throttle(1).set_threshold_period(1).set_repartition_period(1)
+                      .set_warmup_iterations(0).set_s2_sketch_columns(0).validate());
+  // The chained setters set what they name.
+  const Options o = Options{}
+                        .set_density(0.25)
+                        .set_warmup_iterations(2)
+                        .set_seed(9)
+                        .set_threshold_period(3)
+                        .set_repartition_period(4)
+                        .set_throttle(5)
+                        .set_balancing(Balancing::Off)
+                        .set_balance_threshold(2.0)
+                        .set_s2_row_width(6)
+                        .set_s2_sketch_rows(7)
+                        .set_s2_sketch_columns(8)
+                        .set_s2_error_feedback(true);
+  EXPECT_EQ(o.density, 0.25);
+  EXPECT_EQ(o.warmup_iterations, 2);
+  EXPECT_EQ(o.seed, 9u);
+  EXPECT_EQ(o.threshold_period, 3);
+  EXPECT_EQ(o.repartition_period, 4);
+  EXPECT_EQ(o.throttle, 5);
+  EXPECT_EQ(o.balancing, Balancing::Off);
+  EXPECT_EQ(o.balance_threshold, 2.0);
+  EXPECT_EQ(o.s2_row_width, 6);
+  EXPECT_EQ(o.s2_sketch_rows, 7);
+  EXPECT_EQ(o.s2_sketch_columns, 8);
+  EXPECT_TRUE(o.s2_error_feedback);
+}
+
+TEST(OptionsTest, ValidateRejectsEachOutOfRangeField) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::pair<std::string, std::function<void(Options&)>>> bad = {
+      {"density -0.1", [](Options& o) { o.density = -0.1; }},
+      {"density 1.1", [](Options& o) { o.density = 1.1; }},
+      {"density NaN", [&](Options& o) { o.density = nan; }},
+      {"warmup_iterations -1", [](Options& o) { o.warmup_iterations = -1; }},
+      {"threshold_period 0", [](Options& o) { o.threshold_period = 0; }},
+      {"repartition_period 0", [](Options& o) { o.repartition_period = 0; }},
+      {"repartition_period -4", [](Options& o) { o.repartition_period = -4; }},
+      {"throttle 0", [](Options& o) { o.throttle = 0; }},
+      {"balancing 7", [](Options& o) { o.balancing = static_cast<Balancing>(7); }},
+      {"balance_threshold 0.5", [](Options& o) { o.balance_threshold = 0.5; }},
+      {"balance_threshold Inf", [&](Options& o) { o.balance_threshold = inf; }},
+      {"guard_factor 0", [](Options& o) { o.guard_factor = 0.0; }},
+      {"guard_factor NaN", [&](Options& o) { o.guard_factor = nan; }},
+      {"guard_step 1", [](Options& o) { o.guard_step = 1.0; }},
+      {"guard_loops -1", [](Options& o) { o.guard_loops = -1; }},
+      {"local_low 0", [](Options& o) { o.local_low = 0.0; }},
+      {"local_high < local_low", [](Options& o) { o.local_high = 0.5 * o.local_low; }},
+      {"local_step 0.9", [](Options& o) { o.local_step = 0.9; }},
+      {"global_low -1", [](Options& o) { o.global_low = -1.0; }},
+      {"global_high < global_low", [](Options& o) { o.global_high = 0.5 * o.global_low; }},
+      {"global_step 0.5", [](Options& o) { o.global_step = 0.5; }},
+      {"gaussian_low 0", [](Options& o) { o.gaussian_low = 0.0; }},
+      {"gaussian_high < gaussian_low", [](Options& o) { o.gaussian_high = 0.1; }},
+      {"gaussian_step 1", [](Options& o) { o.gaussian_step = 1.0; }},
+      {"gaussian_loops -1", [](Options& o) { o.gaussian_loops = -1; }},
+      {"s2_row_width 0", [](Options& o) { o.s2_row_width = 0; }},
+      {"s2_sketch_rows 0", [](Options& o) { o.s2_sketch_rows = 0; }},
+      {"s2_sketch_columns -1", [](Options& o) { o.s2_sketch_columns = -1; }},
+  };
+  for (const auto& [name, change] : bad) {
+    SCOPED_TRACE(name);
+    Options o;
+    change(o);
+    expect_invalid_argument([&] { o.validate(); }, "oktopk::Options::validate");
+  }
+}
+
+TEST(OptionsTest, PrintsEveryFieldOnOneLine) {
+  const std::string defaults = printed(Options{});
+  EXPECT_EQ(defaults.find('\n'), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("density="), std::string::npos) << defaults;
+  // A field the text (or the digest the factory compares) missed would let ranks disagree
+  // unnoticed: every single change must show.
+  for (const auto& [name, change] : field_changes()) {
+    Options o;
+    change(o);
+    EXPECT_NE(printed(o), defaults) << name << " is not printed";
+    EXPECT_NE(o.digest(), Options{}.digest()) << name << " is not in the digest";
+  }
+  Options all;
+  for (const auto& field : field_changes()) field.second(all);
+  const std::string text = printed(all);
+  for (const char* expected : {"density=0.375", "warmup_iterations=7", "seed=123456789",
+                               "threshold_period=11", "repartition_period=13", "throttle=3",
+                               "balancing=on", "balance_threshold=1.5", "1.75", "1.0625", "9",
+                               "1.125", "0.25", "2.5", "1.25", "0.625", "1.375", "1.03125", "17",
+                               "s2_row_width=33", "77"}) {
+    EXPECT_NE(text.find(expected), std::string::npos) << "'" << expected << "' not in " << text;
+  }
+  EXPECT_EQ(Options{}.digest(), Options{}.digest());
+}
+
+// =============================================================================================
+// The factory
+// =============================================================================================
+
+TEST(Factory, RejectsNOutOfRange) {
+  oktopk::Communicator comm;
+  for (const std::int64_t n : {std::int64_t{-1}, std::int64_t{-1000},
+                               std::int64_t{std::numeric_limits<std::int32_t>::max()} + 1}) {
+    SCOPED_TRACE(n);
+    expect_invalid_argument(
+        [&] { oktopk::make_sparse_allreduce<Exec>(Algorithm::TopkA, comm, n); },
+        "oktopk::make_sparse_allreduce");
+  }
+}
+
+TEST(Factory, RejectsInvalidOptions) {
+  oktopk::Communicator comm;
+  for (const Algorithm a : oktopk::all_algorithms) {
+    expect_invalid_argument(
+        [&] { oktopk::make_sparse_allreduce<Exec>(a, comm, 100, Options{}.set_density(1.5)); },
+        "oktopk::Options::validate");
+    expect_invalid_argument(
+        [&] { oktopk::make_sparse_allreduce<Exec>(a, comm, 100, Options{}.set_throttle(0)); },
+        "oktopk::Options::validate");
+  }
+}
+
+/// Collective: every rank must throw the same invalid_argument, starting with the factory's
+/// name and naming `what`; afterwards a matching call works.
+template <class Make>
+void expect_factory_mismatch(Make&& make, const std::string& what) {
+  const std::string message = expect_invalid_argument(make, "oktopk::make_sparse_allreduce");
+  EXPECT_NE(message.find(what + " differs"), std::string::npos) << message;
+  EXPECT_TRUE(same_text_on_all_ranks(message)) << "different messages on different ranks: "
+                                               << message;
+}
+
+TEST(Factory, RejectsNDifferingOnOneRank) {
+  if (world_size() == 1) GTEST_SKIP() << "needs two ranks to disagree";
+  oktopk::Communicator comm;
+  const bool odd_one = world_rank() == world_size() - 1;
+  for (const Algorithm a : oktopk::all_algorithms) {
+    SCOPED_TRACE(oktopk::to_string(a));
+    expect_factory_mismatch(
+        [&] { oktopk::make_sparse_allreduce<Exec>(a, comm, odd_one ? 101 : 100); }, "n");
+  }
+  EXPECT_NO_THROW(oktopk::make_sparse_allreduce<Exec>(Algorithm::Dense, comm, 100));
+}
+
+TEST(Factory, RejectsAlgorithmDifferingOnOneRank) {
+  if (world_size() == 1) GTEST_SKIP() << "needs two ranks to disagree";
+  oktopk::Communicator comm;
+  for (std::size_t i = 0; i < oktopk::all_algorithms.size(); ++i) {
+    const Algorithm mine = world_rank() == 0 ? oktopk::all_algorithms[i]
+                                             : oktopk::all_algorithms[(i + 1) % 7];
+    expect_factory_mismatch([&] { oktopk::make_sparse_allreduce<Exec>(mine, comm, 64); },
+                            "algorithm");
+  }
+}
+
+TEST(Factory, RejectsOptionsDifferingOnOneRank) {
+  if (world_size() == 1) GTEST_SKIP() << "needs two ranks to disagree";
+  oktopk::Communicator comm;
+  const bool odd_one = world_rank() == world_size() / 2;
+  for (const auto& [name, change] : field_changes()) {
+    SCOPED_TRACE(name);
+    Options o;
+    if (odd_one) change(o);
+    expect_factory_mismatch([&] { oktopk::make_sparse_allreduce<Exec>(Algorithm::OkTopk, comm,
+                                                                        64, o); },
+                            "options");
+  }
+  // A valid option differing on one rank is reported as a mismatch, not as invalid.
+  Options o;
+  if (odd_one) o.density = 0.5;
+  expect_factory_mismatch(
+      [&] { oktopk::make_sparse_allreduce<Exec>(Algorithm::TopkA, comm, 64, o); }, "options");
+}
+
+// =============================================================================================
+// Every method (value-parameterized over Algorithm)
+// =============================================================================================
+
+class Method : public ::testing::TestWithParam<Algorithm> {};
+
+INSTANTIATE_TEST_SUITE_P(All, Method, ::testing::ValuesIn(oktopk::all_algorithms),
+                         algorithm_name);
+
+TEST_P(Method, ReportsItsConfiguration) {
+  const Algorithm a = GetParam();
+  oktopk::Communicator comm;
+  for (const auto& [n, density] : std::vector<std::pair<std::int64_t, double>>{
+           {1000, 0.1}, {1000, 0.0149}, {3, 1.0 / 3.0}, {7, 0.0}, {7, 1.0}, {0, 0.5}}) {
+    SCOPED_TRACE(std::to_string(n) + " " + std::to_string(density));
+    const auto h = oktopk::make_sparse_allreduce<Exec>(a, comm, n,
+                                                       Options{}.set_density(density));
+    EXPECT_EQ(h->algorithm(), a);
+    EXPECT_EQ(h->size(), n);
+    EXPECT_EQ(h->k(), static_cast<std::int64_t>(std::floor(density * static_cast<double>(n))));
+    EXPECT_EQ(h->options().density, density);
+    EXPECT_EQ(h->communicator().size(), world_size());
+    EXPECT_EQ(h->stats().iteration, 0);
+    const auto residual = to_host(h->residual());
+    EXPECT_EQ(static_cast<std::int64_t>(residual.size()), n);
+    EXPECT_EQ(count_nonzero(residual), 0);
+  }
+}
+
+TEST_P(Method, MatchesItsOracleOnEveryDistribution) {
+  const Algorithm a = GetParam();
+  const std::int64_t n = 3001;  // not a multiple of P, nor of S2's row width
+  Runner runner(a, n, Options{}.set_density(0.02));
+  const int P = world_size();
+  std::int64_t tree_verified = 0;
+  for (const Dist d : {Dist::Uniform, Dist::Heavy, Dist::Correlated, Dist::Rows, Dist::Ties}) {
+    for (int call = 0; call < 3; ++call) {
+      SCOPED_TRACE(std::string(name_of(d)) + " call " + std::to_string(runner.calls() + 1));
+      const Call c = runner.reduce(make_gradient(d, 7, world_rank(), runner.calls(), n));
+      const Checked checked = check_call(runner, c);
+      tree_verified += checked.tree_verified ? 1 : 0;
+      // Traffic is charged to named phases (beyond the per-call agreement).
+      std::int64_t moved = 0;
+      for (const auto& [phase, stats] : c.stats.phases) {
+        EXPECT_GE(stats.seconds, 0.0) << phase;
+        if (phase != "check") moved += stats.traffic.bytes_sent + stats.traffic.bytes_received;
+      }
+      if (P > 1) {
+        EXPECT_GT(max_over_ranks(moved), 0) << "no traffic outside 'check'";
+      }
+      if (P == 1) {
+        EXPECT_EQ(c.stats.total_traffic().bytes_sent, 0);
+      }
+      if (P > 1) {
+        EXPECT_GT(c.stats.phases.count("check"), 0u);
+      }
+    }
+  }
+  if (a == Algorithm::GTopk) {
+    EXPECT_GT(tree_verified, 0) << "every call was ambiguous";
+  }
+}
+
+TEST_P(Method, LengthMismatchOnOneRankThrowsOnEveryRank) {
+  const Algorithm a = GetParam();
+  const std::int64_t n = 500;
+  const Options options = Options{}.set_density(0.05);
+  Runner runner(a, n, options);
+  Runner fresh(a, n, options);
+  const int P = world_size();
+  const int me = world_rank();
+  const auto grad = make_gradient(Dist::Uniform, 3, me, 0, n);
+  Exec exec;
+  const Vector g = to_device(grad);
+  const Vector longer("test::longer", static_cast<std::size_t>(n + 1));
+  const Vector shorter("test::shorter", static_cast<std::size_t>(n - 1));
+  Vector out("test::out", static_cast<std::size_t>(n));
+  // A longer gradient on the last rank only.
+  const std::string m1 = expect_invalid_argument(
+      [&] { runner.handle().reduce(exec, me == P - 1 ? longer : g, out); },
+      "oktopk::SparseAllreduce::reduce");
+  EXPECT_NE(m1.find(std::to_string(P - 1)), std::string::npos) << "the rank is not named: " << m1;
+  // A shorter output on rank 0 only.
+  expect_invalid_argument([&] { runner.handle().reduce(exec, g, me == 0 ? shorter : out); },
+                          "oktopk::SparseAllreduce::reduce");
+  EXPECT_EQ(count_nonzero(to_host(runner.handle().residual())), 0);
+  // Nothing happened: the next good call is a first call.
+  const Call c = runner.reduce(grad);
+  EXPECT_EQ(c.stats.iteration, 1);
+  const Call f = fresh.reduce(grad);
+  check_call(runner, c);
+  EXPECT_EQ(bits_differing_from_rank0(c.out), 0);
+  Diff d;
+  for (std::size_t j = 0; j < c.out.size(); ++j) {
+    if (!same_value_bits(f.out[j], c.out[j])) d.note(j, f.out[j], c.out[j]);
+  }
+  EXPECT_EQ(d.count, 0) << "after rejected calls vs a fresh handle: " << d;
+}
+
+TEST_P(Method, NonFiniteOnOneRankThrowsOnEveryRankAndChangesNothing) {
+  const Algorithm a = GetParam();
+  const std::int64_t n = 700;
+  const Options options = Options{}.set_density(0.05).set_threshold_period(2);
+  Runner runner(a, n, options);
+  Runner fresh(a, n, options);
+  const int P = world_size();
+  const int me = world_rank();
+  const auto g1 = make_gradient(Dist::Heavy, 5, me, 0, n);
+  const auto g2 = make_gradient(Dist::Heavy, 5, me, 1, n);
+  runner.reduce(g1);
+  fresh.reduce(g1);
+  const std::vector<float> residual_before = to_host(runner.handle().residual());
+
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<float>> bad_inputs;
+  {
+    auto bad = g2;  // NaN on the last rank
+    if (me == P - 1) bad[17] = nan;
+    bad_inputs.push_back(bad);
+  }
+  {
+    auto bad = g2;  // +Inf on rank 0 and -Inf on the middle rank
+    if (me == 0) bad[3] = kInf;
+    if (me == P / 2) bad[n - 1] = -kInf;
+    bad_inputs.push_back(bad);
+  }
+  for (const auto& bad : bad_inputs) {
+    Exec exec;
+    const Vector g = to_device(bad);
+    Vector out("test::out", static_cast<std::size_t>(n));
+    const std::string message = expect_invalid_argument(
+        [&] { runner.handle().reduce(exec, g, out); }, "oktopk::SparseAllreduce::reduce");
+    EXPECT_NE(message.find("NaN or Inf"), std::string::npos) << message;
+    const std::vector<float> residual_now = to_host(runner.handle().residual());
+    Diff d;
+    for (std::size_t j = 0; j < residual_now.size(); ++j) {
+      if (bits_of(residual_now[j]) != bits_of(residual_before[j])) {
+        d.note(j, residual_before[j], residual_now[j]);
+      }
+    }
+    EXPECT_EQ(d.count, 0) << "a rejected call changed the residual: " << d;
+  }
+  // The next good call continues as if the bad ones never happened.
+  const Call c = runner.reduce(g2);
+  const Call f = fresh.reduce(g2);
+  EXPECT_EQ(c.stats.iteration, 2);
+  check_call(runner, c);
+  Diff out_diff, residual_diff;
+  for (std::size_t j = 0; j < c.out.size(); ++j) {
+    if (bits_of(f.out[j]) != bits_of(c.out[j])) out_diff.note(j, f.out[j], c.out[j]);
+    if (bits_of(f.residual_after[j]) != bits_of(c.residual_after[j])) {
+      residual_diff.note(j, f.residual_after[j], c.residual_after[j]);
+    }
+  }
+  EXPECT_EQ(out_diff.count, 0) << "out after rejected calls vs a fresh history: " << out_diff;
+  EXPECT_EQ(residual_diff.count, 0) << "residual vs a fresh history: " << residual_diff;
+  EXPECT_EQ(bits_of(c.stats.local_threshold), bits_of(f.stats.local_threshold));
+  EXPECT_EQ(bits_of(c.stats.global_threshold), bits_of(f.stats.global_threshold));
+  EXPECT_EQ(c.stats.local_threshold_exact, f.stats.local_threshold_exact);
+}
+
+TEST_P(Method, OverflowOfResidualPlusGradientThrows) {
+  const Algorithm a = GetParam();
+  if (a == Algorithm::Dense || a == Algorithm::S2Reducer) {
+    GTEST_SKIP() << "no error feedback: acc = grad";
+  }
+  const std::int64_t n = 256;
+  Runner runner(a, n, Options{}.set_density(0.0));  // k = 0: everything stays in the residual
+  const int me = world_rank();
+  std::vector<float> grad(static_cast<std::size_t>(n), 0.0f);
+  if (me == world_size() - 1) grad[5] = 0.75f * std::numeric_limits<float>::max();
+  const Call c = runner.reduce(grad);
+  check_call(runner, c);
+  EXPECT_EQ(c.residual_after[5], grad[5]);
+  // residual + grad overflows to +Inf on the last rank only.
+  Exec exec;
+  const Vector g = to_device(grad);
+  Vector out("test::out", static_cast<std::size_t>(n));
+  expect_invalid_argument([&] { runner.handle().reduce(exec, g, out); },
+                          "oktopk::SparseAllreduce::reduce");
+  EXPECT_EQ(to_host(runner.handle().residual())[5], grad[5]);
+}
+
+TEST_P(Method, DensityZeroSendsNothingAndKeepsEverything) {
+  const Algorithm a = GetParam();
+  if (a == Algorithm::S2Reducer) GTEST_SKIP() << "S2 does not select by density";
+  const std::int64_t n = 1000;
+  Runner runner(a, n, Options{}.set_density(0.0));
+  EXPECT_EQ(runner.handle().k(), 0);
+  for (int call = 0; call < 3; ++call) {
+    SCOPED_TRACE(call);
+    const Call c = runner.reduce(make_gradient(Dist::Uniform, 11, world_rank(), call, n));
+    check_call(runner, c);
+    if (a == Algorithm::Dense) continue;
+    EXPECT_EQ(count_nonzero(c.out), 0) << "k = 0 must give an all-zero output";
+    Diff d;
+    for (std::size_t j = 0; j < c.acc.size(); ++j) {
+      if (!same_value_bits(c.acc[j], c.residual_after[j])) d.note(j, c.acc[j], c.residual_after[j]);
+    }
+    EXPECT_EQ(d.count, 0) << "k = 0 must keep all of acc in the residual: " << d;
+  }
+}
+
+TEST_P(Method, DensityOneEqualsDense) {
+  const Algorithm a = GetParam();
+  if (a == Algorithm::S2Reducer) GTEST_SKIP() << "S2 does not select by density";
+  const std::int64_t n = 1000;
+  Runner runner(a, n, Options{}.set_density(1.0).set_threshold_period(2));
+  EXPECT_EQ(runner.handle().k(), n);
+  for (int call = 0; call < 4; ++call) {
+    SCOPED_TRACE(call);
+    const Dist d = call % 2 == 0 ? Dist::Uniform : Dist::Rows;  // Rows: zeros are kept too
+    const Call c = runner.reduce(make_gradient(d, 13, world_rank(), call, n));
+    check_call(runner, c);
+    expect_dense_average(c);  // and the residual is empty
+  }
+}
+
+TEST_P(Method, TinyVectors) {
+  const Algorithm a = GetParam();
+  for (const std::int64_t n : {0, 1, 3}) {
+    for (const double density : {0.5, 1.0}) {
+      SCOPED_TRACE("n = " + std::to_string(n) + ", density = " + std::to_string(density));
+      Runner runner(a, n, Options{}.set_density(density).set_threshold_period(2)
+                              .set_repartition_period(3).set_s2_row_width(2));
+      for (int call = 0; call < 4; ++call) {
+        const Call c = runner.reduce(make_gradient(Dist::Uniform, 17, world_rank(), call, n));
+        check_call(runner, c);
+        if (density == 1.0 && a != Algorithm::S2Reducer) expect_dense_average(c);
+      }
+    }
+  }
+}
+
+TEST_P(Method, AllZeroGradientGivesZeroOutput) {
+  const Algorithm a = GetParam();
+  const std::int64_t n = 1024;
+  Runner runner(a, n, Options{}.set_density(0.1));
+  const std::vector<float> zeros(static_cast<std::size_t>(n), 0.0f);
+  for (int call = 0; call < 3; ++call) {
+    SCOPED_TRACE(call);
+    const Call c = runner.reduce(zeros);
+    check_call(runner, c);
+    EXPECT_EQ(count_nonzero(c.out), 0);
+    EXPECT_EQ(count_nonzero(c.residual_after), 0);
+  }
+}
+
+TEST_P(Method, WarmupCallsAreDense) {
+  const Algorithm a = GetParam();
+  const std::int64_t n = 2000;
+  Runner runner(a, n, Options{}.set_density(0.02).set_warmup_iterations(3));
+  for (int call = 0; call < 6; ++call) {
+    SCOPED_TRACE(call);
+    const Call c = runner.reduce(make_gradient(Dist::Heavy, 19, world_rank(), call, n));
+    const Checked checked = check_call(runner, c);
+    if (call < 3) {
+      EXPECT_TRUE(c.stats.dense);
+      EXPECT_EQ(count_nonzero(c.residual_after), 0);
+    } else {
+      EXPECT_EQ(c.stats.dense, a == Algorithm::Dense);
+    }
+    EXPECT_EQ(checked.dense, c.stats.dense);
+  }
+}
+
+// =============================================================================================
+// Method-specific behaviour
+// =============================================================================================
+
+/// The Ok-Topk schedule, threshold control, oracle and balancing over many calls.
+struct OkTopkRun {
+  std::int64_t warmup = 0;
+  std::int64_t threshold_period = 8;
+  std::int64_t repartition_period = 16;
+  int calls = 72;
+  /// The distribution of call t (t counted from 0), chosen so that thresholds carried over
+  /// from a different shape must be guarded and nudged.
+  std::function<Dist(int)> dist;
+};
+
+void run_oktopk(const OkTopkRun& run) {
+  const std::int64_t n = 4096;
+  const int P = world_size();
+  const Options base = Options{}
+                           .set_density(0.02)
+                           .set_warmup_iterations(run.warmup)
+                           .set_threshold_period(run.threshold_period)
+                           .set_repartition_period(run.repartition_period);
+  // Same data, different balancing and throttling: identical results required.
+  Runner off(Algorithm::OkTopk, n, Options(base).set_balancing(Balancing::Off).set_throttle(4));
+  Runner on(Algorithm::OkTopk, n, Options(base).set_balancing(Balancing::On).set_throttle(1));
+  Runner adaptive(Algorithm::OkTopk, n, Options(base)
+                                            .set_balancing(Balancing::Adaptive)
+                                            .set_balance_threshold(1.0)
+                                            .set_throttle(3));
+  const std::int64_t k = off.handle().k();
+  const Options& o = off.handle().options();
+  ASSERT_EQ(k, 81);
+
+  // What the previous call left for threshold prediction.
+  bool have_previous = false;
+  bool previous_nudge_known = false;
+  float previous_lt = 0.0f, previous_gt = 0.0f;
+  std::int64_t previous_local = 0, previous_global = 0;
+  std::int64_t exact_calls = 0, repartitions = 0, guarded = 0, nudged = 0, predicted = 0;
+
+  for (int call = 0; call < run.calls; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call + 1));
+    const auto grad = make_gradient(run.dist(call), 23, world_rank(), call, n);
+    const Call c = off.reduce(grad);
+    const Call b = on.reduce(grad);
+    const Call m = adaptive.reduce(grad);
+    const Checked checked = check_call(off, c);
+    const auto& s = c.stats;
+    const std::int64_t t = call - run.warmup;  // calls since the warm-up
+
+    if (t < 0) {
+      EXPECT_TRUE(s.dense);
+      EXPECT_TRUE(b.stats.dense);
+      have_previous = false;
+    } else {
+      EXPECT_FALSE(s.dense);
+      const bool exact = t % run.threshold_period == 0;
+      EXPECT_EQ(s.local_threshold_exact, exact);
+      EXPECT_EQ(s.global_threshold_exact, exact);
+      EXPECT_EQ(s.repartitioned, t % run.repartition_period == 0);
+      exact_calls += exact ? 1 : 0;
+      repartitions += s.repartitioned ? 1 : 0;
+      const Oracle& orc = checked.oracle;
+      if (exact) {
+        EXPECT_EQ(bits_of(s.local_threshold), bits_of(kth_abs(c.acc, k)))
+            << "exact local threshold is not the (k+1)-th largest |acc|";
+        EXPECT_EQ(bits_of(s.global_threshold), bits_of(kth_abs(orc.R, k)))
+            << "exact global threshold is not the (k+1)-th largest |R|";
+        EXPECT_LE(orc.local_count, k);
+        EXPECT_LE(count_nonzero(c.out), k);
+      } else if (have_previous) {
+        // Reuse: the previous threshold, nudged by the previous count, then guarded.
+        double stored = previous_lt;
+        bool ambiguous = !previous_nudge_known;
+        if (previous_local < o.local_low * static_cast<double>(k)) {
+          stored = previous_lt / o.local_step;
+        } else if (previous_local > o.local_high * static_cast<double>(k)) {
+          stored = previous_lt * o.local_step;
+        }
+        double thr = static_cast<float>(stored);
+        int loops = 0;
+        for (; loops < o.guard_loops; ++loops) {
+          std::int64_t passing = 0;
+          for (const float v : c.acc) passing += std::fabs(v) > thr ? 1 : 0;
+          if (passing <= o.guard_factor * static_cast<double>(k)) break;
+          thr = static_cast<float>(thr * o.guard_step);
+        }
+        double global = previous_gt;
+        if (previous_global < o.global_low * static_cast<double>(k)) {
+          global = previous_gt / o.global_step;
+        } else if (previous_global > o.global_high * static_cast<double>(k)) {
+          global = previous_gt * o.global_step;
+        }
+        // The global guard counts the reduced sum over all regions, i.e. all of R.
+        global = static_cast<float>(global);
+        for (int global_loops = 0; global_loops < o.guard_loops; ++global_loops) {
+          std::int64_t passing = 0;
+          for (const float v : orc.R) passing += std::fabs(v) > global ? 1 : 0;
+          if (passing <= o.guard_factor * static_cast<double>(k)) break;
+          global = static_cast<float>(global * o.guard_step);
+        }
+        guarded += loops > 0 ? 1 : 0;
+        nudged += static_cast<float>(stored) != previous_lt ? 1 : 0;
+        if (!ambiguous) {
+          ++predicted;
+          const double tolerance = 1e-5;
+          EXPECT_NEAR(s.local_threshold, thr, tolerance * std::fabs(thr))
+              << "local threshold after nudge (previous " << previous_lt << ", " << previous_local
+              << " selected of k = " << k << ") and " << loops << " guard steps";
+          EXPECT_NEAR(s.global_threshold, global, tolerance * std::fabs(global))
+              << "global threshold after nudge (previous " << previous_gt << ", "
+              << previous_global << " selected)";
+        }
+      }
+      // The nudge after an exact call is unambiguous only when its count is in range.
+      previous_nudge_known =
+          !exact || (orc.local_count >= o.local_low * static_cast<double>(k) &&
+                     orc.local_count <= o.local_high * static_cast<double>(k) &&
+                     orc.global_count >= o.global_low * static_cast<double>(k) &&
+                     orc.global_count <= o.global_high * static_cast<double>(k));
+      have_previous = true;
+      previous_lt = s.local_threshold;
+      previous_gt = s.global_threshold;
+      previous_local = orc.local_count;
+      previous_global = orc.global_count;
+
+      for (const char* phase : {"split_reduce", "allgatherv"}) {
+        const auto found = s.phases.find(phase);
+        EXPECT_TRUE(found != s.phases.end()) << "no phase " << phase;
+        if (found != s.phases.end() && P > 1) {
+          EXPECT_GT(found->second.traffic.bytes_sent + found->second.traffic.bytes_received, 0)
+              << phase;
+        }
+      }
+      EXPECT_FALSE(s.balanced) << "balancing off";
+      if (P > 1 && orc.global_count > 0) {
+        EXPECT_TRUE(b.stats.balanced) << "balancing on";
+        EXPECT_GT(b.stats.phases.count("balance"), 0u);
+      }
+    }
+    // Balancing and throttle change nothing in the results.
+    for (const Call* other : {&b, &m}) {
+      Diff out_diff, residual_diff;
+      for (std::size_t j = 0; j < c.out.size(); ++j) {
+        if (bits_of(c.out[j]) != bits_of(other->out[j])) out_diff.note(j, c.out[j], other->out[j]);
+        if (bits_of(c.residual_after[j]) != bits_of(other->residual_after[j])) {
+          residual_diff.note(j, c.residual_after[j], other->residual_after[j]);
+        }
+      }
+      const char* which = other == &b ? "balancing on, throttle 1" : "adaptive, throttle 3";
+      EXPECT_EQ(out_diff.count, 0) << which << " vs off: " << out_diff;
+      EXPECT_EQ(residual_diff.count, 0) << which << " residual vs off: " << residual_diff;
+      EXPECT_EQ(bits_of(other->stats.local_threshold), bits_of(s.local_threshold)) << which;
+      EXPECT_EQ(bits_of(other->stats.global_threshold), bits_of(s.global_threshold)) << which;
+      EXPECT_EQ(other->stats.local_selected, s.local_selected) << which;
+      EXPECT_EQ(other->stats.global_selected, s.global_selected) << which;
+      EXPECT_EQ(other->stats.repartitioned, s.repartitioned) << which;
+    }
+    EXPECT_EQ(on.calls(), off.calls());
+    EXPECT_EQ(b.stats.iteration, s.iteration);
+  }
+  const std::int64_t sparse_calls = run.calls - run.warmup;
+  EXPECT_EQ(exact_calls, (sparse_calls + run.threshold_period - 1) / run.threshold_period);
+  EXPECT_EQ(repartitions, (sparse_calls + run.repartition_period - 1) / run.repartition_period);
+  EXPECT_GT(predicted, 0);
+  // The distributions change between exact calls, so the control loops must have acted.
+  EXPECT_GT(guarded, 0) << "the guard never raised a threshold";
+  EXPECT_GT(nudged, 0) << "no threshold was ever nudged";
+}
+
+TEST(OkTopk, ScheduleOracleThresholdControlAndBalancingOverManyCalls) {
+  OkTopkRun run;
+  run.dist = [](int t) {
+    if (t < 20) return Dist::Uniform;
+    if (t < 44) return Dist::Heavy;  // uniform threshold on heavy data: too few pass
+    if (t < 58) return Dist::Uniform;  // heavy threshold on uniform data: far too many pass
+    return Dist::Correlated;
+  };
+  run_oktopk(run);
+}
+
+TEST(OkTopk, ScheduleCountsFromTheEndOfTheWarmup) {
+  OkTopkRun run;
+  run.warmup = 3;
+  run.threshold_period = 4;
+  run.repartition_period = 6;
+  run.calls = 20;
+  run.dist = [](int t) { return t < 9 ? Dist::Heavy : Dist::Uniform; };
+  run_oktopk(run);
+}
+
+TEST(TopkDSA, SparseAndDenseSwitchBothMatchTheOracle) {
+  const std::int64_t n = 3001;
+  for (const double density : {0.01, 0.6}) {
+    SCOPED_TRACE(density);
+    Runner runner(Algorithm::TopkDSA, n, Options{}.set_density(density));
+    for (int call = 0; call < 3; ++call) {
+      const Call c = runner.reduce(make_gradient(Dist::Uniform, 29, world_rank(), call, n));
+      const Checked checked = check_call(runner, c);
+      EXPECT_TRUE(same_on_all_ranks(c.stats.dense_switch ? 1 : 0));
+      std::int64_t nnz = 0;
+      for (const float r : checked.oracle.R) nnz += r != 0.0f ? 1 : 0;
+      // Sparse iff 2·nnz < n (8 bytes an entry against 4 a dense element).
+      EXPECT_EQ(c.stats.dense_switch, !(2 * nnz < n)) << nnz << " non-zeros";
+      EXPECT_EQ(c.stats.dense_switch, density > 0.5);
+    }
+  }
+}
+
+TEST(GTopk, MatchesTheSimulatedTreeWithDistinctMagnitudes) {
+  const std::int64_t n = 2048;
+  Runner runner(Algorithm::GTopk, n, Options{}.set_density(0.01));
+  std::int64_t verified = 0;
+  for (int call = 0; call < 4; ++call) {
+    SCOPED_TRACE(call);
+    const Call c = runner.reduce(make_gradient(Dist::Wide, 31, world_rank(), call, n));
+    verified += check_call(runner, c).tree_verified ? 1 : 0;
+    EXPECT_LE(count_nonzero(c.out), runner.handle().k());
+    if (world_size() == 1) {  // gTopk = TopkA = the local top-k at P = 1
+      EXPECT_EQ(count_nonzero(c.out), runner.handle().k());
+    }
+  }
+  EXPECT_GE(verified, 3) << "too many cuts between equal magnitudes to check the tree";
+}
+
+TEST(S2Reducer, ExactSketchEqualsDense) {
+  const std::int64_t n = 64 * 40 + 5;
+  for (const std::int64_t columns : {n, 2 * n}) {
+    SCOPED_TRACE(columns);
+    Runner runner(Algorithm::S2Reducer, n,
+                  Options{}.set_density(0.02).set_s2_sketch_columns(columns).set_s2_sketch_rows(3));
+    for (int call = 0; call < 4; ++call) {
+      const Dist d = call % 2 == 0 ? Dist::Rows : Dist::Uniform;
+      const Call c = runner.reduce(make_gradient(d, 37, world_rank(), call, n));
+      check_call(runner, c);
+      expect_dense_average(c);
+    }
+  }
+}
+
+TEST(S2Reducer, RowsWithoutNonZerosDecodeToZero) {
+  const std::int64_t n = 64 * 48;
+  Runner runner(Algorithm::S2Reducer, n, Options{}.set_density(0.05));
+  for (int call = 0; call < 4; ++call) {
+    SCOPED_TRACE(call);
+    const Call c = runner.reduce(make_gradient(Dist::Rows, 41, world_rank(), call, n));
+    check_call(runner, c);  // includes the union-row check
+    EXPECT_GT(max_over_ranks(count_nonzero(c.out)), 0) << "S2 decoded nothing";
+  }
+}
+
+}  // namespace
