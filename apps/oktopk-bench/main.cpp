@@ -2,6 +2,8 @@
 // oktopk-bench: the collective benchmark, in the spirit of OSU and nccl-tests. Times every
 // sparse allreduce method on generated (or replayed) gradients, reports time and traffic per
 // rank, and with --check holds every output element to the oracle of oktopk/oracle.hpp.
+#include "common/cli.hpp"
+
 #include <oktopk/oktopk.hpp>
 #include <oktopk/oracle.hpp>
 
@@ -120,10 +122,8 @@ float32 each, all little endian. Every rank reads the file itself (a shared file
 
 // ---- arguments ------------------------------------------------------------------------------
 
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using oktopk::apps::parse_number;
+using oktopk::apps::UsageError;
 
 enum class DistKind { Normal, Laplace, Lognormal, Correlated, Rows, File };
 
@@ -151,33 +151,6 @@ struct Args {
   std::string dump_path;
   oktopk::Options options;
 };
-
-template <class T>
-T parse_number(const std::string& flag, const std::string& text) {
-  try {
-    std::size_t used = 0;
-    T value{};
-    if constexpr (std::is_floating_point_v<T>) {
-      value = static_cast<T>(std::stod(text, &used));
-      if (!std::isfinite(value)) throw std::invalid_argument("not finite");
-    } else if constexpr (std::is_unsigned_v<T>) {
-      if (text.find('-') != std::string::npos) throw std::invalid_argument("negative");
-      const unsigned long long v = std::stoull(text, &used);
-      if (v > std::numeric_limits<T>::max()) throw std::out_of_range("too large");
-      value = static_cast<T>(v);
-    } else {
-      const long long v = std::stoll(text, &used);
-      if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
-        throw std::out_of_range("out of range");
-      }
-      value = static_cast<T>(v);
-    }
-    if (used != text.size() || text.empty()) throw std::invalid_argument("trailing characters");
-    return value;
-  } catch (const std::exception&) {
-    throw UsageError(flag + " expects a number, got '" + text + "'");
-  }
-}
 
 Distribution parse_distribution(const std::string& text) {
   Distribution d;

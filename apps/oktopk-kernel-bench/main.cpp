@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // oktopk-kernel-bench: single-process timings of OkTopk's kernels against a memory-bandwidth
 // reference (copy) and a naive top-k reference (std::nth_element). Links no MPI.
+#include "common/cli.hpp"
+
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
 #include <oktopk/select.hpp>
@@ -55,20 +57,9 @@ struct Options {
 template <class T>
 T parse_number(const std::string& flag, const std::string& text) {
   try {
-    std::size_t used = 0;
-    T value{};
-    if constexpr (std::is_floating_point_v<T>) {
-      value = static_cast<T>(std::stod(text, &used));
-    } else if constexpr (std::is_unsigned_v<T>) {
-      if (!text.empty() && text[0] == '-') throw std::invalid_argument("negative");
-      value = static_cast<T>(std::stoull(text, &used));
-    } else {
-      value = static_cast<T>(std::stoll(text, &used));
-    }
-    if (used != text.size()) throw std::invalid_argument("trailing characters");
-    return value;
-  } catch (const std::exception&) {
-    fail(flag + " expects a number, got '" + text + "'");
+    return oktopk::apps::parse_number<T>(flag, text);
+  } catch (const oktopk::apps::UsageError& e) {
+    fail(e.what());
   }
 }
 

@@ -9,6 +9,7 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/make_sparse_allreduce.hpp>
 #include <oktopk/options.hpp>
+#include <oktopk/oracle.hpp>
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
 #include <oktopk/select.hpp>

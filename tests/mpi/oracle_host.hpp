@@ -4,6 +4,8 @@
 // dense data, independently of the library's own communication.
 #pragma once
 
+#include "mpi/mpi_test_utils.hpp"
+
 #include <mpi.h>
 
 #include <cmath>
@@ -13,24 +15,6 @@
 #include <vector>
 
 namespace oktopk::test {
-
-inline int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-inline int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-inline std::uint32_t bits_of(float x) {
-  std::uint32_t b = 0;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
-}
 
 /// Same bits, except that +0 and -0 count as equal (a sign of zero carries no information in an
 /// averaged gradient; identity across ranks is checked strictly elsewhere).

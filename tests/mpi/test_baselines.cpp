@@ -3,6 +3,7 @@
 // host code. Gradients are multiples of 2^-8 below 2^4 in magnitude, so every sum is exact in
 // any order and outputs must match bit for bit; the residual is modelled on the host over
 // several calls.
+#include "mpi/mpi_test_utils.hpp"
 #include <oktopk/make_sparse_allreduce.hpp>
 #include <oktopk/topk.hpp>
 
@@ -30,23 +31,10 @@ using DeviceVector = Kokkos::View<float*, Exec::memory_space>;
 
 constexpr float inf = std::numeric_limits<float>::infinity();
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
+using oktopk::test::world_rank;
+using oktopk::test::world_size;
+using oktopk::test::bits_of;
 
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-std::uint32_t bits_of(float f) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits;
-}
 
 std::int64_t sum_over_ranks(std::int64_t value) {
   std::int64_t sum = 0;

@@ -2,6 +2,7 @@
 // Communicator: the duplicate, every wrapped call's results, traffic accounting (exact counts and
 // the documented formulas, checked against a message-level model of the algorithms), errors, and
 // the agreement check. Runs at several rank counts, 1 included.
+#include "mpi/mpi_test_utils.hpp"
 #include <oktopk/communicator.hpp>
 #include <oktopk/impl/mpi_check.hpp>
 
@@ -20,17 +21,8 @@ namespace {
 using oktopk::Communicator;
 using oktopk::PhaseTraffic;
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using oktopk::test::world_rank;
+using oktopk::test::world_size;
 
 std::int64_t sum_over_ranks(std::int64_t value) {
   std::int64_t sum = 0;

@@ -6,6 +6,7 @@
 // Most inputs are embedding-like (only some rows non-zero per rank) with values k/256,
 // |k| <= 256: sums over ranks and sketch cells are then exact in float, in any order, so most
 // checks are equalities; tests that need inexact data say so.
+#include "mpi/mpi_test_utils.hpp"
 #include <oktopk/make_sparse_allreduce.hpp>
 #include <oktopk/impl/algorithms/s2.hpp>
 
@@ -32,17 +33,8 @@ using oktopk::Options;
 using oktopk::impl::S2Sketch;
 using Handle = std::unique_ptr<oktopk::SparseAllreduce<Exec>>;
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using oktopk::test::world_rank;
+using oktopk::test::world_size;
 
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
