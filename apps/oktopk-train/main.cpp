@@ -1,0 +1,361 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// oktopk-train: data-parallel SGD on Fashion-MNIST, the gradient of every step averaged over
+// the ranks by one of OkTopk's sparse allreduce methods.
+#include "common/cli.hpp"
+#include "fashion_mnist.hpp"
+#include "model.hpp"
+
+#include <oktopk/oktopk.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using oktopk::apps::parse_number;
+using oktopk::apps::UsageError;
+using Exec = oktopk::train::ExecutionSpace;
+using Memory = oktopk::train::MemorySpace;
+
+constexpr const char* usage = R"(Usage: mpirun -np P oktopk-train [options] [--kokkos-... flags]
+
+Trains a small model on Fashion-MNIST with data-parallel SGD (momentum, weight decay): every
+rank trains on its own shard, and each step's gradient (all parameters in one flat buffer) is
+averaged over the ranks by the chosen OkTopk method. Prints one line per epoch on rank 0 and a
+final line "final test_acc=0.XXXX".
+
+Options:
+  --model NAME          mlp or cnn                                          (default mlp)
+  --algo NAME           dense topka topkdsa gtopk gaussiank oktopk s2        (default oktopk)
+  --density D           fraction of the gradient each step selects, [0, 1]   (default 0.01)
+  --epochs E            passes over the training set, >= 1                   (default 5)
+  --batch B             mini-batch per rank, >= 1                            (default 64)
+  --lr LR               learning rate, > 0                                   (default 0.05)
+  --lr-decay F          multiply the learning rate by F after every epoch    (default 1)
+  --momentum M          SGD momentum, [0, 1)                                 (default 0.9)
+  --weight-decay W      L2 weight decay, >= 0                                (default 0.0001)
+  --dense-warmup N      first N steps use a dense allreduce                  (default 0)
+  --seed S              model initialization and shuffling                   (default 1)
+  --data DIR            Fashion-MNIST IDX gz files       (default /usr/share/datasets/fashion-mnist)
+  --csv FILE            also write one CSV row per epoch to FILE (rank 0)
+  --dump-gradients FILE write every rank's local gradients of the first --dump-steps steps, in
+                        the format oktopk-bench --dist file:FILE replays
+  --dump-steps N        steps to dump, >= 1                                  (default 8)
+  --steps-per-epoch N   cap on steps per epoch (quick runs and tests)       (default: all)
+  --help                print this text
+
+Run with OMP_WAIT_POLICY=passive (and OPENBLAS_NUM_THREADS=1 when ranks share cores): spinning
+OpenMP threads otherwise starve the BLAS threads of the matrix multiplies.
+
+Per epoch: epoch, mean training loss over the ranks, test accuracy, seconds, bytes per rank
+per step (the larger of sent and received, averaged over steps and ranks), and the achieved
+density (non-zeros of the averaged gradient / parameters, averaged over steps).
+)";
+
+struct Settings {
+  std::string model = "mlp";
+  oktopk::Algorithm algorithm = oktopk::Algorithm::OkTopk;
+  double density = 0.01;
+  std::int64_t epochs = 5;
+  std::int64_t batch = 64;
+  double lr = 0.05;
+  double lr_decay = 1.0;
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  std::int64_t dense_warmup = 0;
+  std::uint64_t seed = 1;
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string csv;
+  std::string dump_path;
+  std::int64_t dump_steps = 8;
+  std::int64_t steps_cap = 0;
+  bool help = false;
+};
+
+Settings parse(int argc, char* argv[]) {
+  Settings s;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag.rfind("--kokkos-", 0) == 0) continue;  // Kokkos's own
+    if (flag == "--help" || flag == "-h") {
+      s.help = true;
+      continue;
+    }
+    if (i + 1 >= argc) throw UsageError("unknown option or missing value: " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--model") {
+      s.model = value;
+    } else if (flag == "--algo") {
+      try {
+        s.algorithm = oktopk::algorithm_from_string(value);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
+    } else if (flag == "--density") {
+      s.density = parse_number<double>(flag, value);
+    } else if (flag == "--epochs") {
+      s.epochs = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--batch") {
+      s.batch = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--lr") {
+      s.lr = parse_number<double>(flag, value);
+    } else if (flag == "--lr-decay") {
+      s.lr_decay = parse_number<double>(flag, value);
+    } else if (flag == "--momentum") {
+      s.momentum = parse_number<double>(flag, value);
+    } else if (flag == "--weight-decay") {
+      s.weight_decay = parse_number<double>(flag, value);
+    } else if (flag == "--dense-warmup") {
+      s.dense_warmup = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--seed") {
+      s.seed = parse_number<std::uint64_t>(flag, value);
+    } else if (flag == "--data") {
+      s.data = value;
+    } else if (flag == "--csv") {
+      s.csv = value;
+    } else if (flag == "--dump-gradients") {
+      s.dump_path = value;
+    } else if (flag == "--dump-steps") {
+      s.dump_steps = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--steps-per-epoch") {
+      s.steps_cap = parse_number<std::int64_t>(flag, value);
+    } else {
+      throw UsageError("unknown option " + flag);
+    }
+  }
+  const auto names = oktopk::train::model_names();
+  if (std::find(names.begin(), names.end(), s.model) == names.end()) {
+    throw UsageError("unknown --model '" + s.model + "' (valid: mlp cnn)");
+  }
+  if (!(s.density >= 0.0 && s.density <= 1.0)) throw UsageError("--density must be in [0, 1]");
+  if (s.epochs < 1) throw UsageError("--epochs must be at least 1");
+  if (s.batch < 1) throw UsageError("--batch must be at least 1");
+  if (!(s.lr > 0.0)) throw UsageError("--lr must be positive");
+  if (!(s.lr_decay > 0.0 && s.lr_decay <= 1.0)) throw UsageError("--lr-decay must be in (0, 1]");
+  if (!(s.momentum >= 0.0 && s.momentum < 1.0)) throw UsageError("--momentum must be in [0, 1)");
+  if (!(s.weight_decay >= 0.0)) throw UsageError("--weight-decay must be >= 0");
+  if (s.dense_warmup < 0) throw UsageError("--dense-warmup must be >= 0");
+  if (s.dump_steps < 1) throw UsageError("--dump-steps must be at least 1");
+  if (s.steps_cap < 0) throw UsageError("--steps-per-epoch must be >= 0");
+  return s;
+}
+
+/// Rank 0 writes gradients as oktopk-bench's file:PATH reads them: "OKTOPKG1", int64 n,
+/// int64 count, then count gradients of n floats, step by step and, within a step, rank by rank.
+class GradientDump {
+ public:
+  GradientDump(const oktopk::Communicator& comm, const std::string& path, std::int64_t n,
+               std::int64_t steps)
+      : comm_(comm), n_(n), steps_(steps) {
+    if (path.empty()) return;
+    int ok = 1;
+    if (comm.rank() == 0) {
+      file_.open(path, std::ios::binary | std::ios::trunc);
+      ok = file_.good() ? 1 : 0;
+      const std::int64_t count = steps * comm.size();
+      file_.write("OKTOPKG1", 8);
+      file_.write(reinterpret_cast<const char*>(&n_), sizeof n_);
+      file_.write(reinterpret_cast<const char*>(&count), sizeof count);
+    }
+    comm.bcast(&ok, 1, 0);
+    if (ok == 0) throw std::runtime_error("oktopk-train: cannot write --dump-gradients " + path);
+    active_ = true;
+  }
+
+  /// Collective while active: gathers this step's local gradients to rank 0.
+  void record(const Exec& exec, std::int64_t step, const Kokkos::View<float*, Memory>& grad) {
+    if (!active_ || step >= steps_) return;
+    auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), grad);
+    exec.fence();
+    const int P = comm_.size();
+    std::vector<int> counts(P, static_cast<int>(n_));
+    std::vector<int> displacements(P);
+    for (int r = 0; r < P; ++r) displacements[r] = static_cast<int>(r * n_);
+    // Every rank receives everything through allgatherv; only rank 0 needs it, but the
+    // gradients are small and the communicator has no gather.
+    std::vector<float> gathered(static_cast<std::size_t>(n_) * P);
+    comm_.allgatherv(host.data(), n_, gathered.data(), counts.data(), displacements.data());
+    if (comm_.rank() == 0) {
+      file_.write(reinterpret_cast<const char*>(gathered.data()),
+                  static_cast<std::streamsize>(gathered.size() * sizeof(float)));
+      if (step + 1 == steps_) file_.close();
+    }
+  }
+
+ private:
+  oktopk::Communicator comm_;
+  std::int64_t n_;
+  std::int64_t steps_;
+  bool active_ = false;
+  std::ofstream file_;
+};
+
+/// A digest of the parameters' bytes: equal on every rank exactly when the models are equal.
+std::int64_t parameter_digest(const Kokkos::View<float*, Memory>& params) {
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), params);
+  return oktopk::agreement_digest(std::string_view(reinterpret_cast<const char*>(host.data()),
+                                                   host.size() * sizeof(float)));
+}
+
+int run(const Settings& s, const oktopk::Communicator& comm) {
+  using namespace oktopk::train;
+  const int P = comm.size();
+  const int me = comm.rank();
+  Exec exec;
+  auto say = [&](const std::string& line) {
+    if (me == 0) std::cout << line << std::endl;
+  };
+
+  const Dataset train_all = load_fashion_mnist(s.data, true);
+  const Dataset test_all = load_fashion_mnist(s.data, false);
+  const DeviceDataset train = to_device(exec, shard(train_all, me, P));
+  const DeviceDataset test = to_device(exec, shard(test_all, me, P));
+  std::int64_t steps = common_steps_per_epoch(train_all.size(), P, s.batch);
+  if (s.steps_cap > 0) steps = std::min(steps, s.steps_cap);
+  if (steps < 1) throw std::runtime_error("oktopk-train: --batch is larger than a rank's shard");
+
+  auto model = make_model<float>(s.model, s.seed);
+  const std::int64_t n = model->num_parameters();
+  const oktopk::Options options =
+      oktopk::Options().set_density(s.density).set_warmup_iterations(s.dense_warmup).set_seed(s.seed);
+  auto allreduce = oktopk::make_sparse_allreduce<Exec>(s.algorithm, comm, n, options);
+
+  std::ostringstream head;
+  head << "# oktopk-train: model=" << s.model << " (" << n << " parameters) algo="
+       << oktopk::to_string(s.algorithm) << " P=" << P << " batch/rank=" << s.batch
+       << " steps/epoch=" << steps << " lr=" << s.lr << " lr_decay=" << s.lr_decay << " momentum=" << s.momentum
+       << " weight_decay=" << s.weight_decay << " seed=" << s.seed << " exec=" << Exec::name()
+       << "\n# options: " << options;
+  say(head.str());
+  say("epoch  train_loss  test_acc   seconds  bytes_per_rank_per_step  density");
+
+  std::ofstream csv;
+  if (me == 0 && !s.csv.empty()) {
+    csv.open(s.csv, std::ios::trunc);
+    if (!csv) throw std::runtime_error("oktopk-train: cannot write --csv " + s.csv);
+    csv << "epoch,train_loss,test_acc,seconds,bytes_per_rank_per_step,density\n";
+  }
+  GradientDump dump(comm, s.dump_path, n, s.dump_steps);
+
+  const auto params = model->parameters();
+  const auto grad = model->gradient();
+  Kokkos::View<float*, Memory> averaged("oktopk-train::averaged", n);
+  Kokkos::View<float*, Memory> velocity("oktopk-train::velocity", n);
+  Kokkos::View<float**, Kokkos::LayoutRight, Memory> images("oktopk-train::images", s.batch,
+                                                            Dataset::pixels);
+  Kokkos::View<int*, Memory> labels("oktopk-train::labels", s.batch);
+  Kokkos::View<std::int64_t*, Memory> order("oktopk-train::order", train.size());
+
+  double final_accuracy = 0.0;
+  double lr = s.lr;
+  std::int64_t global_step = 0;
+  for (std::int64_t epoch = 1; epoch <= s.epochs; ++epoch) {
+    // Each rank shuffles its own shard; the seed mixes in the rank so shards are not in step.
+    const auto permutation = epoch_permutation(train.size(), s.seed * 1000003u + me, epoch);
+    Kokkos::deep_copy(exec, order,
+                      Kokkos::View<const std::int64_t*, Kokkos::HostSpace,
+                                   Kokkos::MemoryTraits<Kokkos::Unmanaged>>(permutation.data(),
+                                                                            permutation.size()));
+    comm.barrier();
+    Kokkos::Timer timer;
+    Kokkos::Timer progress;
+    double loss_sum = 0.0;
+    double bytes_sum = 0.0;
+    double density_sum = 0.0;
+    for (std::int64_t step = 0; step < steps; ++step, ++global_step) {
+      gather_batch(exec, train, order, step * s.batch, s.batch, images, labels);
+      loss_sum += model->forward_backward(exec, images, labels, grad);
+      dump.record(exec, global_step, grad);
+      allreduce->reduce(exec, grad, averaged);
+      sgd_momentum_step<float>(exec, params, averaged, velocity, lr, s.momentum, s.weight_decay);
+      const oktopk::PhaseTraffic traffic = allreduce->stats().total_traffic();
+      bytes_sum += static_cast<double>(std::max(traffic.bytes_sent, traffic.bytes_received));
+      density_sum += static_cast<double>(oktopk::count_above(exec, averaged, 0.0f)) / n;
+      if (me == 0 && progress.seconds() > 10.0) {
+        std::cerr << "oktopk-train: epoch " << epoch << " step " << step + 1 << "/" << steps
+                  << ", loss " << loss_sum / (step + 1) << ", " << timer.seconds() << " s"
+                  << std::endl;
+        progress.reset();
+      }
+    }
+    exec.fence();
+    const double seconds = timer.seconds();
+
+    lr *= s.lr_decay;
+    // Test accuracy: each rank evaluates its shard of the test set; weighted by shard size.
+    // (Batches of 256 keep the CNN's im2col scratch near 80 MB.)
+    const Evaluation local = evaluate(exec, *model, test, 256);
+    double sums[4] = {loss_sum / steps, bytes_sum / steps, local.accuracy * test.size(),
+                      static_cast<double>(test.size())};
+    comm.allreduce_in_place(sums, 4, MPI_SUM);
+    final_accuracy = sums[2] / sums[3];
+    const double train_loss = sums[0] / P;
+    const double bytes = sums[1] / P;
+    const double density = density_sum / steps;  // the averaged gradient is the same everywhere
+
+    const std::int64_t digest = parameter_digest(params);
+    comm.check_agreement("oktopk-train", {{"model parameters", digest}});
+
+    char line[256];
+    std::snprintf(line, sizeof line, "%5lld  %10.4f  %8.4f  %8.2f  %23.0f  %7.5f",
+                  static_cast<long long>(epoch), train_loss, final_accuracy, seconds, bytes,
+                  density);
+    say(line);
+    if (csv.is_open()) {
+      csv << epoch << "," << train_loss << "," << final_accuracy << "," << seconds << ","
+          << bytes << "," << density << "\n";
+    }
+  }
+  char final_line[128];
+  std::snprintf(final_line, sizeof final_line,
+                "final test_acc=%.4f (parameters identical on all %d ranks)", final_accuracy, P);
+  say(final_line);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int status = 0;
+  // Every rank parses the same arguments, so every rank takes the same branch: no hang.
+  Settings settings;
+  try {
+    settings = parse(argc, argv);
+  } catch (const UsageError& e) {
+    if (rank == 0) std::cerr << "oktopk-train: " << e.what() << " (see --help)\n";
+    MPI_Finalize();
+    return 2;
+  }
+  if (settings.help) {
+    if (rank == 0) std::cout << usage;
+    MPI_Finalize();
+    return 0;
+  }
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    try {
+      const oktopk::Communicator comm(MPI_COMM_WORLD);
+      status = run(settings, comm);
+    } catch (const std::exception& e) {
+      // Errors that depend on the data (missing files) hit every rank alike; report once.
+      if (rank == 0) std::cerr << "oktopk-train: " << e.what() << "\n";
+      status = 1;
+    }
+  }
+  MPI_Finalize();
+  return status;
+}
