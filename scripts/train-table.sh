@@ -18,10 +18,10 @@ for run in "${runs[@]}"; do
   mpirun --oversubscribe -np "$ranks" build/apps/oktopk-train/oktopk-train --model "$model" \
     --algo "$algo" --density "$density" --epochs "$epochs" --lr "$lr" --lr-decay "$decay" \
     --csv "$csv" > /dev/null 2>&1 || { echo "| $model | $algo | $density | FAILED |"; continue; }
-  # The last epoch's row; seconds averaged over all epochs.
+  # Accuracy and loss of the last epoch; seconds, bytes and density averaged over epochs.
   awk -F, -v m="$model" -v a="$algo" -v d="$density" -v e="$epochs" 'NR > 1 {
-      s += $4; acc = $3; loss = $2; bytes = $5; dens = $6 }
-    END { printf "| %s | %s | %s | %s | %.4f | %.4f | %.1f | %.0f | %.5f |\n",
-          m, a, d, e, acc, loss, s / (NR - 1), bytes, dens }' "$csv"
+      s += $4; acc = $3; loss = $2; bytes += $5; dens += $6 }
+    END { n = NR - 1; printf "| %s | %s | %s | %s | %.4f | %.4f | %.2f | %.0f | %.5f |\n",
+          m, a, d, e, acc, loss, s / n, bytes / n, dens / n }' "$csv"
   rm -f "$csv"
 done
