@@ -68,22 +68,17 @@ inline std::vector<int> displacements_of(const std::vector<int>& counts) {
   return displacements;
 }
 
-/// \brief Collective. Gathers every rank's `count` entries (indices, values) on every rank, in
-/// rank order. With balancing, the entries are first redistributed so every rank holds
-/// total/P of them (remainder to the low ranks), keeping their order, so the allgatherv moves
-/// equal blocks; the result is the same array either way. `timed(name)` opens a phase.
+/// \brief Collective. sparse_allgatherv for callers that already hold every rank's count in
+/// `gather.counts` (size P, identical on every rank); this rank sends gather.counts[rank].
 template <class ExecSpace, class Idx, class Val, class Timed>
-void sparse_allgatherv(const ExecSpace& exec, const Communicator& comm, const Idx& indices,
-                       const Val& values, std::int64_t count, Balancing balancing,
-                       double balance_threshold, SparseGather<ExecSpace>& gather, Timed&& timed) {
+void sparse_allgatherv_counted(const ExecSpace& exec, const Communicator& comm, const Idx& indices,
+                               const Val& values, Balancing balancing, double balance_threshold,
+                               SparseGather<ExecSpace>& gather, Timed&& timed) {
   constexpr const char* where = "oktopk::sparse_allgatherv";
   const int P = comm.size();
   const int me = comm.rank();
-  gather.counts.assign(P, 0);
-  {
-    auto timer = timed("allgatherv");
-    comm.allgather(&count, 1, gather.counts.data());
-  }
+  OKTOPK_ASSERT(static_cast<int>(gather.counts.size()) == P);
+  const std::int64_t count = gather.counts[me];
   std::int64_t total = 0;
   std::int64_t largest = 0;
   for (const auto c : gather.counts) {
@@ -169,6 +164,23 @@ void sparse_allgatherv(const ExecSpace& exec, const Communicator& comm, const Id
     mpi_received(exec, recv_idx, gather.indices, 0, total);
     mpi_received(exec, recv_val, gather.values, 0, total);
   }
+}
+
+/// \brief Collective. Gathers every rank's `count` entries (indices, values) on every rank, in
+/// rank order. With balancing, the entries are first redistributed so every rank holds
+/// total/P of them (remainder to the low ranks), keeping their order, so the allgatherv moves
+/// equal blocks; the result is the same array either way. `timed(name)` opens a phase.
+template <class ExecSpace, class Idx, class Val, class Timed>
+void sparse_allgatherv(const ExecSpace& exec, const Communicator& comm, const Idx& indices,
+                       const Val& values, std::int64_t count, Balancing balancing,
+                       double balance_threshold, SparseGather<ExecSpace>& gather, Timed&& timed) {
+  gather.counts.assign(comm.size(), 0);
+  {
+    auto timer = timed("allgatherv");
+    comm.allgather(&count, 1, gather.counts.data());
+  }
+  sparse_allgatherv_counted(exec, comm, indices, values, balancing, balance_threshold, gather,
+                            timed);
 }
 
 /// out = (sum of the gathered entries) / P, adding rank by rank so the sum has the same order

@@ -75,13 +75,14 @@ class TopkDSA final : public SparseAllreduce<ExecSpace> {
       auto timer = this->phase(exec, "select");
       nonzeros = this->select_into(exec, state_.region, 0.0f, region_indices_, region_values_);
     }
-    std::vector<std::int64_t> counts(P, 0);
+    // The counts decide sparse or dense, and the sparse gather reuses them.
+    gather_.counts.assign(P, 0);
     {
       auto timer = this->phase(exec, "allgatherv");
-      comm.allgather(&nonzeros, 1, counts.data());
+      comm.allgather(&nonzeros, 1, gather_.counts.data());
     }
     std::int64_t total = 0;
-    for (const auto c : counts) total += c;
+    for (const auto c : gather_.counts) total += c;
     stats.global_selected = total;
 
     // Byte break-even: a sparse entry costs 8 bytes (index + value), a dense one 4.
@@ -89,8 +90,8 @@ class TopkDSA final : public SparseAllreduce<ExecSpace> {
     stats.dense_switch = !sparse;
     if (sparse) {
       add_offset(exec, region_indices_, 0, nonzeros, offsets_[me]);
-      sparse_allgatherv(exec, comm, region_indices_, region_values_, nonzeros, Balancing::Off, 1.0,
-                        gather_, this->timed(exec));
+      sparse_allgatherv_counted(exec, comm, region_indices_, region_values_, Balancing::Off, 1.0,
+                                gather_, this->timed(exec));
       auto timer = this->phase(exec, "reduce");
       Kokkos::deep_copy(exec, out, 0.0f);
       // Regions are disjoint, so the gathered global indices are distinct.
