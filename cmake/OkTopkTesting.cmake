@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
-# oktopk_add_mpi_test(NAME name SOURCES a.cpp ... NP 1 2 3 4 [TIMEOUT s])
+# oktopk_add_mpi_test(NAME name SOURCES a.cpp ... NP 1 2 3 4 [TIMEOUT s] [DEFINITIONS D ...])
 # Builds one executable linked with the shared MPI test main and registers one ctest test per
-# rank count, named <name>_np<N>, run through mpiexec. PROCESSORS tells ctest how many cores a
+# rank count, named <name>_np<N>, run through mpiexec. DEFINITIONS are compile definitions of
+# that executable alone. PROCESSORS tells ctest how many cores a
 # test occupies so `ctest -j` does not oversubscribe more than it must.
 
 # OpenMPI refuses more ranks than cores unless told; MPICH has no such flag and rejects it.
@@ -13,13 +14,14 @@ if(_oktopk_mpiexec_version MATCHES "Open MPI|OpenRTE")
 endif()
 
 function(oktopk_add_mpi_test)
-  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SOURCES;NP;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SOURCES;NP;LIBRARIES;DEFINITIONS" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
   set(exe oktopk_test_${ARG_NAME})
   add_executable(${exe} ${ARG_SOURCES})
   target_link_libraries(${exe} PRIVATE oktopk_mpi_test_main OkTopk::oktopk ${ARG_LIBRARIES})
+  target_compile_definitions(${exe} PRIVATE ${ARG_DEFINITIONS})
   foreach(np IN LISTS ARG_NP)
     add_test(NAME ${ARG_NAME}_np${np}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np}

@@ -13,9 +13,25 @@
 
 namespace oktopk::impl {
 
+/// Whether MPI reads and writes Views of ExecSpace in place. Tests define
+/// OKTOPK_TEST_HOST_STAGING to stage every buffer through a separate host copy even on host
+/// spaces, so CPU-only runs check the copies that CUDA and HIP builds without GPU-aware MPI make.
 template <class ExecSpace>
 inline constexpr bool mpi_uses_view_memory_v =
+#if defined(OKTOPK_TEST_HOST_STAGING)
+    false;
+#else
     runs_on_host_v<ExecSpace> || (OKTOPK_ENABLE_GPU_AWARE_MPI != 0);
+#endif
+
+/// A host buffer for `view`'s extent, never aliasing it (create_mirror_view would return a host
+/// View itself), left uninitialized: the caller fills it or MPI does.
+template <class View>
+Kokkos::View<typename View::non_const_value_type*, Kokkos::HostSpace> mpi_staging_buffer(
+    const View& view) {
+  return Kokkos::View<typename View::non_const_value_type*, Kokkos::HostSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::mpi_staging"), view.extent(0));
+}
 
 /// The memory MPI reads and writes for Views of ExecSpace.
 template <class ExecSpace>
@@ -24,6 +40,7 @@ using mpi_memory_space_t = std::conditional_t<mpi_uses_view_memory_v<ExecSpace>,
 
 /// A View MPI may send from, holding `view`'s contents: `view` itself when MPI can read it, a
 /// host copy otherwise. Fences `exec` either way, since MPI does not wait for Kokkos work.
+/// Pass only the part that is sent (a subview), so a staging copy moves no unused capacity.
 template <class ExecSpace, class View>
 Kokkos::View<typename View::non_const_value_type*, mpi_memory_space_t<ExecSpace>> mpi_send_view(
     const ExecSpace& exec, const View& view) {
@@ -31,7 +48,7 @@ Kokkos::View<typename View::non_const_value_type*, mpi_memory_space_t<ExecSpace>
     fence(exec, "OkTopk::mpi_send_view");
     return view;
   } else {
-    auto host = Kokkos::create_mirror_view(Kokkos::WithoutInitializing, Kokkos::HostSpace(), view);
+    auto host = mpi_staging_buffer(view);
     Kokkos::deep_copy(exec, host, view);
     fence(exec, "OkTopk::mpi_send_view");
     return host;
@@ -40,7 +57,8 @@ Kokkos::View<typename View::non_const_value_type*, mpi_memory_space_t<ExecSpace>
 
 /// A View MPI may receive into, for data that belongs in `view`: `view` itself when MPI can
 /// write it, a host buffer otherwise (then call mpi_received). Fences `exec`, so that no
-/// Kokkos work still touches `view` while MPI writes it.
+/// Kokkos work still touches `view` while MPI writes it. As with mpi_send_view, pass only the
+/// part that receives.
 template <class ExecSpace, class View>
 Kokkos::View<typename View::non_const_value_type*, mpi_memory_space_t<ExecSpace>> mpi_receive_view(
     const ExecSpace& exec, const View& view) {
@@ -48,7 +66,7 @@ Kokkos::View<typename View::non_const_value_type*, mpi_memory_space_t<ExecSpace>
   if constexpr (mpi_uses_view_memory_v<ExecSpace>) {
     return view;
   } else {
-    return Kokkos::create_mirror_view(Kokkos::WithoutInitializing, Kokkos::HostSpace(), view);
+    return mpi_staging_buffer(view);
   }
 }
 

@@ -77,6 +77,7 @@ void sparse_allgatherv_counted(const ExecSpace& exec, const Communicator& comm, 
   constexpr const char* where = "oktopk::sparse_allgatherv";
   const int P = comm.size();
   const int me = comm.rank();
+  const auto range = [](std::int64_t b, std::int64_t e) { return Kokkos::make_pair(b, e); };
   OKTOPK_ASSERT(static_cast<int>(gather.counts.size()) == P);
   const std::int64_t count = gather.counts[me];
   std::int64_t total = 0;
@@ -97,10 +98,10 @@ void sparse_allgatherv_counted(const ExecSpace& exec, const Communicator& comm, 
     auto timer = timed("allgatherv");
     const auto counts = to_int_counts(where, gather.counts);
     const auto displacements = displacements_of(counts);
-    const auto send_idx = mpi_send_view(exec, indices);
-    const auto send_val = mpi_send_view(exec, values);
-    auto recv_idx = mpi_receive_view(exec, gather.indices);
-    auto recv_val = mpi_receive_view(exec, gather.values);
+    const auto send_idx = mpi_send_view(exec, Kokkos::subview(indices, range(0, count)));
+    const auto send_val = mpi_send_view(exec, Kokkos::subview(values, range(0, count)));
+    auto recv_idx = mpi_receive_view(exec, Kokkos::subview(gather.indices, range(0, total)));
+    auto recv_val = mpi_receive_view(exec, Kokkos::subview(gather.values, range(0, total)));
     comm.allgatherv(send_idx.data(), count, recv_idx.data(), counts.data(), displacements.data());
     comm.allgatherv(send_val.data(), count, recv_val.data(), counts.data(), displacements.data());
     mpi_received(exec, recv_idx, gather.indices, 0, total);
@@ -118,10 +119,12 @@ void sparse_allgatherv_counted(const ExecSpace& exec, const Communicator& comm, 
   ensure_capacity(gather.balanced_values, block_size);
   {
     auto timer = timed("balance");
-    const auto send_idx = mpi_send_view(exec, indices);
-    const auto send_val = mpi_send_view(exec, values);
-    auto recv_idx = mpi_receive_view(exec, gather.balanced_indices);
-    auto recv_val = mpi_receive_view(exec, gather.balanced_values);
+    const auto send_idx = mpi_send_view(exec, Kokkos::subview(indices, range(0, count)));
+    const auto send_val = mpi_send_view(exec, Kokkos::subview(values, range(0, count)));
+    auto recv_idx =
+        mpi_receive_view(exec, Kokkos::subview(gather.balanced_indices, range(0, block_size)));
+    auto recv_val =
+        mpi_receive_view(exec, Kokkos::subview(gather.balanced_values, range(0, block_size)));
     Communicator::Requests requests;
     for (int q = 0; q < P; ++q) {
       // What I send to q: my range intersected with q's block.
@@ -153,10 +156,12 @@ void sparse_allgatherv_counted(const ExecSpace& exec, const Communicator& comm, 
     }
     const auto counts = to_int_counts(where, blocks);
     const auto displacements = displacements_of(counts);
-    const auto send_idx = mpi_send_view(exec, gather.balanced_indices);
-    const auto send_val = mpi_send_view(exec, gather.balanced_values);
-    auto recv_idx = mpi_receive_view(exec, gather.indices);
-    auto recv_val = mpi_receive_view(exec, gather.values);
+    const auto send_idx =
+        mpi_send_view(exec, Kokkos::subview(gather.balanced_indices, range(0, block_size)));
+    const auto send_val =
+        mpi_send_view(exec, Kokkos::subview(gather.balanced_values, range(0, block_size)));
+    auto recv_idx = mpi_receive_view(exec, Kokkos::subview(gather.indices, range(0, total)));
+    auto recv_val = mpi_receive_view(exec, Kokkos::subview(gather.values, range(0, total)));
     comm.allgatherv(send_idx.data(), block_size, recv_idx.data(), counts.data(),
                     displacements.data());
     comm.allgatherv(send_val.data(), block_size, recv_val.data(), counts.data(),

@@ -103,10 +103,12 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
   // My own part needs no message.
   add_from(state.send_indices, state.send_values, state.send_offsets[me], state.send_offsets[me + 1]);
 
-  const auto send_idx = mpi_send_view(exec, state.send_indices);
-  const auto send_val = mpi_send_view(exec, state.send_values);
-  auto recv_idx = mpi_receive_view(exec, state.recv_indices);
-  auto recv_val = mpi_receive_view(exec, state.recv_values);
+  const std::int64_t sent = state.send_offsets[P];
+  const std::int64_t received = state.recv_offsets[P];
+  const auto send_idx = mpi_send_view(exec, Kokkos::subview(state.send_indices, range(0, sent)));
+  const auto send_val = mpi_send_view(exec, Kokkos::subview(state.send_values, range(0, sent)));
+  auto recv_idx = mpi_receive_view(exec, Kokkos::subview(state.recv_indices, range(0, received)));
+  auto recv_val = mpi_receive_view(exec, Kokkos::subview(state.recv_values, range(0, received)));
   const int group = std::max(1, std::min(throttle, P - 1));
   int pending_first = 1, pending_last = 0;  // steps received but not yet added
   for (int first = 1; first < P; first += group) {

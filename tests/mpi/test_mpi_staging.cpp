@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// How buffers reach MPI (impl/mpi_mirror.hpp) and the sparse allgatherv built on it. This file is
+// compiled twice: as is, where host spaces hand their Views to MPI directly, and with
+// OKTOPK_TEST_HOST_STAGING, where every buffer goes through a separate host copy as in CUDA and
+// HIP builds without GPU-aware MPI. Buffers here have more capacity than they use, and the unused
+// part holds a sentinel that must never reach another rank.
+#include "mpi/mpi_test_utils.hpp"
+#include <oktopk/communicator.hpp>
+#include <oktopk/impl/mpi_mirror.hpp>
+#include <oktopk/impl/sparse_allgatherv.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+using Exec = Kokkos::DefaultExecutionSpace;
+using Memory = Exec::memory_space;
+using oktopk::index_type;
+using oktopk::value_type;
+using oktopk::test::world_rank;
+using oktopk::test::world_size;
+
+constexpr bool staged = !oktopk::impl::mpi_uses_view_memory_v<Exec>;
+#if defined(OKTOPK_TEST_HOST_STAGING)
+static_assert(staged, "OKTOPK_TEST_HOST_STAGING must route every buffer through a host copy");
+#endif
+
+constexpr float sentinel = -7.0f;
+
+template <class T>
+Kokkos::View<T*, Memory> device_copy(const std::vector<T>& host, std::int64_t capacity, T fill) {
+  Kokkos::View<T*, Memory> view("test::view", capacity);
+  auto mirror = Kokkos::create_mirror_view(view);
+  for (std::int64_t i = 0; i < capacity; ++i) {
+    mirror(i) = i < static_cast<std::int64_t>(host.size()) ? host[i] : fill;
+  }
+  Kokkos::deep_copy(view, mirror);
+  return view;
+}
+
+template <class View>
+std::vector<typename View::non_const_value_type> host_copy(const View& view, std::int64_t count) {
+  auto mirror = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+  return std::vector<typename View::non_const_value_type>(mirror.data(), mirror.data() + count);
+}
+
+TEST(MpiStaging, SendViewHoldsTheSentPartOnly) {
+  Exec exec;
+  const auto view = device_copy<float>({1.0f, 2.0f, 3.0f}, 10, sentinel);
+  const auto sent = oktopk::impl::mpi_send_view(exec, Kokkos::subview(view, Kokkos::make_pair(0, 3)));
+  ASSERT_EQ(sent.extent(0), 3u);
+  EXPECT_EQ(sent.data() != view.data(), staged);
+  EXPECT_EQ(host_copy(sent, 3), (std::vector<float>{1, 2, 3}));
+}
+
+TEST(MpiStaging, ReceivedMovesOnlyTheGivenRange) {
+  Exec exec;
+  const auto view = device_copy<float>({}, 8, sentinel);
+  auto buffer = oktopk::impl::mpi_receive_view(exec, view);
+  ASSERT_EQ(buffer.extent(0), 8u);
+  EXPECT_EQ(buffer.data() != view.data(), staged);
+  // What MPI would write (through a host mirror: with GPU-aware MPI the buffer is device memory).
+  auto written = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), buffer);
+  for (int i = 2; i < 5; ++i) written(i) = static_cast<float>(i);
+  Kokkos::deep_copy(buffer, written);
+  oktopk::impl::mpi_received(exec, buffer, view, 2, 5);
+  exec.fence();
+  EXPECT_EQ(host_copy(view, 8),
+            (std::vector<float>{sentinel, sentinel, 2, 3, 4, sentinel, sentinel, sentinel}));
+}
+
+TEST(MpiStaging, SparseAllgathervIgnoresUnusedCapacity) {
+  const int me = world_rank();
+  const int P = world_size();
+  Exec exec;
+  oktopk::Communicator comm(MPI_COMM_WORLD);
+  const auto no_timer = [](const char*) { return 0; };
+  // Rank r sends 3r + 1 entries (rank 1 sends none, so counts are uneven and one is zero) from
+  // buffers of capacity 64.
+  const auto count_of = [](int r) { return r == 1 ? 0 : 3 * r + 1; };
+  std::vector<index_type> my_indices;
+  std::vector<value_type> my_values;
+  for (int i = 0; i < count_of(me); ++i) {
+    my_indices.push_back(1000 * me + i);
+    my_values.push_back(static_cast<float>(me) + 0.125f * static_cast<float>(i));
+  }
+  std::vector<index_type> expected_indices;
+  std::vector<value_type> expected_values;
+  std::vector<std::int64_t> expected_counts;
+  for (int r = 0; r < P; ++r) {
+    expected_counts.push_back(count_of(r));
+    for (int i = 0; i < count_of(r); ++i) {
+      expected_indices.push_back(1000 * r + i);
+      expected_values.push_back(static_cast<float>(r) + 0.125f * static_cast<float>(i));
+    }
+  }
+  const std::int64_t total = static_cast<std::int64_t>(expected_indices.size());
+  const auto indices = device_copy<index_type>(my_indices, 64, -1);
+  const auto values = device_copy<value_type>(my_values, 64, sentinel);
+
+  for (const auto balancing : {oktopk::Balancing::Off, oktopk::Balancing::On}) {
+    SCOPED_TRACE(balancing == oktopk::Balancing::On ? "balanced" : "unbalanced");
+    oktopk::impl::SparseGather<Exec> gather;
+    oktopk::impl::sparse_allgatherv(exec, comm, indices, values, count_of(me), balancing, 1.0,
+                                    gather, no_timer);
+    EXPECT_EQ(gather.total, total);
+    EXPECT_EQ(gather.counts, expected_counts);
+    EXPECT_EQ(gather.balanced, balancing == oktopk::Balancing::On && P > 1);
+    EXPECT_EQ(host_copy(gather.indices, total), expected_indices);
+    EXPECT_EQ(host_copy(gather.values, total), expected_values);
+  }
+}
+
+TEST(MpiStaging, SparseAllgathervOfNothing) {
+  Exec exec;
+  oktopk::Communicator comm(MPI_COMM_WORLD);
+  const auto indices = device_copy<index_type>({}, 4, -1);
+  const auto values = device_copy<value_type>({}, 4, sentinel);
+  oktopk::impl::SparseGather<Exec> gather;
+  oktopk::impl::sparse_allgatherv(exec, comm, indices, values, 0, oktopk::Balancing::On, 1.0,
+                                  gather, [](const char*) { return 0; });
+  EXPECT_EQ(gather.total, 0);
+  EXPECT_FALSE(gather.balanced);
+  EXPECT_EQ(gather.counts, std::vector<std::int64_t>(world_size(), 0));
+}
+
+}  // namespace
