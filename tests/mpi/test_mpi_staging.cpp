@@ -73,6 +73,30 @@ TEST(MpiStaging, ReceivedMovesOnlyTheGivenRange) {
             (std::vector<float>{sentinel, sentinel, 2, 3, 4, sentinel, sentinel, sentinel}));
 }
 
+TEST(MpiStaging, PoolReusesFreedBuffersAndNeverSharesLiveOnes) {
+  // double: a type the library never stages, so this test sees the pool from its start.
+  using Pool = oktopk::impl::HostStagingPool<double>;
+  EXPECT_EQ(Pool::acquire(0).extent(0), 0u);
+  auto a = Pool::acquire(10);
+  auto b = Pool::acquire(10);
+  ASSERT_EQ(a.extent(0), 10u);
+  ASSERT_EQ(b.extent(0), 10u);
+  EXPECT_NE(a.data(), b.data());
+  const double* freed = a.data();
+  a = Pool::Buffer();
+  auto c = Pool::acquire(6);  // fits in the freed block
+  EXPECT_EQ(c.data(), freed);
+  EXPECT_EQ(c.extent(0), 6u);
+  c = Pool::Buffer();
+  auto d = Pool::acquire(1000);  // the freed block is too small: replaced by a larger one
+  ASSERT_EQ(d.extent(0), 1000u);
+  EXPECT_NE(d.data(), b.data());
+  for (std::size_t i = 0; i < 1000; ++i) d(i) = static_cast<double>(i);  // all of it is ours
+  for (std::size_t i = 0; i < 10; ++i) b(i) = -1.0;
+  EXPECT_EQ(d(0), 0.0);
+  EXPECT_EQ(d(999), 999.0);
+}
+
 TEST(MpiStaging, SparseAllgathervIgnoresUnusedCapacity) {
   const int me = world_rank();
   const int P = world_size();

@@ -9,7 +9,11 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 namespace oktopk::impl {
 
@@ -24,13 +28,64 @@ inline constexpr bool mpi_uses_view_memory_v =
     runs_on_host_v<ExecSpace> || (OKTOPK_ENABLE_GPU_AWARE_MPI != 0);
 #endif
 
+/// \brief Host staging buffers of T, kept from one message to the next: a fresh host allocation
+/// per message would be page-faulted in on every call, costing about as much as the copy.
+///
+/// A block is free while the pool holds its only reference; acquire() hands out a subview,
+/// which holds one more until the caller drops it. Blocks grow when a larger message comes,
+/// and the pool empties itself at Kokkos::finalize (a hook, registered whenever the pool goes
+/// from empty to non-empty, so it also works after a re-initialization).
+template <class T>
+class HostStagingPool {
+ public:
+  using Buffer = Kokkos::View<T*, Kokkos::HostSpace>;
+
+  /// An uninitialized host buffer of `count` entries that no other live buffer shares.
+  static Buffer acquire(std::size_t count) {
+    if (count == 0) return Buffer();
+    State& state = get();
+    std::lock_guard<std::mutex> lock(state.mutex);
+    const auto first = Kokkos::make_pair(std::size_t{0}, count);
+    Buffer* free_block = nullptr;
+    for (auto& block : state.blocks) {
+      if (block.use_count() != 1) continue;
+      if (block.extent(0) >= count) return Kokkos::subview(block, first);
+      free_block = &block;
+    }
+    if (free_block == nullptr) {
+      if (state.blocks.empty()) Kokkos::push_finalize_hook(&HostStagingPool::release);
+      state.blocks.emplace_back();
+      free_block = &state.blocks.back();
+    }
+    // Grow by at least a quarter, so slowly rising counts do not reallocate every call.
+    const std::size_t size = std::max(count, free_block->extent(0) + free_block->extent(0) / 4);
+    *free_block =
+        Buffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::mpi_staging"), size);
+    return Kokkos::subview(*free_block, first);
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    std::vector<Buffer> blocks;
+  };
+  static State& get() {
+    static State state;
+    return state;
+  }
+  static void release() {
+    State& state = get();
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.blocks.clear();
+  }
+};
+
 /// A host buffer for `view`'s extent, never aliasing it (create_mirror_view would return a host
 /// View itself), left uninitialized: the caller fills it or MPI does.
 template <class View>
 Kokkos::View<typename View::non_const_value_type*, Kokkos::HostSpace> mpi_staging_buffer(
     const View& view) {
-  return Kokkos::View<typename View::non_const_value_type*, Kokkos::HostSpace>(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::mpi_staging"), view.extent(0));
+  return HostStagingPool<typename View::non_const_value_type>::acquire(view.extent(0));
 }
 
 /// The memory MPI reads and writes for Views of ExecSpace.
