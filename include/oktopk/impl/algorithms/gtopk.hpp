@@ -52,13 +52,11 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
       auto timer = this->phase(exec, "select");
       stats.local_threshold = this->topk_threshold(exec, acc, k);
       stats.local_threshold_exact = true;
-      local = this->select_into(exec, acc, stats.local_threshold, local_indices_, local_values_);
-      ensure_capacity(set_indices_, local);
-      ensure_capacity(set_values_, local);
-      Kokkos::deep_copy(exec, Kokkos::subview(set_indices_, range(0, local)),
-                        Kokkos::subview(local_indices_, range(0, local)));
-      Kokkos::deep_copy(exec, Kokkos::subview(set_values_, range(0, local)),
-                        Kokkos::subview(local_values_, range(0, local)));
+      // The local top-k starts the tree set; its indices are kept for the residual.
+      local = this->select_into(exec, acc, stats.local_threshold, set_indices_, set_values_);
+      ensure_capacity(local_indices_, local);
+      Kokkos::deep_copy(exec, Kokkos::subview(local_indices_, range(0, local)),
+                        Kokkos::subview(set_indices_, range(0, local)));
     }
     stats.local_selected = local;
 
@@ -179,10 +177,9 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
   }
 
  private:
-  // This rank's local top-k (kept for the residual), its current tree set, what it received
-  // from a child, the merge of the two, and the indices cleared from the residual.
+  // The indices of this rank's local top-k (for the residual), its current tree set, what it
+  // received from a child, the merge of the two, and the indices cleared from the residual.
   index_vector_type local_indices_{"OkTopk::GTopk::local_indices", 0};
-  vector_type local_values_{"OkTopk::GTopk::local_values", 0};
   index_vector_type set_indices_{"OkTopk::GTopk::set_indices", 0};
   vector_type set_values_{"OkTopk::GTopk::set_values", 0};
   index_vector_type recv_indices_{"OkTopk::GTopk::recv_indices", 0};

@@ -76,7 +76,8 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
       } else {
         guard_global_threshold(exec);
       }
-      selected = select_into_region(exec);
+      selected = this->select_into(exec, split_.region, global_threshold_, global_indices_,
+                                   global_values_);
       add_offset(exec, global_indices_, 0, selected, offsets_[me]);
     }
     stats.global_threshold = global_threshold_;
@@ -166,19 +167,6 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     auto host = Kokkos::create_mirror_view(offsets_device_);
     for (int r = 0; r <= P; ++r) host(r) = offsets_[r];
     Kokkos::deep_copy(exec, offsets_device_, host);
-  }
-
-  /// This rank's region entries above the global threshold, region-relative.
-  std::int64_t select_into_region(const ExecSpace& exec) {
-    std::int64_t count = select_above(exec, split_.region, global_threshold_, global_indices_,
-                                      global_values_);
-    if (count > static_cast<std::int64_t>(global_indices_.extent(0))) {
-      ensure_capacity(global_indices_, count);
-      ensure_capacity(global_values_, count);
-      count = select_above(exec, split_.region, global_threshold_, global_indices_,
-                           global_values_);
-    }
-    return count;
   }
 
   /// Clears in acc the entries this rank selected that are also in the global result (§2.8);
