@@ -123,16 +123,6 @@ KOKKOS_INLINE_FUNCTION bool near_threshold(float x, float t, float tol) {
   return abs(x - t) <= tol * max_of(x, abs(t));
 }
 
-/// Sums `v` over the ranks, in place (through a host copy when MPI cannot read v's memory).
-template <class ExecSpace>
-void oracle_allreduce_sum(const ExecSpace& exec, const Communicator& comm,
-                          const OracleVector<ExecSpace>& v) {
-  const auto n = static_cast<std::int64_t>(v.extent(0));
-  auto buffer = mpi_send_view(exec, v);
-  comm.allreduce_in_place(buffer.data(), n, MPI_SUM);
-  mpi_received(exec, buffer, v, 0, n);
-}
-
 /// Every rank learns whether any rank's Views have the wrong length, so all throw together.
 inline void oracle_check_lengths(const char* where, const Communicator& comm, std::int64_t n,
                                  std::initializer_list<std::size_t> lengths) {
@@ -156,7 +146,7 @@ void local_borderline_counts(const ExecSpace& exec, const Communicator& comm,
         const float a = acc(i);
         flags(i) = (a != 0.0f && near_threshold(abs(a), threshold, tol)) ? 1.0f : 0.0f;
       });
-  oracle_allreduce_sum(exec, comm, flags);
+  mpi_allreduce_in_place(exec, comm, flags, MPI_SUM);
 }
 
 /// Masked-sum methods (TopkA, TopkDSA, GaussianK, OkTopk): spec §6.1.
@@ -184,10 +174,10 @@ void expected_masked_sum(const ExecSpace& exec, const SparseAllreduce<ExecSpace>
         terms(i) = (selected && a != 0.0f) ? 1.0f : 0.0f;
         borderline(i) = (a != 0.0f && near_threshold(m, local_threshold, tol)) ? 1.0f : 0.0f;
       });
-  oracle_allreduce_sum(exec, comm, expected);
-  oracle_allreduce_sum(exec, comm, slack);
-  oracle_allreduce_sum(exec, comm, terms);
-  oracle_allreduce_sum(exec, comm, borderline);
+  mpi_allreduce_in_place(exec, comm, expected, MPI_SUM);
+  mpi_allreduce_in_place(exec, comm, slack, MPI_SUM);
+  mpi_allreduce_in_place(exec, comm, terms, MPI_SUM);
+  mpi_allreduce_in_place(exec, comm, borderline, MPI_SUM);
 
   const float global_threshold = stats.global_threshold;
   const auto ranks = static_cast<float>(comm.size());
@@ -339,7 +329,7 @@ void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle
   Kokkos::parallel_for(
       "OkTopk::expected_result::s2_abs", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) { slack(i) = abs(acc(i)); });
-  oracle_allreduce_sum(exec, comm, slack);
+  mpi_allreduce_in_place(exec, comm, slack, MPI_SUM);
   const auto cells = static_cast<std::size_t>(s.cells());
   const OracleVector<ExecSpace> mass("OkTopk::expected_result::s2_mass", cells);
   const OracleVector<ExecSpace> load("OkTopk::expected_result::s2_load", cells);
@@ -400,7 +390,7 @@ void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& ha
   if (stats.dense || handle.algorithm() == Algorithm::Dense) {
     // The library's dense path, step by step: copy, SUM allreduce in place, divide by P.
     Kokkos::deep_copy(exec, expected, acc);
-    impl::oracle_allreduce_sum(exec, comm, expected);
+    impl::mpi_allreduce_in_place(exec, comm, expected, MPI_SUM);
     impl::divide(exec, expected, expected, static_cast<float>(comm.size()));
     Kokkos::deep_copy(exec, bound, 0.0f);
   } else {

@@ -218,10 +218,7 @@ template <class ExecSpace>
 void SparseAllreduce<ExecSpace>::dense_average(const ExecSpace& exec, const vector_type& in,
                                                const vector_type& out) {
   if (in.data() != out.data()) Kokkos::deep_copy(exec, out, in);
-  // Summed in place: in `out` itself, or in a host copy of it without GPU-aware MPI.
-  auto buffer = impl::mpi_send_view(exec, out);
-  comm_.allreduce_in_place(buffer.data(), n_, MPI_SUM);
-  impl::mpi_received(exec, buffer, out, 0, n_);
+  impl::mpi_allreduce_in_place(exec, comm_, out, MPI_SUM);
   impl::divide(exec, out, out, static_cast<float>(comm_.size()));
 }
 

@@ -3,6 +3,7 @@
 // (host spaces, or GPU-aware MPI), otherwise through host copies.
 #pragma once
 
+#include <oktopk/communicator.hpp>
 #include <oktopk/config.hpp>
 #include <oktopk/impl/kokkos_compat.hpp>
 #include <oktopk/impl/kokkos_ext.hpp>
@@ -138,6 +139,17 @@ void mpi_received(const ExecSpace& exec, const MpiView& received, const View& vi
   } else {
     (void)exec, (void)received, (void)view, (void)begin, (void)end;
   }
+}
+
+/// \brief Collective. view := op over the ranks of view, in place (through a host copy when MPI
+/// cannot read view's memory).
+template <class ExecSpace, class View>
+void mpi_allreduce_in_place(const ExecSpace& exec, const Communicator& comm, const View& view,
+                            MPI_Op op) {
+  const auto n = static_cast<std::int64_t>(view.extent(0));
+  auto buffer = mpi_send_view(exec, view);
+  comm.allreduce_in_place(buffer.data(), n, op);
+  mpi_received(exec, buffer, view, 0, n);
 }
 
 }  // namespace oktopk::impl

@@ -7,6 +7,7 @@
 
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/hash.hpp>
+#include <oktopk/impl/mpi_mirror.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -199,14 +200,6 @@ std::int64_t s2_decode(const ExecSpace& exec, const S2Sketch& sketch, const Tabl
   return covered;
 }
 
-/// In-place allreduce of a whole View through the communicator (host copy without GPU-aware MPI).
-template <class ExecSpace, class View>
-void s2_allreduce(const ExecSpace& exec, const Communicator& comm, const View& view, MPI_Op op) {
-  auto buffer = mpi_send_view(exec, view);
-  comm.allreduce_in_place(buffer.data(), static_cast<count_type>(view.extent(0)), op);
-  mpi_received(exec, buffer, view, 0, static_cast<std::int64_t>(view.extent(0)));
-}
-
 /// \brief Collective. S2's result computed another way, for tests and benchmark checks: the
 /// dense mean of every rank's `acc` (MPI allreduce, then /P) is sketched once with the same hash
 /// functions, and decoded on the union of every rank's non-zero rows, without a further /P. By
@@ -231,10 +224,10 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
                                                  << " passed other lengths");
   S2Buffers<ExecSpace> buffers(sketch);
   s2_mark_rows(exec, sketch, acc, buffers.bitmap);
-  s2_allreduce(exec, comm, buffers.bitmap, MPI_MAX);
+  mpi_allreduce_in_place(exec, comm, buffers.bitmap, MPI_MAX);
   auto mean = make_uninitialized<float>(exec, "OkTopk::s2::oracle_mean", static_cast<std::size_t>(n));
   Kokkos::deep_copy(exec, mean, acc);
-  s2_allreduce(exec, comm, mean, MPI_SUM);
+  mpi_allreduce_in_place(exec, comm, mean, MPI_SUM);
   divide(exec, mean, mean, static_cast<float>(comm.size()));
   s2_sketch(exec, sketch, mean, buffers.table);
   s2_decode(exec, sketch, buffers.table, buffers.bitmap, out, 1.0f);
@@ -284,8 +277,8 @@ class S2Reducer final : public SparseAllreduce<ExecSpace> {
     }
     {
       auto timer = this->phase(exec, "allreduce");
-      s2_allreduce(exec, this->comm_, buffers_.table, MPI_SUM);
-      s2_allreduce(exec, this->comm_, buffers_.bitmap, MPI_MAX);
+      mpi_allreduce_in_place(exec, this->comm_, buffers_.table, MPI_SUM);
+      mpi_allreduce_in_place(exec, this->comm_, buffers_.bitmap, MPI_MAX);
     }
     {
       auto timer = this->phase(exec, "decode");
