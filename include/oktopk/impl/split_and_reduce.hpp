@@ -27,6 +27,7 @@ struct SplitReduce {
   Kokkos::View<index_type*, Memory> send_indices{"OkTopk::SplitReduce::send_indices", 0};
   Kokkos::View<value_type*, Memory> send_values{"OkTopk::SplitReduce::send_values", 0};
   Kokkos::View<count_type*, Memory> send_counts_device{"OkTopk::SplitReduce::send_counts", 0};
+  typename Kokkos::View<count_type*, Memory>::HostMirror send_counts_host;
   std::vector<std::int64_t> send_counts;  // per region
   std::vector<std::int64_t> send_offsets;  // start of each region's group, P + 1 entries
   /// What the other ranks sent for my region, grouped by source rank.
@@ -58,6 +59,7 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
   if (static_cast<int>(state.send_counts_device.extent(0)) != P) {
     state.send_counts_device = Kokkos::View<count_type*, typename ExecSpace::memory_space>(
         "OkTopk::SplitReduce::send_counts", P);
+    state.send_counts_host = Kokkos::create_mirror_view(state.send_counts_device);
   }
   {
     auto timer = timed("select");
@@ -71,9 +73,9 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
                                         state.send_values, state.send_counts_device);
     }
     state.selected = selected;
-    auto counts_host =
-        Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), state.send_counts_device);
-    state.send_counts.assign(counts_host.data(), counts_host.data() + P);
+    Kokkos::deep_copy(exec, state.send_counts_host, state.send_counts_device);
+    fence(exec, "OkTopk::split_and_reduce: counts to host");
+    state.send_counts.assign(state.send_counts_host.data(), state.send_counts_host.data() + P);
     state.send_offsets.assign(P + 1, 0);
     for (int r = 0; r < P; ++r) state.send_offsets[r + 1] = state.send_offsets[r] + state.send_counts[r];
   }
