@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -293,6 +294,14 @@ Args parse(int argc, char* argv[]) {
     throw UsageError("--format must be table, csv or json, got '" + a.format + "'");
   }
   if (a.algorithms.empty()) throw UsageError("--algo names no method");
+  if (!a.dump_path.empty() && !a.dist.path.empty()) {
+    // Writing the dump truncates its file first: it must not be the file being replayed.
+    std::error_code ignored;
+    if (a.dump_path == a.dist.path ||
+        std::filesystem::equivalent(a.dump_path, a.dist.path, ignored)) {
+      throw UsageError("--dump-gradients " + a.dump_path + " is the file --dist replays");
+    }
+  }
   a.options.set_density(a.density).set_seed(a.seed);
   try {
     a.options.validate();

@@ -172,7 +172,7 @@ class GradientDump {
       file_.write(reinterpret_cast<const char*>(&count), sizeof count);
     }
     comm.bcast(&ok, 1, 0);
-    if (ok == 0) throw std::runtime_error("oktopk-train: cannot write --dump-gradients " + path);
+    if (ok == 0) throw std::runtime_error("cannot write --dump-gradients " + path);
     active_ = true;
   }
 
@@ -226,7 +226,7 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
   const DeviceDataset test = to_device(exec, shard(test_all, me, P));
   std::int64_t steps = common_steps_per_epoch(train_all.size(), P, s.batch);
   if (s.steps_cap > 0) steps = std::min(steps, s.steps_cap);
-  if (steps < 1) throw std::runtime_error("oktopk-train: --batch is larger than a rank's shard");
+  if (steps < 1) throw std::runtime_error("--batch is larger than a rank's shard");
 
   auto model = make_model<float>(s.model, s.seed);
   const std::int64_t n = model->num_parameters();
@@ -244,12 +244,19 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
   say("epoch  train_loss  test_acc   seconds  bytes_per_rank_per_step  density");
 
   std::ofstream csv;
-  if (me == 0 && !s.csv.empty()) {
-    csv.open(s.csv, std::ios::trunc);
-    if (!csv) throw std::runtime_error("oktopk-train: cannot write --csv " + s.csv);
-    csv << "epoch,train_loss,test_acc,seconds,bytes_per_rank_per_step,density\n";
+  if (!s.csv.empty()) {
+    // Only rank 0 writes, but every rank must stop if it cannot.
+    int ok = 1;
+    if (me == 0) {
+      csv.open(s.csv, std::ios::trunc);
+      csv << "epoch,train_loss,test_acc,seconds,bytes_per_rank_per_step,density\n";
+      ok = csv.good() ? 1 : 0;
+    }
+    comm.bcast(&ok, 1, 0);
+    if (ok == 0) throw std::runtime_error("cannot write --csv " + s.csv);
   }
-  GradientDump dump(comm, s.dump_path, n, s.dump_steps);
+  // The dump's header counts its gradients: no more steps than the run will take.
+  GradientDump dump(comm, s.dump_path, n, std::min(s.dump_steps, s.epochs * steps));
 
   const auto params = model->parameters();
   const auto grad = model->gradient();
