@@ -93,8 +93,7 @@ TEST(MpiStaging, PoolReusesFreedBuffersAndNeverSharesLiveOnes) {
   EXPECT_NE(d.data(), b.data());
   for (std::size_t i = 0; i < 1000; ++i) d(i) = static_cast<double>(i);  // all of it is ours
   for (std::size_t i = 0; i < 10; ++i) b(i) = -1.0;
-  EXPECT_EQ(d(0), 0.0);
-  EXPECT_EQ(d(999), 999.0);
+  for (std::size_t i = 0; i < 1000; ++i) ASSERT_EQ(d(i), static_cast<double>(i)) << "entry " << i;
 }
 
 TEST(MpiStaging, SparseAllgathervIgnoresUnusedCapacity) {
