@@ -41,6 +41,8 @@ T parse_number(const std::string& flag, const std::string& text) {
     }
     if (used != text.size() || text.empty()) throw std::invalid_argument("trailing characters");
     return value;
+  } catch (const std::out_of_range&) {
+    throw UsageError(flag + " is out of range, got '" + text + "'");
   } catch (const std::exception&) {
     throw UsageError(flag + " expects a number, got '" + text + "'");
   }

@@ -34,7 +34,7 @@ implementation must move (listed in docs/benchmarks.md) divided by that time.
 
 Options:
   --n N          gradient length, 1 <= N <= 2^31-1           (default 67108864 = 2^26)
-  --density D    k = floor(D * N), 0 < D <= 1                  (default 0.01)
+  --density D    k = max(1, floor(D * N)), 0 < D <= 1          (default 0.01)
   --reps R       timed repetitions per kernel, R >= 1          (default 10)
   --seed S       seed of the normal(0,1) test data             (default 42)
   --format F     csv or table                                  (default csv)
