@@ -95,21 +95,39 @@ struct S2Sketch {
 
   /// The count-sketch estimate of entry x: the median over sketch rows q of
   /// table(q, h_q(x))·s_q(x) (for even r, the mean of the two middle values).
+  ///
+  /// Every loop runs over the compile-time bound s2_max_sketch_rows, so the compiler unrolls it
+  /// and every array index is a constant: the estimates stay in registers on GPUs (a sort with
+  /// runtime indices would put them in local memory).
   template <class Table>
   KOKKOS_INLINE_FUNCTION float estimate(const Table& table, std::int64_t x) const {
-    float sorted[s2_max_sketch_rows] = {};
+    float e[s2_max_sketch_rows] = {};
     const std::uint64_t mixed = mix(x);
-    for (int q = 0; q < sketch_rows; ++q) {
-      float sign = 1.0f;
-      const float e = table(cell(q, x, mixed, sign)) * sign;
-      int j = q;  // insertion sort: r is at most s2_max_sketch_rows
-      for (; j > 0 && sorted[j - 1] > e; --j) sorted[j] = sorted[j - 1];
-      sorted[j] = e;
+    for (int q = 0; q < s2_max_sketch_rows; ++q) {
+      if (q < sketch_rows) {
+        float sign = 1.0f;
+        e[q] = table(cell(q, x, mixed, sign)) * sign;
+      }
     }
     const int mid = sketch_rows / 2;
-    if (sketch_rows % 2 == 1) return sorted[mid];
-    const float low = sorted[mid - 1];
-    return low + 0.5f * (sorted[mid] - low);  // exact when the two are equal
+    if (sketch_rows % 2 == 1) return order_statistic(e, mid);
+    const float low = order_statistic(e, mid - 1);
+    return low + 0.5f * (order_statistic(e, mid) - low);  // exact when the two are equal
+  }
+
+  /// The value of rank `rank` (from 0, ascending) among e[0, sketch_rows): the entry with
+  /// exactly `rank` entries before it, counting equal entries at lower positions as before.
+  KOKKOS_INLINE_FUNCTION float order_statistic(const float (&e)[s2_max_sketch_rows],
+                                               int rank) const {
+    float result = 0.0f;
+    for (int a = 0; a < s2_max_sketch_rows; ++a) {
+      int before = 0;
+      for (int b = 0; b < s2_max_sketch_rows; ++b) {
+        before += (b < sketch_rows && (e[b] < e[a] || (e[b] == e[a] && b < a))) ? 1 : 0;
+      }
+      if (a < sketch_rows && before == rank) result = e[a];
+    }
+    return result;
   }
 };
 
@@ -120,49 +138,40 @@ struct S2Buffers {
   Kokkos::View<float*, memory_space> table;
   Kokkos::View<unsigned char*, memory_space> bitmap;
 
-  explicit S2Buffers(const S2Sketch& sketch)
-      : table(Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::s2::table"),
+  S2Buffers(const ExecSpace& exec, const S2Sketch& sketch)
+      : table(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::s2::table"),
               static_cast<std::size_t>(sketch.cells())),
-        bitmap(Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::s2::bitmap"),
+        bitmap(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::s2::bitmap"),
                static_cast<std::size_t>(sketch.rows)) {}
 };
 
-/// bitmap(row) = 1 if that row of x holds a non-zero, else 0; returns the non-zeros of x.
-template <class ExecSpace, class X, class Bitmap>
-std::int64_t s2_mark_rows(const ExecSpace& exec, const S2Sketch& sketch, const X& x,
-                          const Bitmap& bitmap) {
-  const S2Sketch s = sketch;
-  std::int64_t nonzeros = 0;
-  Kokkos::parallel_reduce(
-      "OkTopk::s2::mark_rows", RangeOf<ExecSpace>(exec, 0, s.rows),
-      KOKKOS_LAMBDA(std::int64_t row, std::int64_t& count) {
-        const std::int64_t begin = row * s.row_width;
-        const std::int64_t end = s.n - begin < s.row_width ? s.n : begin + s.row_width;
-        std::int64_t here = 0;
-        for (std::int64_t i = begin; i < end; ++i) here += x(i) != 0.0f ? 1 : 0;
-        bitmap(row) = here != 0 ? 1 : 0;
-        count += here;
-      },
-      nonzeros);
-  return nonzeros;
-}
-
-/// Clears `table`, then table(q, h_q(i)) += s_q(i)·x(i) for every non-zero x(i).
-template <class ExecSpace, class X, class Table>
-void s2_sketch(const ExecSpace& exec, const S2Sketch& sketch, const X& x, const Table& table) {
+/// Clears `table` and `bitmap`, then, for every non-zero x(i): table(q, h_q(i)) += s_q(i)·x(i)
+/// and bitmap(row of i) = 1. Returns the non-zeros of x. One pass over x, one entry per work
+/// item, so neighbouring GPU threads read neighbouring entries. Several entries of a row may
+/// mark it at once; they all store the same byte.
+template <class ExecSpace, class X, class Table, class Bitmap>
+std::int64_t s2_sketch(const ExecSpace& exec, const S2Sketch& sketch, const X& x,
+                       const Table& table, const Bitmap& bitmap) {
   const S2Sketch s = sketch;
   Kokkos::deep_copy(exec, table, 0.0f);
-  Kokkos::parallel_for(
-      "OkTopk::s2::sketch", RangeOf<ExecSpace>(exec, 0, s.n), KOKKOS_LAMBDA(std::int64_t i) {
+  Kokkos::deep_copy(exec, bitmap, static_cast<unsigned char>(0));
+  std::int64_t nonzeros = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::s2::sketch", RangeOf<ExecSpace>(exec, 0, s.n),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
         const float v = x(i);
         if (v == 0.0f) return;
+        ++count;
+        bitmap(i / s.row_width) = 1;
         const std::uint64_t mixed = s.mix(i);
         for (int q = 0; q < s.sketch_rows; ++q) {
           float sign = 1.0f;
           const std::int64_t c = s.cell(q, i, mixed, sign);
           Kokkos::atomic_add(&table(c), sign * v);
         }
-      });
+      },
+      nonzeros);
+  return nonzeros;
 }
 
 /// x(i) -= estimate(table, i) for every non-zero x(i): with the rank's own sketch, what error
@@ -222,14 +231,16 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
   OKTOPK_REQUIRE(bad_rank == 0, std::invalid_argument, where,
                  "acc and out must have length " << n << " on every rank; rank " << bad_rank - 1
                                                  << " passed other lengths");
-  S2Buffers<ExecSpace> buffers(sketch);
-  s2_mark_rows(exec, sketch, acc, buffers.bitmap);
+  S2Buffers<ExecSpace> buffers(exec, sketch);
+  s2_sketch(exec, sketch, acc, buffers.table, buffers.bitmap);  // for the rows it marks
   mpi_allreduce_in_place(exec, comm, buffers.bitmap, MPI_MAX);
   auto mean = make_uninitialized<float>(exec, "OkTopk::s2::oracle_mean", static_cast<std::size_t>(n));
   Kokkos::deep_copy(exec, mean, acc);
   mpi_allreduce_in_place(exec, comm, mean, MPI_SUM);
   divide(exec, mean, mean, static_cast<float>(comm.size()));
-  s2_sketch(exec, sketch, mean, buffers.table);
+  auto mean_rows = make_uninitialized<unsigned char>(exec, "OkTopk::s2::oracle_mean_rows",
+                                                    static_cast<std::size_t>(sketch.rows));
+  s2_sketch(exec, sketch, mean, buffers.table, mean_rows);
   s2_decode(exec, sketch, buffers.table, buffers.bitmap, out, 1.0f);
   fence(exec, "OkTopk::s2::oracle");
 }
@@ -255,8 +266,9 @@ class S2Reducer final : public SparseAllreduce<ExecSpace> {
   using vector_type = typename Base::vector_type;
 
  public:
-  S2Reducer(const Communicator& comm, std::int64_t n, const Options& options)
-      : S2Reducer(comm, n, options, S2Sketch::make("oktopk::make_sparse_allreduce", n, options)) {}
+  S2Reducer(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
+      : S2Reducer(exec, comm, n, options,
+                  S2Sketch::make("oktopk::make_sparse_allreduce", n, options)) {}
 
   const S2Sketch& sketch() const { return sketch_; }
 
@@ -267,8 +279,7 @@ class S2Reducer final : public SparseAllreduce<ExecSpace> {
     auto& stats = this->stats_;
     {
       auto timer = this->phase(exec, "sketch");
-      stats.local_selected = s2_mark_rows(exec, sketch_, acc, buffers_.bitmap);
-      s2_sketch(exec, sketch_, acc, buffers_.table);
+      stats.local_selected = s2_sketch(exec, sketch_, acc, buffers_.table, buffers_.bitmap);
     }
     if (uses_error_feedback()) {
       // Before the allreduce, while the table is still this rank's own sketch.
@@ -290,9 +301,9 @@ class S2Reducer final : public SparseAllreduce<ExecSpace> {
 
  private:
   // Validates (in make) before the base allocates n-long buffers.
-  S2Reducer(const Communicator& comm, std::int64_t n, const Options& options,
+  S2Reducer(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options,
             const S2Sketch& sketch)
-      : Base(Algorithm::S2Reducer, comm, n, options), sketch_(sketch), buffers_(sketch) {}
+      : Base(exec, Algorithm::S2Reducer, comm, n, options), sketch_(sketch), buffers_(exec, sketch) {}
 
   S2Sketch sketch_;
   S2Buffers<ExecSpace> buffers_;
