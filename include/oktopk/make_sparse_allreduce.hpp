@@ -17,16 +17,20 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <type_traits>
 
 namespace oktopk {
 
-/// \brief Collective. A handle running `algorithm` on gradients of length n over `comm`.
+/// \brief Collective. A handle running `algorithm` on gradients of length n over `comm`; its
+/// buffers are allocated and zeroed on `exec`, which is fenced before the handle is returned.
 ///
 /// Every rank must pass the same algorithm, n and options: a mismatch throws the same
 /// std::invalid_argument on every rank (naming what differs) instead of hanging later. Invalid
 /// values (n outside [0, 2^31 - 1], options out of range) throw std::invalid_argument too.
-template <class ExecSpace = Kokkos::DefaultExecutionSpace>
-std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(Algorithm algorithm,
+template <class ExecSpace,
+          std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
+std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpace& exec,
+                                                                  Algorithm algorithm,
                                                                   const Communicator& comm,
                                                                   std::int64_t n,
                                                                   const Options& options = {}) {
@@ -39,22 +43,31 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(Algorithm algo
   options.validate();
   switch (algorithm) {
     case Algorithm::Dense:
-      return std::make_unique<impl::DenseAllreduce<ExecSpace>>(comm, n, options);
+      return std::make_unique<impl::DenseAllreduce<ExecSpace>>(exec, comm, n, options);
     case Algorithm::TopkA:
-      return std::make_unique<impl::TopkAllgather<ExecSpace>>(comm, n, options);
+      return std::make_unique<impl::TopkAllgather<ExecSpace>>(exec, comm, n, options);
     case Algorithm::TopkDSA:
-      return std::make_unique<impl::TopkDSA<ExecSpace>>(comm, n, options);
+      return std::make_unique<impl::TopkDSA<ExecSpace>>(exec, comm, n, options);
     case Algorithm::GTopk:
-      return std::make_unique<impl::GTopk<ExecSpace>>(comm, n, options);
+      return std::make_unique<impl::GTopk<ExecSpace>>(exec, comm, n, options);
     case Algorithm::GaussianK:
-      return std::make_unique<impl::GaussianK<ExecSpace>>(comm, n, options);
+      return std::make_unique<impl::GaussianK<ExecSpace>>(exec, comm, n, options);
     case Algorithm::OkTopk:
-      return std::make_unique<impl::OkTopkAllreduce<ExecSpace>>(comm, n, options);
+      return std::make_unique<impl::OkTopkAllreduce<ExecSpace>>(exec, comm, n, options);
     case Algorithm::S2Reducer:
-      return std::make_unique<impl::S2Reducer<ExecSpace>>(comm, n, options);
+      return std::make_unique<impl::S2Reducer<ExecSpace>>(exec, comm, n, options);
   }
   throw std::invalid_argument(std::string(where) + ": not an Algorithm value (" +
                               std::to_string(static_cast<int>(algorithm)) + ")");
+}
+
+/// \brief make_sparse_allreduce on a default-constructed instance of ExecSpace.
+template <class ExecSpace = Kokkos::DefaultExecutionSpace>
+std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(Algorithm algorithm,
+                                                                  const Communicator& comm,
+                                                                  std::int64_t n,
+                                                                  const Options& options = {}) {
+  return make_sparse_allreduce(ExecSpace(), algorithm, comm, n, options);
 }
 
 }  // namespace oktopk

@@ -70,6 +70,104 @@ void scatter_add(const ExecSpace& exec, const IdxView& indices, const ValView& v
                          << ") fall outside the dense vector of length " << n);
 }
 
+namespace impl {
+
+/// scatter_add for callers whose indices are in range by construction: no check, so no
+/// reduction into a host scalar and no wait for the kernel. The collectives call it once per
+/// source rank, and a host synchronisation each time would grow with P.
+template <class ExecSpace, class IdxView, class ValView, class DenseView>
+void scatter_add_unchecked(const ExecSpace& exec, const IdxView& indices, const ValView& values,
+                           const DenseView& dense, count_type offset = 0) {
+  Kokkos::parallel_for(
+      "OkTopk::scatter_add_unchecked",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, indices.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t j) { Kokkos::atomic_add(&dense(indices(j) + offset), values(j)); });
+}
+
+}  // namespace impl
+
+namespace impl {
+
+/// merge_sorted without its input checks (each a reduction into a host scalar), for callers
+/// whose lists are sorted by construction.
+template <class ExecSpace, class AIdx, class AVal, class BIdx, class BVal, class OutIdx,
+          class OutVal>
+std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices,
+                                    const AVal& a_values, const BIdx& b_indices,
+                                    const BVal& b_values, const OutIdx& out_indices,
+                                    const OutVal& out_values) {
+  ScopedRegion region("OkTopk::merge_sorted");
+  using Policy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
+  const auto na = static_cast<std::int64_t>(a_indices.extent(0));
+  const auto nb = static_cast<std::int64_t>(b_indices.extent(0));
+
+  // shared_before(i) = how many of a(0..i) also occur in b. An entry's output slot is its rank
+  // in a, plus the entries of b below it, minus the common indices below it (merged into one).
+  auto shared_before =
+      make_uninitialized<std::int64_t>(exec, "OkTopk::merge_sorted::shared_before", na + 1);
+  std::int64_t shared = 0;
+  Kokkos::parallel_scan(
+      "OkTopk::merge_sorted::count_shared", Policy(exec, 0, na),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& prefix, bool final) {
+        if (final) shared_before(i) = prefix;
+        const auto j = lower_bound(b_indices, nb, a_indices(i));
+        if (j < nb && b_indices(j) == a_indices(i)) ++prefix;
+        if (final && i == na - 1) shared_before(na) = prefix;
+      },
+      shared);
+  if (na == 0) Kokkos::deep_copy(exec, shared_before, 0);
+
+  Kokkos::parallel_for(
+      "OkTopk::merge_sorted::place_a", Policy(exec, 0, na), KOKKOS_LAMBDA(std::int64_t i) {
+        const index_type key = a_indices(i);
+        const auto j = lower_bound(b_indices, nb, key);
+        const bool common = j < nb && b_indices(j) == key;
+        const std::int64_t slot = i + j - shared_before(i);
+        out_indices(slot) = key;
+        out_values(slot) = common ? a_values(i) + b_values(j) : a_values(i);
+      });
+  Kokkos::parallel_for(
+      "OkTopk::merge_sorted::place_b", Policy(exec, 0, nb), KOKKOS_LAMBDA(std::int64_t j) {
+        const index_type key = b_indices(j);
+        const auto i = lower_bound(a_indices, na, key);
+        if (i < na && a_indices(i) == key) return;  // placed with a
+        const std::int64_t slot = j + i - shared_before(i);
+        out_indices(slot) = key;
+        out_values(slot) = b_values(j);
+      });
+  return na + nb - shared;
+}
+
+/// intersect_sorted without its input checks, for callers whose lists are sorted by
+/// construction.
+template <class ExecSpace, class AIdx, class BIdx, class OutIdx>
+std::int64_t intersect_sorted_unchecked(const ExecSpace& exec, const AIdx& a, const BIdx& b,
+                                        const OutIdx& out) {
+  ScopedRegion region("OkTopk::intersect_sorted");
+  const auto na = static_cast<std::int64_t>(a.extent(0));
+  const auto nb = static_cast<std::int64_t>(b.extent(0));
+  const std::int64_t shorter = na < nb ? na : nb;
+  // Scan the shorter list and binary-search the longer: O(min log max).
+  const bool a_shorter = na <= nb;
+  std::int64_t count = 0;
+  Kokkos::parallel_scan(
+      "OkTopk::intersect_sorted",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, shorter),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& slot, bool final) {
+        const index_type key = a_shorter ? a(i) : b(i);
+        const auto j = a_shorter ? lower_bound(b, nb, key) : lower_bound(a, na, key);
+        const bool found = a_shorter ? (j < nb && b(j) == key) : (j < na && a(j) == key);
+        if (found) {
+          if (final) out(slot) = key;
+          ++slot;
+        }
+      },
+      count);
+  return count;
+}
+
+}  // namespace impl
+
 /// \brief Merges two sparse vectors whose indices rise strictly into their sum, also sorted:
 /// an index present in both appears once with value a + b (always added in that order, so the
 /// result is deterministic). The output needs room for |a| + |b| entries. Returns the number
@@ -101,44 +199,8 @@ std::int64_t merge_sorted(const ExecSpace& exec, const AIdx& a_indices, const AV
   OKTOPK_REQUIRE(impl::count_order_violations(exec, a_indices) == 0 &&
                      impl::count_order_violations(exec, b_indices) == 0,
                  std::invalid_argument, where, "indices must rise strictly in both inputs");
-  impl::ScopedRegion region("OkTopk::merge_sorted");
-  using Policy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
-
-  // shared_before(i) = how many of a(0..i) also occur in b. An entry's output slot is its rank
-  // in a, plus the entries of b below it, minus the common indices below it (merged into one).
-  auto shared_before =
-      impl::make_uninitialized<std::int64_t>(exec, "OkTopk::merge_sorted::shared_before", na + 1);
-  std::int64_t shared = 0;
-  Kokkos::parallel_scan(
-      "OkTopk::merge_sorted::count_shared", Policy(exec, 0, na),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& prefix, bool final) {
-        if (final) shared_before(i) = prefix;
-        const auto j = impl::lower_bound(b_indices, nb, a_indices(i));
-        if (j < nb && b_indices(j) == a_indices(i)) ++prefix;
-        if (final && i == na - 1) shared_before(na) = prefix;
-      },
-      shared);
-  if (na == 0) Kokkos::deep_copy(exec, shared_before, 0);
-
-  Kokkos::parallel_for(
-      "OkTopk::merge_sorted::place_a", Policy(exec, 0, na), KOKKOS_LAMBDA(std::int64_t i) {
-        const index_type key = a_indices(i);
-        const auto j = impl::lower_bound(b_indices, nb, key);
-        const bool common = j < nb && b_indices(j) == key;
-        const std::int64_t slot = i + j - shared_before(i);
-        out_indices(slot) = key;
-        out_values(slot) = common ? a_values(i) + b_values(j) : a_values(i);
-      });
-  Kokkos::parallel_for(
-      "OkTopk::merge_sorted::place_b", Policy(exec, 0, nb), KOKKOS_LAMBDA(std::int64_t j) {
-        const index_type key = b_indices(j);
-        const auto i = impl::lower_bound(a_indices, na, key);
-        if (i < na && a_indices(i) == key) return;  // placed with a
-        const std::int64_t slot = j + i - shared_before(i);
-        out_indices(slot) = key;
-        out_values(slot) = b_values(j);
-      });
-  return na + nb - shared;
+  return impl::merge_sorted_unchecked(exec, a_indices, a_values, b_indices, b_values,
+                                      out_indices, out_values);
 }
 
 /// \brief The indices present in both strictly rising lists, in rising order. The output needs
@@ -160,24 +222,7 @@ std::int64_t intersect_sorted(const ExecSpace& exec, const AIdx& a, const BIdx& 
   OKTOPK_REQUIRE(impl::count_order_violations(exec, a) == 0 &&
                      impl::count_order_violations(exec, b) == 0,
                  std::invalid_argument, where, "indices must rise strictly in both inputs");
-  impl::ScopedRegion region("OkTopk::intersect_sorted");
-  // Scan the shorter list and binary-search the longer: O(min log max).
-  const bool a_shorter = na <= nb;
-  std::int64_t count = 0;
-  Kokkos::parallel_scan(
-      "OkTopk::intersect_sorted",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, shorter),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& slot, bool final) {
-        const index_type key = a_shorter ? a(i) : b(i);
-        const auto j = a_shorter ? impl::lower_bound(b, nb, key) : impl::lower_bound(a, na, key);
-        const bool found = a_shorter ? (j < nb && b(j) == key) : (j < na && a(j) == key);
-        if (found) {
-          if (final) out(slot) = key;
-          ++slot;
-        }
-      },
-      count);
-  return count;
+  return impl::intersect_sorted_unchecked(exec, a, b, out);
 }
 
 }  // namespace oktopk

@@ -64,4 +64,19 @@ void clear_at(const ExecSpace& exec, const VectorView& v, const IdxView& indices
                          << ") fall outside the vector of length " << n);
 }
 
+namespace impl {
+
+/// clear_at for callers whose indices are in range by construction: no check, so no reduction
+/// into a host scalar.
+template <class ExecSpace, class VectorView, class IdxView>
+void clear_at_unchecked(const ExecSpace& exec, const VectorView& v, const IdxView& indices,
+                        count_type offset = 0) {
+  Kokkos::parallel_for(
+      "OkTopk::clear_at_unchecked",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, indices.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t j) { v(indices(j) + offset) = 0.0f; });
+}
+
+}  // namespace impl
+
 }  // namespace oktopk

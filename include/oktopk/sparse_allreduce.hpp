@@ -71,8 +71,9 @@ class SparseAllreduce {
   SparseResult<memory_space> result(const ExecSpace& exec) const;
 
  protected:
-  SparseAllreduce(Algorithm algorithm, const Communicator& comm, std::int64_t n,
-                  const Options& options);
+  /// Allocates and zeroes the handle's buffers on `exec`, and fences it.
+  SparseAllreduce(const ExecSpace& exec, Algorithm algorithm, const Communicator& comm,
+                  std::int64_t n, const Options& options);
 
   /// The method's body, for calls after the warm-up. `acc` holds residual + grad; on return
   /// `out` holds the averaged result and `acc` what stays in the residual (the method clears
@@ -144,18 +145,21 @@ class SparseAllreduce {
 // ---- implementation ----------------------------------------------------------------------
 
 template <class ExecSpace>
-SparseAllreduce<ExecSpace>::SparseAllreduce(Algorithm algorithm, const Communicator& comm,
-                                            std::int64_t n, const Options& options)
+SparseAllreduce<ExecSpace>::SparseAllreduce(const ExecSpace& exec, Algorithm algorithm,
+                                            const Communicator& comm, std::int64_t n,
+                                            const Options& options)
     : algorithm_(algorithm),
       comm_(comm),
       n_(n),
       k_(static_cast<std::int64_t>(std::floor(options.density * static_cast<double>(n)))),
       options_(options),
-      residual_("OkTopk::SparseAllreduce::residual", static_cast<std::size_t>(n)),
-      acc_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::SparseAllreduce::acc"),
+      residual_(Kokkos::view_alloc(exec, "OkTopk::SparseAllreduce::residual"),
+                static_cast<std::size_t>(n)),
+      acc_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::SparseAllreduce::acc"),
            static_cast<std::size_t>(n)),
-      kth_workspace_(ExecSpace()) {
+      kth_workspace_(exec) {
   if (k_ > n_) k_ = n_;
+  impl::fence(exec, "OkTopk::SparseAllreduce: buffers ready");
 }
 
 template <class ExecSpace>

@@ -51,6 +51,19 @@ KOKKOS_INLINE_FUNCTION float bits_to_float(std::uint32_t u) {
 #endif
 }
 
+/// Host memory that GPUs copy from and to at full speed and without an extra staging copy by
+/// the driver (page-locked), where the build has a GPU backend; plain HostSpace otherwise.
+/// The HIP space left Kokkos::Experimental in 4.0.
+#if defined(KOKKOS_ENABLE_CUDA)
+using PinnedHostSpace = Kokkos::CudaHostPinnedSpace;
+#elif defined(KOKKOS_ENABLE_HIP) && KOKKOS_VERSION >= 40000
+using PinnedHostSpace = Kokkos::HIPHostPinnedSpace;
+#elif defined(KOKKOS_ENABLE_HIP)
+using PinnedHostSpace = Kokkos::Experimental::HIPHostPinnedSpace;
+#else
+using PinnedHostSpace = Kokkos::HostSpace;
+#endif
+
 /// Fences one execution space instance, with a label where Kokkos takes one (from 3.6).
 template <class ExecSpace>
 void fence(const ExecSpace& exec, const std::string& label) {

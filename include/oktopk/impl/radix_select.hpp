@@ -128,7 +128,7 @@ void radix_histogram_device(const ExecSpace& exec, const XView& x, const RadixDi
         const std::int64_t end = n * (team.league_rank() + 1) / team.league_size();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end), [&](std::int64_t i) {
           const std::uint32_t key = abs_key(x(i));
-          if (digit.counts(key)) Kokkos::atomic_increment(&local(digit.bin(key)));
+          if (digit.counts(key)) Kokkos::atomic_add(&local(digit.bin(key)), 1);
         });
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, digit.bins), [&](int b) {

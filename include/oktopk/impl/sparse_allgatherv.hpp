@@ -190,7 +190,7 @@ void sparse_allgatherv(const ExecSpace& exec, const Communicator& comm, const Id
 
 /// out = (sum of the gathered entries) / P, adding rank by rank so the sum has the same order
 /// on every rank and every run (within one rank's block indices are distinct, so the atomic
-/// adds of scatter_add do not race). Entries of different ranks may share an index.
+/// adds do not race). Entries of different ranks may share an index.
 template <class ExecSpace, class Out>
 void average_gathered(const ExecSpace& exec, const SparseGather<ExecSpace>& gather, const Out& out,
                       int ranks) {
@@ -198,8 +198,8 @@ void average_gathered(const ExecSpace& exec, const SparseGather<ExecSpace>& gath
   std::int64_t begin = 0;
   for (const std::int64_t count : gather.counts) {
     const auto block = Kokkos::make_pair(begin, begin + count);
-    scatter_add(exec, Kokkos::subview(gather.indices, block), Kokkos::subview(gather.values, block),
-                out);
+    scatter_add_unchecked(exec, Kokkos::subview(gather.indices, block),
+                          Kokkos::subview(gather.values, block), out);
     begin += count;
   }
   divide(exec, out, out, static_cast<float>(ranks));

@@ -27,9 +27,12 @@ struct SplitReduce {
   Kokkos::View<index_type*, Memory> send_indices{"OkTopk::SplitReduce::send_indices", 0};
   Kokkos::View<value_type*, Memory> send_values{"OkTopk::SplitReduce::send_values", 0};
   Kokkos::View<count_type*, Memory> send_counts_device{"OkTopk::SplitReduce::send_counts", 0};
-  typename Kokkos::View<count_type*, Memory>::HostMirror send_counts_host;
+  // host_mirror_type, not the HostMirror alias that Kokkos 4.7 deprecates.
+  typename Kokkos::View<count_type*, Memory>::host_mirror_type send_counts_host;
   std::vector<std::int64_t> send_counts;  // per region
   std::vector<std::int64_t> send_offsets;  // start of each region's group, P + 1 entries
+  /// send_offsets in the execution space's memory, computed there (no copy from the host).
+  Kokkos::View<count_type*, Memory> send_offsets_device{"OkTopk::SplitReduce::send_offsets", 0};
   /// What the other ranks sent for my region, grouped by source rank.
   Kokkos::View<index_type*, Memory> recv_indices{"OkTopk::SplitReduce::recv_indices", 0};
   Kokkos::View<value_type*, Memory> recv_values{"OkTopk::SplitReduce::recv_values", 0};
@@ -56,10 +59,13 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
                       int throttle, SplitReduce<ExecSpace>& state, Timed&& timed) {
   const int P = comm.size();
   const int me = comm.rank();
+  using Memory = typename ExecSpace::memory_space;
   if (static_cast<int>(state.send_counts_device.extent(0)) != P) {
-    state.send_counts_device = Kokkos::View<count_type*, typename ExecSpace::memory_space>(
-        "OkTopk::SplitReduce::send_counts", P);
+    state.send_counts_device = Kokkos::View<count_type*, Memory>(
+        Kokkos::view_alloc(exec, "OkTopk::SplitReduce::send_counts"), P);
     state.send_counts_host = Kokkos::create_mirror_view(state.send_counts_device);
+    state.send_offsets_device = Kokkos::View<count_type*, Memory>(
+        Kokkos::view_alloc(exec, "OkTopk::SplitReduce::send_offsets"), P + 1);
   }
   {
     auto timer = timed("select");
@@ -73,6 +79,18 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
                                         state.send_values, state.send_counts_device);
     }
     state.selected = selected;
+    const auto counts = state.send_counts_device;
+    const auto group_offsets = state.send_offsets_device;
+    Kokkos::parallel_for(
+        "OkTopk::split_and_reduce::send_offsets", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
+        KOKKOS_LAMBDA(int) {
+          count_type running = 0;
+          group_offsets(0) = 0;
+          for (int r = 0; r < P; ++r) {
+            running += counts(r);
+            group_offsets(r + 1) = running;
+          }
+        });
     Kokkos::deep_copy(exec, state.send_counts_host, state.send_counts_device);
     fence(exec, "OkTopk::split_and_reduce: counts to host");
     state.send_counts.assign(state.send_counts_host.data(), state.send_counts_host.data() + P);
@@ -89,8 +107,8 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
   ensure_capacity(state.recv_values, state.recv_offsets[P]);
   const std::int64_t region_size = offsets[me + 1] - offsets[me];
   if (static_cast<std::int64_t>(state.region.extent(0)) != region_size) {
-    state.region = Kokkos::View<value_type*, typename ExecSpace::memory_space>(
-        "OkTopk::SplitReduce::region", static_cast<std::size_t>(region_size));
+    state.region = Kokkos::View<value_type*, Memory>(
+        Kokkos::view_alloc(exec, "OkTopk::SplitReduce::region"), static_cast<std::size_t>(region_size));
   } else {
     Kokkos::deep_copy(exec, state.region, 0.0f);
   }
@@ -98,8 +116,8 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
   auto range = [](std::int64_t b, std::int64_t e) { return Kokkos::make_pair(b, e); };
   auto add_from = [&](const auto& idx, const auto& val, std::int64_t begin, std::int64_t end) {
     if (end > begin) {
-      scatter_add(exec, Kokkos::subview(idx, range(begin, end)),
-                  Kokkos::subview(val, range(begin, end)), state.region);
+      scatter_add_unchecked(exec, Kokkos::subview(idx, range(begin, end)),
+                            Kokkos::subview(val, range(begin, end)), state.region);
     }
   };
   // My own part needs no message.
@@ -146,6 +164,25 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
     const int src = (me - s + P) % P;
     add_from(state.recv_indices, state.recv_values, state.recv_offsets[src], state.recv_offsets[src + 1]);
   }
+}
+
+/// \brief The last split_and_reduce call's local selection with global indices:
+/// global(j) = send_indices(j) + region_offsets(r) for j in region r's group. One kernel, with
+/// no host involvement, whatever P.
+template <class ExecSpace, class OffsetView, class OutIdx>
+void selected_global_indices(const ExecSpace& exec, const SplitReduce<ExecSpace>& state,
+                             const OffsetView& region_offsets, const OutIdx& global) {
+  const auto relative = state.send_indices;
+  const auto group_offsets = state.send_offsets_device;
+  const auto regions = static_cast<std::int64_t>(group_offsets.extent(0)) - 1;
+  Kokkos::parallel_for(
+      "OkTopk::split_and_reduce::global_indices",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, state.selected),
+      KOKKOS_LAMBDA(std::int64_t j) {
+        // The last group starting at or before j: empty groups share their start with the next.
+        const auto r = upper_bound(group_offsets, regions + 1, j) - 1;
+        global(j) = static_cast<index_type>(relative(j) + region_offsets(r));
+      });
 }
 
 }  // namespace oktopk::impl

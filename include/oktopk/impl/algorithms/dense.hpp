@@ -11,8 +11,8 @@ class DenseAllreduce final : public SparseAllreduce<ExecSpace> {
   using Base = SparseAllreduce<ExecSpace>;
 
  public:
-  DenseAllreduce(const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(Algorithm::Dense, comm, n, options) {}
+  DenseAllreduce(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
+      : Base(exec, Algorithm::Dense, comm, n, options) {}
 
  protected:
   bool uses_error_feedback() const override { return false; }

@@ -24,8 +24,8 @@ class GaussianK final : public SparseAllreduce<ExecSpace> {
   using vector_type = typename Base::vector_type;
 
  public:
-  GaussianK(const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(Algorithm::GaussianK, comm, n, options) {}
+  GaussianK(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
+      : Base(exec, Algorithm::GaussianK, comm, n, options) {}
 
  protected:
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
@@ -68,7 +68,7 @@ class GaussianK final : public SparseAllreduce<ExecSpace> {
     }
     {
       auto timer = this->phase(exec, "residual");
-      clear_at(exec, acc, Kokkos::subview(indices_, Kokkos::make_pair(std::int64_t{0}, selected)));
+      clear_at_unchecked(exec, acc, Kokkos::subview(indices_, Kokkos::make_pair(std::int64_t{0}, selected)));
     }
   }
 

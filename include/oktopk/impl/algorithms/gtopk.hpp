@@ -35,8 +35,8 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
   using index_vector_type = typename Base::index_vector_type;
 
  public:
-  GTopk(const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(Algorithm::GTopk, comm, n, options) {}
+  GTopk(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
+      : Base(exec, Algorithm::GTopk, comm, n, options) {}
 
  protected:
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
@@ -107,7 +107,7 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
 
         ensure_capacity(merged_indices_, size + count);
         ensure_capacity(merged_values_, size + count);
-        const std::int64_t merged = merge_sorted(
+        const std::int64_t merged = merge_sorted_unchecked(
             exec, Kokkos::subview(set_indices_, range(0, size)),
             Kokkos::subview(set_values_, range(0, size)),
             Kokkos::subview(recv_indices_, range(0, count)),
@@ -171,8 +171,8 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
       const auto final_indices = Kokkos::subview(set_indices_, range(0, size));
       const auto mine = Kokkos::subview(local_indices_, range(0, local));
       ensure_capacity(common_, std::min(local, size));
-      const std::int64_t common = intersect_sorted(exec, mine, final_indices, common_);
-      clear_at(exec, acc, Kokkos::subview(common_, range(0, common)));
+      const std::int64_t common = intersect_sorted_unchecked(exec, mine, final_indices, common_);
+      clear_at_unchecked(exec, acc, Kokkos::subview(common_, range(0, common)));
     }
   }
 

@@ -22,6 +22,23 @@
 
 namespace oktopk::impl {
 
+/// quantiles[i] = indices((i + 1) * stride) for i < count, on the host. A free function: CUDA
+/// forbids device lambdas in private member functions.
+template <class ExecSpace, class Indices>
+void pick_quantiles(const ExecSpace& exec, const Indices& indices, std::int64_t stride, int count,
+                    std::vector<std::int64_t>& quantiles) {
+  quantiles.assign(count, 0);
+  if (count <= 0) return;
+  auto picked = make_uninitialized<std::int64_t>(exec, "OkTopk::oktopk::quantiles", count);
+  Kokkos::parallel_for(
+      "OkTopk::oktopk::quantiles", Kokkos::RangePolicy<ExecSpace>(exec, 0, count),
+      KOKKOS_LAMBDA(int i) { picked(i) = indices((i + 1) * stride); });
+  auto host = Kokkos::create_mirror_view(picked);
+  Kokkos::deep_copy(exec, host, picked);
+  fence(exec, "OkTopk::oktopk::quantiles to host");
+  for (int i = 0; i < count; ++i) quantiles[i] = host(i);
+}
+
 template <class ExecSpace>
 class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
   using Base = SparseAllreduce<ExecSpace>;
@@ -30,10 +47,11 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
   using Memory = typename ExecSpace::memory_space;
 
  public:
-  OkTopkAllreduce(const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(Algorithm::OkTopk, comm, n, options),
+  OkTopkAllreduce(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
+      : Base(exec, Algorithm::OkTopk, comm, n, options),
         offsets_(comm.size() + 1, 0),
-        offsets_device_("OkTopk::oktopk::region_offsets", comm.size() + 1) {}
+        offsets_device_(Kokkos::view_alloc(exec, "OkTopk::oktopk::region_offsets"),
+                        comm.size() + 1) {}
 
  protected:
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
@@ -148,16 +166,11 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     const std::int64_t selected =
         this->select_into(exec, acc, local_threshold_, repartition_indices_, repartition_values_);
     const std::int64_t stride = selected / P;
-    std::vector<std::int64_t> boundaries(P > 1 ? P - 1 : 0);
+    std::vector<std::int64_t> boundaries;
     if (stride >= 1 && P > 1) {
-      Kokkos::View<std::int64_t*, Memory> picked("OkTopk::oktopk::quantiles", P - 1);
-      const auto indices = repartition_indices_;
-      Kokkos::parallel_for(
-          "OkTopk::oktopk::quantiles", Kokkos::RangePolicy<ExecSpace>(exec, 0, P - 1),
-          KOKKOS_LAMBDA(int i) { picked(i) = indices((i + 1) * stride); });
-      auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), picked);
-      for (int i = 0; i < P - 1; ++i) boundaries[i] = host(i);
+      pick_quantiles(exec, repartition_indices_, stride, P - 1, boundaries);
     } else {
+      boundaries.assign(P > 1 ? P - 1 : 0, 0);
       for (int i = 0; i < P - 1; ++i) boundaries[i] = (i + 1) * n / P;
     }
     if (P > 1) this->comm_.allreduce_in_place(boundaries.data(), P - 1, MPI_SUM);
@@ -167,30 +180,22 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     auto host = Kokkos::create_mirror_view(offsets_device_);
     for (int r = 0; r <= P; ++r) host(r) = offsets_[r];
     Kokkos::deep_copy(exec, offsets_device_, host);
+    fence(exec, "OkTopk::oktopk: region offsets");  // `host` goes out of scope
   }
 
   /// Clears in acc the entries this rank selected that are also in the global result (§2.8);
   /// both lists ascend: regions are in rank order and each is sorted.
   void clear_communicated(const ExecSpace& exec, const vector_type& acc) {
-    const int P = this->comm_.size();
     const std::int64_t selected = split_.selected;
     ensure_capacity(local_global_indices_, selected);
-    if (selected > 0) {
-      Kokkos::deep_copy(exec,
-                        Kokkos::subview(local_global_indices_, Kokkos::make_pair(std::int64_t{0}, selected)),
-                        Kokkos::subview(split_.send_indices, Kokkos::make_pair(std::int64_t{0}, selected)));
-    }
-    for (int r = 0; r < P; ++r) {
-      add_offset(exec, local_global_indices_, split_.send_offsets[r], split_.send_offsets[r + 1],
-                 offsets_[r]);
-    }
+    selected_global_indices(exec, split_, offsets_device_, local_global_indices_);
     const std::int64_t shorter = std::min(selected, gather_.total);
     ensure_capacity(cleared_, shorter);
-    const std::int64_t both = intersect_sorted(
+    const std::int64_t both = intersect_sorted_unchecked(
         exec, Kokkos::subview(local_global_indices_, Kokkos::make_pair(std::int64_t{0}, selected)),
         Kokkos::subview(gather_.indices, Kokkos::make_pair(std::int64_t{0}, gather_.total)),
         cleared_);
-    clear_at(exec, acc, Kokkos::subview(cleared_, Kokkos::make_pair(std::int64_t{0}, both)));
+    clear_at_unchecked(exec, acc, Kokkos::subview(cleared_, Kokkos::make_pair(std::int64_t{0}, both)));
   }
 
   float local_threshold_ = 0.0f;

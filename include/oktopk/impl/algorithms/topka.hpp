@@ -15,8 +15,8 @@ class TopkAllgather final : public SparseAllreduce<ExecSpace> {
   using vector_type = typename Base::vector_type;
 
  public:
-  TopkAllgather(const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(Algorithm::TopkA, comm, n, options) {}
+  TopkAllgather(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
+      : Base(exec, Algorithm::TopkA, comm, n, options) {}
 
  protected:
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
@@ -39,7 +39,7 @@ class TopkAllgather final : public SparseAllreduce<ExecSpace> {
     stats.global_selected = gather_.total;
     {
       auto timer = this->phase(exec, "residual");
-      clear_at(exec, acc, Kokkos::subview(indices_, Kokkos::make_pair(std::int64_t{0}, selected)));
+      clear_at_unchecked(exec, acc, Kokkos::subview(indices_, Kokkos::make_pair(std::int64_t{0}, selected)));
     }
   }
 

@@ -28,18 +28,20 @@ class TopkDSA final : public SparseAllreduce<ExecSpace> {
   using memory_space = typename Base::memory_space;
 
  public:
-  TopkDSA(const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(Algorithm::TopkDSA, comm, n, options) {
+  TopkDSA(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
+      : Base(exec, Algorithm::TopkDSA, comm, n, options) {
     // Equal regions of floor(n/P) entries; the last one also takes the remainder.
     const int P = this->comm_.size();
     const std::int64_t width = n / P;
     offsets_.assign(P + 1, 0);
     for (int r = 0; r < P; ++r) offsets_[r] = r * width;
     offsets_[P] = n;
-    offsets_device_ = Kokkos::View<count_type*, memory_space>("OkTopk::TopkDSA::offsets", P + 1);
+    offsets_device_ = Kokkos::View<count_type*, memory_space>(
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::TopkDSA::offsets"), P + 1);
     auto host = Kokkos::create_mirror_view(offsets_device_);
     for (int r = 0; r <= P; ++r) host(r) = offsets_[r];
-    Kokkos::deep_copy(offsets_device_, host);
+    Kokkos::deep_copy(exec, offsets_device_, host);
+    fence(exec, "OkTopk::TopkDSA: region offsets");  // `host` goes out of scope
   }
 
  protected:
@@ -59,14 +61,11 @@ class TopkDSA final : public SparseAllreduce<ExecSpace> {
     stats.local_selected = state_.selected;
     {
       auto timer = this->phase(exec, "residual");
-      for (int r = 0; r < P; ++r) {
-        const std::int64_t begin = state_.send_offsets[r];
-        const std::int64_t end = state_.send_offsets[r + 1];
-        if (end > begin) {
-          clear_at(exec, acc, Kokkos::subview(state_.send_indices, Kokkos::make_pair(begin, end)),
-                   offsets_[r]);
-        }
-      }
+      ensure_capacity(selected_indices_, state_.selected);
+      selected_global_indices(exec, state_, offsets_device_, selected_indices_);
+      clear_at_unchecked(exec, acc,
+                         Kokkos::subview(selected_indices_,
+                                         Kokkos::make_pair(std::int64_t{0}, state_.selected)));
     }
 
     // My reduced region's non-zeros, with region-relative indices.
@@ -118,6 +117,8 @@ class TopkDSA final : public SparseAllreduce<ExecSpace> {
   std::vector<std::int64_t> offsets_;
   Kokkos::View<count_type*, memory_space> offsets_device_;
   SplitReduce<ExecSpace> state_;
+  /// This rank's selection with global indices: what the residual clears.
+  typename Base::index_vector_type selected_indices_{"OkTopk::TopkDSA::selected_indices", 0};
   typename Base::index_vector_type region_indices_{"OkTopk::TopkDSA::region_indices", 0};
   vector_type region_values_{"OkTopk::TopkDSA::region_values", 0};
   SparseGather<ExecSpace> gather_;
