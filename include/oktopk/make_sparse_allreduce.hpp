@@ -13,10 +13,14 @@
 #include <oktopk/impl/algorithms/s2.hpp>
 #include <oktopk/impl/algorithms/topka.hpp>
 #include <oktopk/impl/algorithms/topkdsa.hpp>
+#include <oktopk/impl/gpu_aware_mpi.hpp>
+#include <oktopk/impl/kokkos_ext.hpp>
+#include <oktopk/impl/mpi_mirror.hpp>
 
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 #include <type_traits>
 
 namespace oktopk {
@@ -27,6 +31,8 @@ namespace oktopk {
 /// Every rank must pass the same algorithm, n and options: a mismatch throws the same
 /// std::invalid_argument on every rank (naming what differs) instead of hanging later. Invalid
 /// values (n outside [0, 2^31 - 1], options out of range) throw std::invalid_argument too.
+/// Built with OKTOPK_ENABLE_GPU_AWARE_MPI=ON, a device ExecSpace throws std::runtime_error on
+/// every rank when MPI says it cannot read GPU memory (where MPI can be asked).
 template <class ExecSpace,
           std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
 std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpace& exec,
@@ -35,9 +41,22 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpac
                                                                   std::int64_t n,
                                                                   const Options& options = {}) {
   constexpr const char* where = "oktopk::make_sparse_allreduce";
+  impl::GpuAwareness gpu_aware = impl::GpuAwareness::Unknown;
+  std::string gpu_query;
+  if constexpr (impl::mpi_uses_view_memory_v<ExecSpace> && !impl::runs_on_host_v<ExecSpace>) {
+    gpu_aware = impl::query_gpu_aware_mpi(gpu_query);
+  }
+  // Nodes may run different MPI set-ups: agreeing on the answer makes every rank throw alike.
   comm.check_agreement(where, {{"algorithm", static_cast<std::int64_t>(algorithm)},
                                {"n", n},
-                               {"options", options.digest()}});
+                               {"options", options.digest()},
+                               {"GPU-aware MPI", static_cast<std::int64_t>(gpu_aware)}});
+  OKTOPK_REQUIRE(gpu_aware != impl::GpuAwareness::No, std::runtime_error, where,
+                 "this copy of OkTopk hands GPU memory to MPI (OKTOPK_ENABLE_GPU_AWARE_MPI=ON), "
+                 "but MPI cannot read it ("
+                     << gpu_query
+                     << "); use a GPU-aware MPI (Cray MPICH: export MPICH_GPU_SUPPORT_ENABLED=1) "
+                        "or rebuild with -DOKTOPK_ENABLE_GPU_AWARE_MPI=OFF");
   OKTOPK_REQUIRE(n >= 0 && n <= std::numeric_limits<index_type>::max(), std::invalid_argument,
                  where, "n must be in [0, 2^31 - 1], got " << n);
   options.validate();
