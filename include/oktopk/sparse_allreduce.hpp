@@ -242,8 +242,8 @@ std::int64_t SparseAllreduce<ExecSpace>::select_into(const ExecSpace& exec, cons
                                                      vector_type& values) {
   std::int64_t count = select_above(exec, x, threshold, indices, values);
   if (count > static_cast<std::int64_t>(std::min(indices.extent(0), values.extent(0)))) {
-    impl::ensure_capacity(indices, count);
-    impl::ensure_capacity(values, count);
+    impl::ensure_capacity(exec, indices, count);
+    impl::ensure_capacity(exec, values, count);
     count = select_above(exec, x, threshold, indices, values);
   }
   return count;
@@ -264,13 +264,15 @@ SparseResult<typename ExecSpace::memory_space> SparseAllreduce<ExecSpace>::resul
   SparseResult<memory_space> r;
   const auto capacity = static_cast<std::size_t>(last_out_.extent(0) == 0 ? 0 : stats_.global_selected + 1);
   r.indices = index_vector_type(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::SparseResult::indices"), capacity);
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::SparseResult::indices"),
+      capacity);
   r.values = vector_type(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::SparseResult::values"), capacity);
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::SparseResult::values"),
+      capacity);
   r.size = select_above(exec, last_out_, 0.0f, r.indices, r.values);
   if (r.size > static_cast<std::int64_t>(capacity)) {
-    impl::ensure_capacity(r.indices, r.size);
-    impl::ensure_capacity(r.values, r.size);
+    impl::ensure_capacity(exec, r.indices, r.size);
+    impl::ensure_capacity(exec, r.values, r.size);
     r.size = select_above(exec, last_out_, 0.0f, r.indices, r.values);
   }
   return r;

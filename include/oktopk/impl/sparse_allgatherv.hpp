@@ -87,8 +87,8 @@ void sparse_allgatherv_counted(const ExecSpace& exec, const Communicator& comm, 
     largest = std::max(largest, c);
   }
   gather.total = total;
-  ensure_capacity(gather.indices, total);
-  ensure_capacity(gather.values, total);
+  ensure_capacity(exec, gather.indices, total);
+  ensure_capacity(exec, gather.values, total);
   const double mean = static_cast<double>(total) / P;
   gather.balanced = P > 1 && total > 0 &&
                     (balancing == Balancing::On ||
@@ -115,8 +115,8 @@ void sparse_allgatherv_counted(const ExecSpace& exec, const Communicator& comm, 
   for (int r = 0; r < P; ++r) offsets[r + 1] = offsets[r] + gather.counts[r];
   const auto [block_begin, block_end] = even_block(total, P, me);
   const std::int64_t block_size = block_end - block_begin;
-  ensure_capacity(gather.balanced_indices, block_size);
-  ensure_capacity(gather.balanced_values, block_size);
+  ensure_capacity(exec, gather.balanced_indices, block_size);
+  ensure_capacity(exec, gather.balanced_values, block_size);
   {
     auto timer = timed("balance");
     const auto send_idx = mpi_send_view(exec, Kokkos::subview(indices, range(0, count)));

@@ -73,8 +73,8 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
         select_above_by_region(exec, acc, threshold, offsets_device, state.send_indices,
                                state.send_values, state.send_counts_device);
     if (selected > static_cast<std::int64_t>(state.send_indices.extent(0))) {
-      ensure_capacity(state.send_indices, selected);
-      ensure_capacity(state.send_values, selected);
+      ensure_capacity(exec, state.send_indices, selected);
+      ensure_capacity(exec, state.send_values, selected);
       selected = select_above_by_region(exec, acc, threshold, offsets_device, state.send_indices,
                                         state.send_values, state.send_counts_device);
     }
@@ -103,8 +103,8 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
   comm.alltoall(state.send_counts.data(), state.recv_counts.data(), 1);
   state.recv_offsets.assign(P + 1, 0);
   for (int r = 0; r < P; ++r) state.recv_offsets[r + 1] = state.recv_offsets[r] + state.recv_counts[r];
-  ensure_capacity(state.recv_indices, state.recv_offsets[P]);
-  ensure_capacity(state.recv_values, state.recv_offsets[P]);
+  ensure_capacity(exec, state.recv_indices, state.recv_offsets[P]);
+  ensure_capacity(exec, state.recv_values, state.recv_offsets[P]);
   const std::int64_t region_size = offsets[me + 1] - offsets[me];
   if (static_cast<std::int64_t>(state.region.extent(0)) != region_size) {
     state.region = Kokkos::View<value_type*, Memory>(

@@ -101,12 +101,13 @@ void add_offset(const ExecSpace& exec, const Idx& indices, std::int64_t begin, s
 }
 
 /// Grows a rank-1 View to hold at least `size` entries (contents are not kept), with 25%
-/// headroom so that slowly growing counts do not reallocate every call.
-template <class View>
-void ensure_capacity(View& view, std::int64_t size) {
+/// headroom so that slowly growing counts do not reallocate every call. The allocation is
+/// ordered on `exec`.
+template <class ExecSpace, class View>
+void ensure_capacity(const ExecSpace& exec, View& view, std::int64_t size) {
   if (static_cast<std::int64_t>(view.extent(0)) >= size) return;
   const auto grown = static_cast<std::size_t>(size + size / 4 + 16);
-  view = View(Kokkos::view_alloc(Kokkos::WithoutInitializing, view.label()), grown);
+  view = View(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, view.label()), grown);
 }
 
 }  // namespace oktopk::impl

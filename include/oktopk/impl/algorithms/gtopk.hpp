@@ -54,7 +54,7 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
       stats.local_threshold_exact = true;
       // The local top-k starts the tree set; its indices are kept for the residual.
       local = this->select_into(exec, acc, stats.local_threshold, set_indices_, set_values_);
-      ensure_capacity(local_indices_, local);
+      ensure_capacity(exec, local_indices_, local);
       Kokkos::deep_copy(exec, Kokkos::subview(local_indices_, range(0, local)),
                         Kokkos::subview(set_indices_, range(0, local)));
     }
@@ -90,8 +90,8 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
           comm.irecv(&count, 1, child, tag, requests);
           requests.wait_all();
         }
-        ensure_capacity(recv_indices_, count);
-        ensure_capacity(recv_values_, count);
+        ensure_capacity(exec, recv_indices_, count);
+        ensure_capacity(exec, recv_values_, count);
         if (count > 0) {
           const auto idx_part = Kokkos::subview(recv_indices_, range(0, count));
           const auto val_part = Kokkos::subview(recv_values_, range(0, count));
@@ -105,8 +105,8 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
           mpi_received(exec, recv_val, val_part, 0, count);
         }
 
-        ensure_capacity(merged_indices_, size + count);
-        ensure_capacity(merged_values_, size + count);
+        ensure_capacity(exec, merged_indices_, size + count);
+        ensure_capacity(exec, merged_values_, size + count);
         const std::int64_t merged = merge_sorted_unchecked(
             exec, Kokkos::subview(set_indices_, range(0, size)),
             Kokkos::subview(set_values_, range(0, size)),
@@ -122,8 +122,8 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
                                       k + 1, this->kth_workspace_);
         }
         // The set's old contents are in the merged buffers now; regrowing it may drop them.
-        ensure_capacity(set_indices_, merged);
-        ensure_capacity(set_values_, merged);
+        ensure_capacity(exec, set_indices_, merged);
+        ensure_capacity(exec, set_values_, merged);
         size = select_pairs_above(exec, merged_indices_, merged_values_, merged, threshold,
                                   set_indices_, set_values_);
       }
@@ -141,8 +141,8 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
       bits = static_cast<std::uint32_t>(header[1]);
       std::memcpy(&threshold, &bits, sizeof threshold);
       if (me != 0) {
-        ensure_capacity(set_indices_, size);
-        ensure_capacity(set_values_, size);
+        ensure_capacity(exec, set_indices_, size);
+        ensure_capacity(exec, set_values_, size);
       }
       if (size > 0) {
         const auto idx_part = Kokkos::subview(set_indices_, range(0, size));
@@ -170,7 +170,7 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
       auto timer = this->phase(exec, "residual");
       const auto final_indices = Kokkos::subview(set_indices_, range(0, size));
       const auto mine = Kokkos::subview(local_indices_, range(0, local));
-      ensure_capacity(common_, std::min(local, size));
+      ensure_capacity(exec, common_, std::min(local, size));
       const std::int64_t common = intersect_sorted_unchecked(exec, mine, final_indices, common_);
       clear_at_unchecked(exec, acc, Kokkos::subview(common_, range(0, common)));
     }

@@ -187,10 +187,10 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
   /// both lists ascend: regions are in rank order and each is sorted.
   void clear_communicated(const ExecSpace& exec, const vector_type& acc) {
     const std::int64_t selected = split_.selected;
-    ensure_capacity(local_global_indices_, selected);
+    ensure_capacity(exec, local_global_indices_, selected);
     selected_global_indices(exec, split_, offsets_device_, local_global_indices_);
     const std::int64_t shorter = std::min(selected, gather_.total);
-    ensure_capacity(cleared_, shorter);
+    ensure_capacity(exec, cleared_, shorter);
     const std::int64_t both = intersect_sorted_unchecked(
         exec, Kokkos::subview(local_global_indices_, Kokkos::make_pair(std::int64_t{0}, selected)),
         Kokkos::subview(gather_.indices, Kokkos::make_pair(std::int64_t{0}, gather_.total)),

@@ -61,7 +61,7 @@ class TopkDSA final : public SparseAllreduce<ExecSpace> {
     stats.local_selected = state_.selected;
     {
       auto timer = this->phase(exec, "residual");
-      ensure_capacity(selected_indices_, state_.selected);
+      ensure_capacity(exec, selected_indices_, state_.selected);
       selected_global_indices(exec, state_, offsets_device_, selected_indices_);
       clear_at_unchecked(exec, acc,
                          Kokkos::subview(selected_indices_,
