@@ -30,6 +30,107 @@ oktopk_install_packages() {
   fi
 }
 
+oktopk_codename() { (. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}"); }
+
+# oktopk_apt_main_source SUITE: finds the system's own apt entry that serves the main component
+# of SUITE (deb822 stanzas in the *.sources files of sources.list.d, one-line entries in
+# sources.list and *.list; the first one in apt's reading order wins) and sets
+#   OKTOPK_APT_URIS       its URIs, space-separated
+#   OKTOPK_APT_SIGNED_BY  its Signed-By value as written after "Signed-By:" (a leading space,
+#                         and for an inline key its continuation lines), empty when it has none
+# so that a script can reach the same mirror the system uses. Exits with one line if none does.
+oktopk_apt_main_source() {
+  local suite=$1 list parts
+  eval "$(apt-config shell list Dir::Etc::SourceList/f parts Dir::Etc::SourceParts/d)"
+  local files=()
+  [ -f "$list" ] && files+=("$list")
+  local f  # apt's order: sources.list, then sources.list.d/ by name
+  for f in "${parts%/}"/*; do
+    case $f in *.list|*.sources) [ -f "$f" ] && files+=("$f") ;; esac
+  done
+  local found=""
+  if ((${#files[@]})); then
+    found=$(printf '%s\n' "${files[@]}" | awk -v suite="$suite" '
+      function flush() {  # the deb822 stanza just read
+        if (!done && nf_ok && enabled && types_ok && has(suites, suite) && has(comps, "main")) {
+          print uris; if (signed != "") print signed; done = 1
+        }
+        nf_ok = 0; enabled = 1; types_ok = 0; suites = ""; comps = ""; uris = ""; signed = ""
+        key = ""
+      }
+      function has(list, word,   n, i, w) {
+        n = split(list, w, /[ \t]+/)
+        for (i = 1; i <= n; i++) if (w[i] == word) return 1
+        return 0
+      }
+      function trim(s) { sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s); return s }
+      { files[++nfiles] = $0 }
+      END {
+        for (i = 1; i <= nfiles && !done; i++) {
+          file = files[i]
+          deb822 = (file ~ /\.sources$/)
+          flush()
+          while (!done && (getline line < file) > 0) {
+            if (deb822) {
+              if (line ~ /^#/) continue
+              if (line ~ /^[ \t]*$/) { flush(); continue }
+              if (line ~ /^[ \t]/) {  # a continuation line (an inline key)
+                if (key == "signed-by") signed = signed "\n" line
+                continue
+              }
+              c = index(line, ":")
+              if (c == 0) continue
+              key = tolower(trim(substr(line, 1, c - 1)))
+              val = substr(line, c + 1)
+              nf_ok = 1
+              if (key == "types") types_ok = has(trim(val), "deb") || has(trim(val), "deb-src")
+              else if (key == "uris") uris = trim(val)
+              else if (key == "suites") suites = trim(val)
+              else if (key == "components") comps = trim(val)
+              else if (key == "enabled") enabled = (tolower(trim(val)) != "no")
+              else if (key == "signed-by") signed = val
+            } else {
+              sub(/#.*/, "", line)
+              n = split(line, w, /[ \t]+/)
+              j = 1
+              if (w[j] == "") j++
+              if (w[j] != "deb" && w[j] != "deb-src") continue
+              j++
+              opts = ""
+              if (substr(w[j], 1, 1) == "[") {  # [ options ], possibly spread over words
+                while (j <= n) {
+                  opts = opts " " w[j]
+                  if (w[j] ~ /\]$/) break
+                  j++
+                }
+                j++
+                gsub(/[\[\]]/, " ", opts)
+              }
+              if (j + 2 > n || w[j + 1] != suite) continue
+              comps = ""
+              for (k = j + 2; k <= n; k++) comps = comps " " w[k]
+              if (!has(comps, "main")) continue
+              signed = ""
+              m = split(opts, o, /[ \t]+/)
+              for (k = 1; k <= m; k++) if (tolower(o[k]) ~ /^signed-by=/) signed = " " substr(o[k], 11)
+              print w[j]; if (signed != "") print signed; done = 1
+            }
+          }
+          if (deb822) flush()
+          close(file)
+        }
+      }')
+  fi
+  if [ -z "$found" ]; then
+    echo "oktopk: no apt source for the main component of '$suite' in $list or $parts (a deb822 .sources stanza or a one-line 'deb URI $suite main' entry is needed)" >&2
+    exit 1
+  fi
+  OKTOPK_APT_URIS=${found%%$'\n'*}
+  OKTOPK_APT_SIGNED_BY=""
+  [[ $found == *$'\n'* ]] && OKTOPK_APT_SIGNED_BY=${found#*$'\n'}
+  return 0
+}
+
 # Kokkos (OpenMP + Serial) and Kokkos Kernels (no ETI, OpenBLAS as BLAS) from the trilinos
 # source package: Debian's binary libtrilinos-kokkos-dev is Serial-only with a broken CMake config.
 oktopk_build_kokkos() {
@@ -38,16 +139,18 @@ oktopk_build_kokkos() {
   fi
   local work; work=$(mktemp -d /tmp/oktopk-kokkos.XXXXXX)
   oktopk_log "building Kokkos 3.4.01 + Kokkos Kernels into $OKTOPK_DEPS_PREFIX (work dir $work)"
-  # A private deb-src list, so the system's apt configuration is left untouched.
+  # A private deb-src list, so the system's apt configuration is left untouched. It names the
+  # mirror the system already uses for its own packages.
   mkdir -p "$work/apt/parts" "$work/apt/lists/partial"
-  local suite; suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-  cat > "$work/apt/parts/oktopk-src.sources" <<SRC
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: $suite
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
+  local suite; suite=$(oktopk_codename)
+  oktopk_apt_main_source "$suite"
+  {
+    echo "Types: deb-src"
+    echo "URIs: $OKTOPK_APT_URIS"
+    echo "Suites: $suite"
+    echo "Components: main"
+    [ -z "$OKTOPK_APT_SIGNED_BY" ] || echo "Signed-By:$OKTOPK_APT_SIGNED_BY"
+  } > "$work/apt/parts/oktopk-src.sources"
   local apt_opts=(-o "Dir::Etc::SourceParts=$work/apt/parts" -o Dir::Etc::SourceList=/dev/null
                   -o "Dir::State::Lists=$work/apt/lists" -o APT::Sandbox::User=root)
   apt-get "${apt_opts[@]}" update -q
