@@ -169,11 +169,18 @@ oktopk_build_kokkos() {
            OFFSET_SIZE_T ORDINAL_INT LAYOUTLEFT LAYOUTRIGHT; do
     no_eti+=("-DKokkosKernels_INST_$v=OFF")
   done
-  local blas_dir; blas_dir=$(dirname "$(find /usr/lib -name 'libopenblas.so' | head -n 1)")
+  local blas; blas=$(find /usr/lib -name 'libopenblas.so' | head -n 1)
+  local blas_dir; blas_dir=$(dirname "$blas")
+  # With a BLAS, Kokkos Kernels 3.4 enables Fortran only to learn how the compiler mangles BLAS
+  # names, unless F77_BLAS_MANGLE is given: give it, so no Fortran compiler is needed. OpenBLAS
+  # exports the gfortran names, lower case with a trailing underscore (dgemm_).
+  nm -D "$blas" | grep -w 'dgemm_' > /dev/null ||
+    { echo "oktopk: $blas exports no dgemm_, so F77_BLAS_MANGLE below would be wrong" >&2; exit 1; }
   cmake -S "$pkgs/kokkos-kernels" -B "$work/kk-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_INSTALL_PREFIX="$OKTOPK_DEPS_PREFIX" -DKokkos_ROOT="$OKTOPK_DEPS_PREFIX" \
     -DBUILD_SHARED_LIBS=ON "${no_eti[@]}" -DKokkosKernels_ENABLE_TPL_BLAS=ON \
     -DBLAS_LIBRARIES=openblas -DBLAS_LIBRARY_DIRS="$blas_dir" \
+    -DF77_BLAS_MANGLE="(name,NAME) name ## _" \
     -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF
   cmake --build "$work/kk-build" -j "$OKTOPK_JOBS" --target install
 
