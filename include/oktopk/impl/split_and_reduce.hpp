@@ -44,6 +44,24 @@ struct SplitReduce {
   std::int64_t selected = 0;
 };
 
+/// offsets(0) = 0, offsets(r + 1) = counts(0) + ... + counts(r), computed on the device by one
+/// work item (P is small), so nothing waits for the host. A function of its own: nvcc rejects
+/// device lambdas in functions templated on a local type, such as split_and_reduce's `timed`.
+template <class ExecSpace, class Counts, class Offsets>
+void prefix_offsets(const ExecSpace& exec, const Counts& counts, const Offsets& offsets) {
+  const auto parts = static_cast<int>(counts.extent(0));
+  Kokkos::parallel_for(
+      "OkTopk::split_and_reduce::send_offsets", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
+      KOKKOS_LAMBDA(int) {
+        count_type running = 0;
+        offsets(0) = 0;
+        for (int r = 0; r < parts; ++r) {
+          running += counts(r);
+          offsets(r + 1) = running;
+        }
+      });
+}
+
 /// \brief Collective. Selects {i : |acc(i)| > threshold}, splits it by the regions
 /// [offsets[r], offsets[r+1]) (host `offsets`, device `offsets_device`, P + 1 entries), and
 /// reduces region r on rank r into `state.region`: the rank's own part first, then the others
@@ -79,18 +97,7 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
                                         state.send_values, state.send_counts_device);
     }
     state.selected = selected;
-    const auto counts = state.send_counts_device;
-    const auto group_offsets = state.send_offsets_device;
-    Kokkos::parallel_for(
-        "OkTopk::split_and_reduce::send_offsets", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
-        KOKKOS_LAMBDA(int) {
-          count_type running = 0;
-          group_offsets(0) = 0;
-          for (int r = 0; r < P; ++r) {
-            running += counts(r);
-            group_offsets(r + 1) = running;
-          }
-        });
+    prefix_offsets(exec, state.send_counts_device, state.send_offsets_device);
     Kokkos::deep_copy(exec, state.send_counts_host, state.send_counts_device);
     fence(exec, "OkTopk::split_and_reduce: counts to host");
     state.send_counts.assign(state.send_counts_host.data(), state.send_counts_host.data() + P);
