@@ -108,10 +108,6 @@ class TrafficModel {
     allgather_blocks(block);
   }
 
-  void alltoall(std::int64_t bytes_per_rank, int size) {
-    allgather_blocks(std::vector<std::int64_t>(static_cast<std::size_t>(size), bytes_per_rank));
-  }
-
  private:
   struct Message {
     int from;

@@ -148,7 +148,6 @@ class Runner {
 
   Handle& handle() { return *handle_; }
   std::int64_t calls() const { return calls_; }
-  std::int64_t n() const { return handle_->size(); }
 
   /// One reduce call: `out` starts as NaN everywhere, so an entry the method forgets to write
   /// shows. Also checks that `grad` was left alone.

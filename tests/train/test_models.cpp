@@ -450,10 +450,8 @@ TEST(Models, InitializationDependsOnTheSeedOnly) {
     for (const auto& block : model->parameter_blocks()) {
       const bool bias = block.name.find("bias") != std::string::npos;
       double largest = 0;
-      double sum_sq = 0;
       for (std::int64_t i = block.offset; i < block.offset + block.size; ++i) {
         largest = std::max(largest, std::abs(static_cast<double>(a[i])));
-        sum_sq += static_cast<double>(a[i]) * a[i];
       }
       if (bias) {
         EXPECT_EQ(largest, 0.0) << name << " " << block.name;

@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Portability check, run by CI after scripts/test.sh: builds OkTopk (library, tests and apps)
+# against Kokkos 4.6.01 and a Kokkos develop snapshot (OpenMP: build and test), and against
+# Kokkos 4.6.01 for CUDA and HIP (compile only: no GPU is needed). Warnings are errors in
+# OkTopk's own targets (OKTOPK_WARNINGS_AS_ERRORS), never in the Kokkos headers.
+#
+#   scripts/portability.sh [CONFIG...]    CONFIG: openmp-4.6 openmp-develop hip cuda (default: all)
+#
+# Each configuration builds into build-<CONFIG>/ at the repository root. The dependencies are
+# built once, from the archives in $OKTOPK_SHARED_DIR, under $OKTOPK_DEPS_ROOT/<name>/ (with a
+# .oktopk-complete stamp), so a rerun only rebuilds OkTopk.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+set -euo pipefail
+
+OKTOPK_DEPS_ROOT=${OKTOPK_DEPS_ROOT:-/opt/oktopk-deps}
+OKTOPK_SHARED_DIR=${OKTOPK_SHARED_DIR:-$OKTOPK_SOURCE_DIR/../shared/deps}
+OKTOPK_PORTABILITY_CONFIGS=(openmp-4.6 openmp-develop hip cuda)
+
+KOKKOS_46=kokkos-4.6.01
+KK_46=kokkos-kernels-4.6.02
+KOKKOS_DEVELOP=kokkos-develop-20250620
+KK_DEVELOP=kokkos-kernels-develop-20250820
+CUDA13_PATCH=kokkos-4.6.01-cuda13.patch
+
+oktopk_port_usage() {
+  echo "usage: scripts/portability.sh [CONFIG...]  (CONFIG: ${OKTOPK_PORTABILITY_CONFIGS[*]})"
+}
+
+# The archive's path, or a one-line error when it is not there.
+oktopk_port_archive() {
+  local f="$OKTOPK_SHARED_DIR/$1"
+  if [ ! -f "$f" ]; then
+    echo "oktopk: portability: $f is missing (set OKTOPK_SHARED_DIR to the folder with the Kokkos archives)" >&2
+    return 1
+  fi
+  echo "$f"
+}
+
+oktopk_port_hip_packages() {
+  local wanted=(hipcc libamdhip64-dev rocm-device-libs) missing=()
+  for p in "${wanted[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    oktopk_log "installing Debian packages: ${missing[*]}"
+    [ "$(id -u)" -eq 0 ] || { echo "oktopk: need root to install ${missing[*]}" >&2; return 1; }
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+}
+
+# oktopk_port_deps NAME BACKEND KOKKOS KOKKOS_KERNELS
+# Builds Kokkos and Kokkos Kernels (archive top folders KOKKOS and KOKKOS_KERNELS) for BACKEND
+# (openmp, cuda or hip) into $OKTOPK_DEPS_ROOT/NAME, unless its stamp says it is already there.
+oktopk_port_deps() {
+  local name=$1 backend=$2 kokkos=$3 kk=$4
+  local prefix="$OKTOPK_DEPS_ROOT/$name"
+  if [ -f "$prefix/.oktopk-complete" ]; then
+    oktopk_log "reusing $name in $prefix"; return
+  fi
+  local kokkos_tgz kk_tgz patch=""
+  kokkos_tgz=$(oktopk_port_archive "$kokkos.tar.gz")
+  kk_tgz=$(oktopk_port_archive "$kk.tar.gz")
+  [ "$backend" != cuda ] || patch=$(oktopk_port_archive "$CUDA13_PATCH")
+
+  local start=$SECONDS work
+  work=$(mktemp -d /tmp/oktopk-port-deps.XXXXXX)
+  oktopk_log "building $name into $prefix (work dir $work)"
+  rm -rf "$prefix"   # an unstamped prefix is a build that stopped half way
+  tar -xzf "$kokkos_tgz" -C "$work"
+  tar -xzf "$kk_tgz" -C "$work"
+
+  local kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON) cxx=()
+  case $backend in
+    openmp) kokkos_opts+=(-DKokkos_ENABLE_OPENMP=ON) ;;
+    cuda)
+      (cd "$work/$kokkos" && patch -p1 < "$patch")
+      # CUDA 13 rejects nvcc_wrapper's default sm_70. Kokkos installs this copy as
+      # $prefix/bin/nvcc_wrapper, the compiler OkTopk's CUDA build then uses.
+      sed -i 's/^default_arch="sm_[0-9]*"/default_arch="sm_90"/' "$work/$kokkos/bin/nvcc_wrapper"
+      grep -q '^default_arch="sm_90"' "$work/$kokkos/bin/nvcc_wrapper"
+      cxx=(-DCMAKE_CXX_COMPILER="$work/$kokkos/bin/nvcc_wrapper")
+      # Kokkos_ENABLE_CUDA_LAMBDA is deprecated in 4.6 (device lambdas are always on) but still
+      # accepted; ON is its default there.
+      kokkos_opts+=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ARCH_HOPPER90=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON) ;;
+    hip)
+      cxx=(-DCMAKE_CXX_COMPILER=hipcc)
+      kokkos_opts+=(-DKokkos_ENABLE_HIP=ON -DKokkos_ARCH_AMD_GFX90A=ON -DKokkos_ENABLE_ROCTHRUST=OFF) ;;
+    *) echo "oktopk: portability: unknown backend $backend" >&2; return 1 ;;
+  esac
+
+  local t=$SECONDS
+  cmake -S "$work/$kokkos" -B "$work/kokkos-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    "${cxx[@]}" -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_CXX_STANDARD=17 -DBUILD_SHARED_LIBS=ON \
+    "${kokkos_opts[@]}"
+  cmake --build "$work/kokkos-build" -j "$OKTOPK_JOBS" --target install
+  oktopk_log "portability: $name: Kokkos built ($((SECONDS - t))s)"
+
+  if [ "$backend" = cuda ]; then
+    cxx=(-DCMAKE_CXX_COMPILER="$prefix/bin/nvcc_wrapper")
+    grep -q '^default_arch="sm_90"' "$prefix/bin/nvcc_wrapper" || {
+      echo "oktopk: portability: $prefix/bin/nvcc_wrapper does not default to sm_90" >&2; return 1; }
+  fi
+  # No explicit instantiations (every kernel is instantiated where it is called) and no TPLs:
+  # KokkosBlas::gemm then uses Kokkos Kernels' own implementation. The BLAS, MKL, MAGMA and
+  # ARMPL TPLs would make CMake enable Fortran; the CUDA ones default to ON with CUDA.
+  local kk_opts=(-DKokkosKernels_ADD_DEFAULT_ETI=OFF -DKokkosKernels_ETI_ONLY=OFF)
+  for v in DOUBLE FLOAT COMPLEX_DOUBLE COMPLEX_FLOAT OFFSET_INT OFFSET_SIZE_T ORDINAL_INT \
+           LAYOUTLEFT LAYOUTRIGHT; do
+    kk_opts+=("-DKokkosKernels_INST_$v=OFF")
+  done
+  for tpl in BLAS LAPACK CBLAS LAPACKE MKL MAGMA ARMPL CUBLAS CUSPARSE CUSOLVER \
+             ROCBLAS ROCSPARSE ROCSOLVER SUPERLU CHOLMOD METIS; do
+    kk_opts+=("-DKokkosKernels_ENABLE_TPL_$tpl=OFF")
+  done
+  t=$SECONDS
+  cmake -S "$work/$kk" -B "$work/kk-build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cxx[@]}" \
+    -DCMAKE_INSTALL_PREFIX="$prefix" -DKokkos_ROOT="$prefix" -DBUILD_SHARED_LIBS=ON \
+    "${kk_opts[@]}" -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF
+  cmake --build "$work/kk-build" -j "$OKTOPK_JOBS" --target install
+  oktopk_log "portability: $name: Kokkos Kernels built ($((SECONDS - t))s)"
+
+  touch "$prefix/.oktopk-complete"
+  rm -rf "$work"
+  oktopk_log "portability: $name built ($((SECONDS - start))s)"
+}
+
+# oktopk_port_config CONFIG: dependencies, configure, build, and (OpenMP only) ctest.
+oktopk_port_config() {
+  local config=$1 deps backend kokkos kk cxx=()
+  case $config in
+    openmp-4.6)     deps=kokkos-4.6.01-openmp;  backend=openmp; kokkos=$KOKKOS_46;      kk=$KK_46 ;;
+    openmp-develop) deps=kokkos-develop-openmp; backend=openmp; kokkos=$KOKKOS_DEVELOP; kk=$KK_DEVELOP ;;
+    hip)            deps=kokkos-4.6.01-hip;     backend=hip;    kokkos=$KOKKOS_46;      kk=$KK_46 ;;
+    cuda)           deps=kokkos-4.6.01-cuda;    backend=cuda;   kokkos=$KOKKOS_46;      kk=$KK_46 ;;
+    *) echo "oktopk: portability: unknown configuration '$config'" >&2; return 1 ;;
+  esac
+  local prefix="$OKTOPK_DEPS_ROOT/$deps" build="$OKTOPK_SOURCE_DIR/build-$config"
+  case $backend in
+    hip)
+      oktopk_port_hip_packages
+      # hipcc prints a harmless traceback when it finds no GPU to take the target from.
+      export HCC_AMDGPU_TARGET=gfx90a
+      cxx=(-DCMAKE_CXX_COMPILER=hipcc) ;;
+    cuda)
+      # nvcc_wrapper runs the nvcc it finds on PATH.
+      if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+        export PATH="/usr/local/cuda/bin:$PATH"
+      fi
+      command -v nvcc >/dev/null || { echo "oktopk: portability: cuda: nvcc not found" >&2; return 1; }
+      # Kokkos for CUDA allows no GNU extensions and would otherwise say so at configure time.
+      cxx=(-DCMAKE_CXX_COMPILER="$prefix/bin/nvcc_wrapper" -DCMAKE_CXX_EXTENSIONS=OFF) ;;
+  esac
+  oktopk_port_deps "$deps" "$backend" "$kokkos" "$kk"
+
+  local t=$SECONDS
+  cmake -S "$OKTOPK_SOURCE_DIR" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cxx[@]}" \
+    -DKokkos_ROOT="$prefix" -DKokkosKernels_ROOT="$prefix" \
+    -DOKTOPK_ENABLE_TESTS=ON -DOKTOPK_ENABLE_APPS=ON -DOKTOPK_WARNINGS_AS_ERRORS=ON
+  # Every target, and keep going past a failing one so that one run reports every error.
+  if ! cmake --build "$build" -j "$OKTOPK_JOBS" -- -k 0 2>&1 | tee "$build/portability-build.log"
+  then
+    oktopk_log "portability: $config: build failed ($((SECONDS - t))s); its diagnostics, once each:"
+    grep -E ': (fatal )?(error|warning)[: ]|: error #|: warning #' "$build/portability-build.log" |
+      sort -u >&2 || true
+    return 1
+  fi
+  oktopk_log "portability: $config: built ($((SECONDS - t))s)"
+  # oktopk-train needs Kokkos Kernels: make sure this configuration really compiled it.
+  [ -x "$build/apps/oktopk-train/oktopk-train" ] || {
+    echo "oktopk: portability: $config: oktopk-train was not built" >&2; return 1; }
+
+  if [ "$backend" = openmp ]; then
+    t=$SECONDS
+    # unit_large_vector needs about 12 GiB; scripts/test.sh already runs it.
+    (cd "$build" && ctest --output-on-failure -j "$OKTOPK_JOBS" -E unit_large_vector) 2>&1 |
+      tee "$build/portability-ctest.log"
+    oktopk_log "portability: $config: tests passed ($((SECONDS - t))s)"
+  fi
+}
+
+main() {
+  local configs=("$@")
+  for c in "${configs[@]}"; do
+    case $c in -h|--help) oktopk_port_usage; return 0 ;; esac
+  done
+  ((${#configs[@]})) || configs=("${OKTOPK_PORTABILITY_CONFIGS[@]}")
+  for c in "${configs[@]}"; do
+    if [[ " ${OKTOPK_PORTABILITY_CONFIGS[*]} " != *" $c "* ]]; then
+      echo "oktopk: portability: unknown configuration '$c'" >&2; oktopk_port_usage >&2; return 2
+    fi
+  done
+  if [ ! -d "$OKTOPK_SHARED_DIR" ]; then
+    echo "oktopk: portability: $OKTOPK_SHARED_DIR is missing (set OKTOPK_SHARED_DIR to the folder with the Kokkos archives)" >&2
+    return 1
+  fi
+  oktopk_install_packages
+
+  local ok=() failed=() start rc
+  for c in "${configs[@]}"; do
+    start=$SECONDS
+    # A subshell per configuration: its failure (set -e) stops it alone, and the exported
+    # environment of one (HCC_AMDGPU_TARGET) does not leak into the next.
+    set +e
+    (set -e; oktopk_port_config "$c")
+    rc=$?
+    set -e
+    if [ "$rc" -eq 0 ]; then
+      oktopk_log "portability: $c ok ($((SECONDS - start))s)"; ok+=("$c")
+    else
+      oktopk_log "portability: $c FAILED ($((SECONDS - start))s)"; failed+=("$c")
+    fi
+  done
+  if ((${#failed[@]})); then
+    oktopk_log "portability: ${#ok[@]} of ${#configs[@]} configurations ok; failed: ${failed[*]}"
+    return 1
+  fi
+  oktopk_log "portability: all ${#configs[@]} configurations ok (${configs[*]})"
+}
+
+main "$@"; exit
