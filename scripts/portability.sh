@@ -50,13 +50,34 @@ oktopk_port_hip_packages() {
   fi
 }
 
+# oktopk_port_gcc12_workaround KOKKOS_TREE
+# GCC 12.2 to 12.4 skip the constexpr default constructor of SharedAllocationTracker inside the
+# develop snapshot's mdspan-based View, so destroying any default View crashes
+# (docs/kokkos-develop-gcc12/README.md; kokkos#8187, fixed upstream by kokkos#8223). The fix is
+# the same one word upstream made: that constructor is no longer constexpr. Other compilers and
+# Kokkos releases with the fix need nothing.
+oktopk_port_gcc12_workaround() {
+  local header="$1/core/src/impl/Kokkos_SharedAlloc.hpp"
+  local version; version=$(c++ -dumpfullversion 2>/dev/null || echo 0)
+  case $version in 12.[2-4]*) ;; *) return 0 ;; esac
+  local before='KOKKOS_FORCEINLINE_FUNCTION constexpr SharedAllocationTracker()'
+  grep -qF "$before" "$header" || {
+    echo "oktopk: portability: $header has no '$before' to patch (GCC $version workaround)" >&2
+    return 1; }
+  sed -i "s/$before/KOKKOS_FORCEINLINE_FUNCTION SharedAllocationTracker()/" "$header"
+  oktopk_log "portability: GCC $version: SharedAllocationTracker() made non-constexpr (kokkos#8187)"
+}
+
 # oktopk_port_deps NAME BACKEND KOKKOS KOKKOS_KERNELS
 # Builds Kokkos and Kokkos Kernels (archive top folders KOKKOS and KOKKOS_KERNELS) for BACKEND
 # (openmp, cuda or hip) into $OKTOPK_DEPS_ROOT/NAME, unless its stamp says it is already there.
 oktopk_port_deps() {
   local name=$1 backend=$2 kokkos=$3 kk=$4
   local prefix="$OKTOPK_DEPS_ROOT/$name"
-  if [ -f "$prefix/.oktopk-complete" ]; then
+  # The stamp holds the recipe it was built by: a prefix built by an older recipe (say, before
+  # the GCC 12 workaround) is rebuilt rather than reused.
+  local recipe="recipe 2: $backend $kokkos $kk"
+  if [ -f "$prefix/.oktopk-complete" ] && [ "$(cat "$prefix/.oktopk-complete")" = "$recipe" ]; then
     oktopk_log "reusing $name in $prefix"; return
   fi
   local kokkos_tgz kk_tgz patch=""
@@ -70,6 +91,10 @@ oktopk_port_deps() {
   rm -rf "$prefix"   # an unstamped prefix is a build that stopped half way
   tar -xzf "$kokkos_tgz" -C "$work"
   tar -xzf "$kk_tgz" -C "$work"
+
+  if [ "$kokkos" = "$KOKKOS_DEVELOP" ]; then
+    oktopk_port_gcc12_workaround "$work/$kokkos"
+  fi
 
   local kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON) cxx=()
   case $backend in
@@ -121,7 +146,7 @@ oktopk_port_deps() {
   cmake --build "$work/kk-build" -j "$OKTOPK_JOBS" --target install
   oktopk_log "portability: $name: Kokkos Kernels built ($((SECONDS - t))s)"
 
-  touch "$prefix/.oktopk-complete"
+  echo "$recipe" > "$prefix/.oktopk-complete"
   rm -rf "$work"
   oktopk_log "portability: $name built ($((SECONDS - start))s)"
 }
@@ -142,7 +167,9 @@ oktopk_port_config() {
       oktopk_port_hip_packages
       # hipcc prints a harmless traceback when it finds no GPU to take the target from.
       export HCC_AMDGPU_TARGET=gfx90a
-      cxx=(-DCMAKE_CXX_COMPILER=hipcc) ;;
+      # Hardware float atomic add instead of compare-and-swap loops (user guide, HIP recipe):
+      # every atomic in OkTopk targets device memory, where that instruction is valid.
+      cxx=(-DCMAKE_CXX_COMPILER=hipcc -DCMAKE_CXX_FLAGS=-munsafe-fp-atomics) ;;
     cuda)
       # nvcc_wrapper runs the nvcc it finds on PATH.
       if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
