@@ -12,6 +12,20 @@ set(OKTOPK_MPIEXEC_EXTRA_FLAGS "")
 if(_oktopk_mpiexec_version MATCHES "Open MPI|OpenRTE")
   set(OKTOPK_MPIEXEC_EXTRA_FLAGS --oversubscribe)
 endif()
+# Every test that launches ranks gets OKTOPK_MPI_TEST_ENVIRONMENT. Open MPI yields the core while
+# it waits once it knows it is oversubscribed; MPICH polls. MPICH's own CI runs oversubscribed
+# with MPIR_CVAR_POLLS_BEFORE_YIELD=1 (ch3:nemesis) and the progress throttle (ch4, MPICH 5.0
+# and later: it yields after polls without progress; ENABLE_HEAVY_YIELD makes that a sleep).
+# MPICH 4.0 built for ch4 (Debian 12's) has none of them, so there P > cores stays slow: see the
+# user guide, "MPI implementations". MPICH ignores the MPIR_CVAR_* variables it does not have.
+set(OKTOPK_MPICH_YIELD_ENVIRONMENT "")
+if(_oktopk_mpiexec_version MATCHES "HYDRA|MPICH")
+  set(OKTOPK_MPICH_YIELD_ENVIRONMENT MPIR_CVAR_POLLS_BEFORE_YIELD=1
+      MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT=1
+      MPIR_CVAR_ENABLE_HEAVY_YIELD=1)
+endif()
+set(OKTOPK_MPI_TEST_ENVIRONMENT OMP_NUM_THREADS=1 OMP_PROC_BIND=false OMPI_ALLOW_RUN_AS_ROOT=1
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ${OKTOPK_MPICH_YIELD_ENVIRONMENT})
 
 function(oktopk_add_mpi_test)
   cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SOURCES;NP;LIBRARIES;DEFINITIONS" ${ARGN})
@@ -30,6 +44,6 @@ function(oktopk_add_mpi_test)
     # One thread per rank: ranks already share the cores.
     set_tests_properties(${ARG_NAME}_np${np} PROPERTIES
       PROCESSORS ${np} TIMEOUT ${ARG_TIMEOUT} LABELS mpi
-      ENVIRONMENT "OMP_NUM_THREADS=1;OMP_PROC_BIND=false;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+      ENVIRONMENT "${OKTOPK_MPI_TEST_ENVIRONMENT}")
   endforeach()
 endfunction()

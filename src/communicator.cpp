@@ -82,6 +82,73 @@ std::int64_t block_bytes(std::int64_t total, int parts, int r) {
   return total / parts + (r < total % parts ? 1 : 0);
 }
 
+// MPI_ERRORS_RETURN on MPI_COMM_WORLD and MPI_COMM_SELF while a request-completion call runs.
+//
+// MPI_ERRORS_RETURN on the duplicate is not enough there. Open MPI raises an error of
+// MPI_Waitall on the communicator of the failed request (the duplicate), but MPI_Waitall has no
+// communicator argument, and MPICH raises its errors as errors tied to no object: its binding
+// (src/binding/c/request/waitall.c in MPICH 4.0.2) calls MPIR_Err_return_comm(0, ...), which
+// hands them to MPI_COMM_WORLD's handler (src/mpi/errhan/errutil.c), MPI_ERRORS_ARE_FATAL unless
+// the user changed it, so the job aborted before wait_all() could throw. Before MPI-4.0 errors
+// tied to no object went to MPI_COMM_WORLD; MPI-4.0 (section 2.8) raises them on MPI_COMM_SELF.
+// So both get MPI_ERRORS_RETURN for the duration of the call. restore() (checked) puts back the handlers that
+// were there (the user's); the destructor does it unchecked if an exception leaves first.
+// (Other threads' errors on these two communicators also return while the call runs.)
+class DefaultErrorsReturn {
+ public:
+  explicit DefaultErrorsReturn(const char* where) : where_(where) {
+    try {
+      for (MPI_Comm comm : {MPI_COMM_WORLD, MPI_COMM_SELF}) {
+        Saved& saved = saved_[count_];
+        saved.comm = comm;
+        OKTOPK_MPI_CHECK(where, MPI_Comm_get_errhandler(comm, &saved.handler));
+        ++count_;  // from here on restore() puts this handler back and frees our reference
+        OKTOPK_MPI_CHECK(where, MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+      }
+    } catch (...) {
+      put_back();
+      throw;
+    }
+  }
+  DefaultErrorsReturn(const DefaultErrorsReturn&) = delete;
+  DefaultErrorsReturn& operator=(const DefaultErrorsReturn&) = delete;
+  ~DefaultErrorsReturn() { put_back(); }
+
+  void restore() {
+    const auto [function, code] = put_back();
+    if (code != MPI_SUCCESS) {
+      impl::throw_mpi_error(where_, function, code);
+    }
+  }
+
+ private:
+  struct Saved {
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_Errhandler handler = MPI_ERRHANDLER_NULL;
+  };
+
+  // Every saved handler goes back, even after a failure; the first failure is returned.
+  std::pair<const char*, int> put_back() noexcept {
+    std::pair<const char*, int> first{nullptr, MPI_SUCCESS};
+    while (count_ > 0) {
+      Saved& saved = saved_[--count_];
+      const int set = MPI_Comm_set_errhandler(saved.comm, saved.handler);
+      const int freed = MPI_Errhandler_free(&saved.handler);
+      if (first.second == MPI_SUCCESS && set != MPI_SUCCESS) {
+        first = {"MPI_Comm_set_errhandler", set};
+      }
+      if (first.second == MPI_SUCCESS && freed != MPI_SUCCESS) {
+        first = {"MPI_Errhandler_free", freed};
+      }
+    }
+    return first;
+  }
+
+  const char* where_;
+  Saved saved_[2];
+  int count_ = 0;
+};
+
 }  // namespace
 
 // ---- PhaseTraffic ------------------------------------------------------------------------------
@@ -262,8 +329,10 @@ void Communicator::Requests::wait_all() {
     return;
   }
   std::vector<MPI_Status> statuses(requests_.size());
+  DefaultErrorsReturn errors_return(kWaitAll);
   const int code =
       MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), statuses.data());
+  errors_return.restore();
   if (code != MPI_SUCCESS) {
     // MPI_ERR_IN_STATUS only says that some request failed; report the first real cause.
     int cause = code;

@@ -45,8 +45,10 @@ std::int64_t agreement_digest(double value);
 ///
 /// The duplicate has MPI_ERRORS_RETURN, and every call is checked: a failing call throws
 /// std::runtime_error whose message starts with the calling function's qualified name and holds
-/// MPI's error string. Copies share the duplicate and the traffic counters; the duplicate is
-/// freed with the last copy (unless MPI is already finalized).
+/// MPI's error string. Requests::wait_all() also sets MPI_ERRORS_RETURN on MPI_COMM_WORLD and
+/// MPI_COMM_SELF while MPI_Waitall runs (MPICH raises its errors there, not on the duplicate) and
+/// then puts the user's handlers back. Copies share the duplicate and the traffic counters; the
+/// duplicate is freed with the last copy (unless MPI is already finalized).
 ///
 /// Traffic accounting. Every byte is charged to the current phase (see phase()). Point-to-point
 /// and all-to-all traffic is counted exactly, excluding a rank's messages to itself; a receive is

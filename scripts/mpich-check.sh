@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# MPICH check, run by CI after scripts/test.sh (which tests with Open MPI, Debian's default):
+# builds OkTopk and its MPI tests against Debian's MPICH into build-mpich/ and runs them at
+# P <= 4: the communicator, every method (sparse_allreduce_np1..4), S2, the baselines, MPI
+# staging, the host-staging path (all but sparse_allreduce's, the slowest, whose MPI calls are
+# those of sparse_allreduce_np*), fault injection for every method (the job ends on a failure of
+# one rank) and the install-and-consume tests of the CMake package. Ends
+# with one summary line; on failure, the failing tests' output comes first. Reuses the Kokkos 3.4
+# prefix that scripts/common.sh builds. MPICH 4.0 polls while it waits, so the P = 3 and 4 runs
+# on a 2-core machine take minutes (user guide, "MPI implementations").
+#
+#   scripts/mpich-check.sh [CTEST ARGS...]    e.g. -R communicator to run fewer tests
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+start=$SECONDS
+
+OKTOPK_MPICH_BUILD_DIR=${OKTOPK_MPICH_BUILD_DIR:-$OKTOPK_SOURCE_DIR/build-mpich}
+# Debian installs MPICH beside Open MPI under these names; the unsuffixed ones stay Open MPI's.
+OKTOPK_MPICH_CC=/usr/bin/mpicc.mpich
+OKTOPK_MPICH_CXX=/usr/bin/mpicxx.mpich
+OKTOPK_MPICH_EXEC=/usr/bin/mpiexec.mpich
+
+oktopk_mpich_packages() {
+  local wanted=(libmpich-dev mpich) missing=()
+  for p in "${wanted[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    oktopk_log "installing Debian packages: ${missing[*]}"
+    [ "$(id -u)" -eq 0 ] || { echo "oktopk: need root to install ${missing[*]}" >&2; exit 1; }
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+}
+
+oktopk_setup
+oktopk_mpich_packages
+
+# The apps are left out: their MPI paths are the library's, which the MPI tests cover.
+cmake -S "$OKTOPK_SOURCE_DIR" -B "$OKTOPK_MPICH_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DKokkos_ROOT="$OKTOPK_DEPS_PREFIX" -DOKTOPK_ENABLE_TESTS=ON -DOKTOPK_ENABLE_APPS=OFF \
+  -DMPI_C_COMPILER="$OKTOPK_MPICH_CC" -DMPI_CXX_COMPILER="$OKTOPK_MPICH_CXX" \
+  -DMPIEXEC_EXECUTABLE="$OKTOPK_MPICH_EXEC" >/dev/null
+# The library and the MPI test programs; not the kernel unit tests, which do not use MPI.
+targets=(oktopk)
+for t in communicator sparse_allreduce s2 baselines mpi_staging; do
+  targets+=("oktopk_test_$t")
+done
+for t in s2 baselines mpi_staging; do
+  targets+=("oktopk_test_${t}_host_staging")
+done
+targets+=(oktopk_fault_program)
+cmake --build "$OKTOPK_MPICH_BUILD_DIR" -j "$OKTOPK_JOBS" --target "${targets[@]}"
+
+# P = 5 and 8 only add time on a small machine.
+log="$OKTOPK_MPICH_BUILD_DIR/mpich-check.log"
+status=0
+(cd "$OKTOPK_MPICH_BUILD_DIR" &&
+ ctest -j "$OKTOPK_JOBS" --output-on-failure -L 'mpi|consumer' \
+   -E '_np([5-9]|[1-9][0-9]+)$|^sparse_allreduce_host_staging_' "$@") >"$log" 2>&1 || status=$?
+summary=$(grep -E '^[0-9]+% tests passed' "$log" | tail -n 1)
+mpich=$("$OKTOPK_MPICH_EXEC" --version 2>/dev/null | sed -n 's/^ *Version: *//p' | head -n 1)
+if ((status != 0)); then
+  # ctest --output-on-failure prints each failing test's output; show those and the list.
+  grep -v -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed ' "$log" | tail -n 200
+fi
+oktopk_log "MPICH ${mpich:-?} check: ${summary:-ctest did not run} ($((SECONDS - start)) s, log $log)"
+exit "$status"
