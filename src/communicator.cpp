@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <stdexcept>
 #include <utility>
 
@@ -315,12 +316,26 @@ Communicator::Requests& Communicator::Requests::operator=(Requests&& other) noex
 }
 
 Communicator::Requests::~Requests() {
-  if (!requests_.empty()) {
-    try {
-      wait_all();
-    } catch (...) {
-      // Nothing sensible is left to do with a failed communication while unwinding.
+  if (requests_.empty()) {
+    return;
+  }
+  if (std::uncaught_exceptions() > 0) {
+    // Unwinding from a failure on this rank: the peers may never send what we wait for (they
+    // may be waiting for us), so waiting here could hang forever. Abandon the operations
+    // instead; the caller ends the job (SparseAllreduce calls MPI_Abort) before the buffers
+    // matter. Failures of these calls are ignored: there is nothing left to report them to.
+    for (MPI_Request& request : requests_) {
+      if (request != MPI_REQUEST_NULL) {
+        MPI_Cancel(&request);
+        MPI_Request_free(&request);
+      }
     }
+    return;
+  }
+  try {
+    wait_all();
+  } catch (...) {
+    // A destructor must not throw; wait_all() completed or abandoned what it could.
   }
 }
 

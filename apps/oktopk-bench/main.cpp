@@ -3,6 +3,7 @@
 // sparse allreduce method on generated (or replayed) gradients, reports time and traffic per
 // rank, and with --check holds every output element to the oracle of oktopk/oracle.hpp.
 #include "common/cli.hpp"
+#include "common/failure.hpp"
 
 #include <oktopk/oktopk.hpp>
 #include <oktopk/oracle.hpp>
@@ -923,11 +924,14 @@ int bench_main(int argc, char* argv[], const oktopk::Communicator& world) {
     return 2;
   }
   int status = 0;
+  oktopk::apps::FailureSettlement failures("oktopk-bench");
   Kokkos::ScopeGuard kokkos(argc, argv);
   try {
     run_benchmark(args, world, file);
   } catch (const std::exception& e) {
-    // Library errors are collective (every rank throws the same), so rank 0 speaks for all.
+    // Errors every rank throws alike (the library's checks, bad gradient files) are reported
+    // once, by rank 0. One that hit this rank alone ends the job here, with this rank's number.
+    failures.settle(e.what());
     std::fflush(stdout);
     if (root) std::cerr << "oktopk-bench: " << e.what() << "\n";
     status = 1;

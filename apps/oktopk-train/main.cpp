@@ -2,6 +2,7 @@
 // oktopk-train: data-parallel SGD on Fashion-MNIST, the gradient of every step averaged over
 // the ranks by one of OkTopk's sparse allreduce methods.
 #include "common/cli.hpp"
+#include "common/failure.hpp"
 #include "fashion_mnist.hpp"
 #include "model.hpp"
 
@@ -356,12 +357,15 @@ int main(int argc, char* argv[]) {
     return 0;
   }
   {
+    oktopk::apps::FailureSettlement failures("oktopk-train");
     Kokkos::ScopeGuard kokkos(argc, argv);
     try {
       const oktopk::Communicator comm(MPI_COMM_WORLD);
       status = run(settings, comm);
     } catch (const std::exception& e) {
-      // Errors that depend on the data (missing files) hit every rank alike; report once.
+      // Errors that depend on the data (missing files) hit every rank alike: reported once.
+      // One that hit this rank alone ends the job here, with this rank's number.
+      failures.settle(e.what());
       if (rank == 0) std::cerr << "oktopk-train: " << e.what() << "\n";
       status = 1;
     }

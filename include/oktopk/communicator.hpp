@@ -113,6 +113,10 @@ class Communicator {
 
   /// \brief Outstanding nonblocking operations. The buffers must stay alive and untouched until
   /// wait_all() returns; the destructor waits for anything still outstanding (and never throws).
+  /// Destroyed while an exception unwinds, it never waits: it cancels and frees what is still
+  /// outstanding, since the peers may be waiting for this rank and never complete it. Its
+  /// buffers may then still be read or written by MPI: end the job (MPI_Abort), as
+  /// SparseAllreduce does for failures in its calls (user guide, "Failures").
   class Requests {
    public:
     Requests() = default;

@@ -4,6 +4,7 @@
 
 #include <oktopk/algorithm.hpp>
 #include <oktopk/communicator.hpp>
+#include <oktopk/error.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/algorithms/dense.hpp>
@@ -13,6 +14,7 @@
 #include <oktopk/impl/algorithms/s2.hpp>
 #include <oktopk/impl/algorithms/topka.hpp>
 #include <oktopk/impl/algorithms/topkdsa.hpp>
+#include <oktopk/impl/fault_injection.hpp>
 #include <oktopk/impl/gpu_aware_mpi.hpp>
 #include <oktopk/impl/kokkos_ext.hpp>
 #include <oktopk/impl/mpi_mirror.hpp>
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -32,7 +35,9 @@ namespace oktopk {
 /// std::invalid_argument on every rank (naming what differs) instead of hanging later. Invalid
 /// values (n outside [0, 2^31 - 1], options out of range) throw std::invalid_argument too.
 /// Built with OKTOPK_ENABLE_GPU_AWARE_MPI=ON, a device ExecSpace throws std::runtime_error on
-/// every rank when MPI says it cannot read GPU memory (where MPI can be asked).
+/// every rank when MPI says it cannot read GPU memory (where MPI can be asked). If building the
+/// handle fails on any rank (its buffers do not fit in memory), every rank throws the same
+/// std::runtime_error naming that rank.
 template <class ExecSpace,
           std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
 std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpace& exec,
@@ -60,24 +65,43 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpac
   OKTOPK_REQUIRE(n >= 0 && n <= std::numeric_limits<index_type>::max(), std::invalid_argument,
                  where, "n must be in [0, 2^31 - 1], got " << n);
   options.validate();
-  switch (algorithm) {
-    case Algorithm::Dense:
-      return std::make_unique<impl::DenseAllreduce<ExecSpace>>(exec, comm, n, options);
-    case Algorithm::TopkA:
-      return std::make_unique<impl::TopkAllgather<ExecSpace>>(exec, comm, n, options);
-    case Algorithm::TopkDSA:
-      return std::make_unique<impl::TopkDSA<ExecSpace>>(exec, comm, n, options);
-    case Algorithm::GTopk:
-      return std::make_unique<impl::GTopk<ExecSpace>>(exec, comm, n, options);
-    case Algorithm::GaussianK:
-      return std::make_unique<impl::GaussianK<ExecSpace>>(exec, comm, n, options);
-    case Algorithm::OkTopk:
-      return std::make_unique<impl::OkTopkAllreduce<ExecSpace>>(exec, comm, n, options);
-    case Algorithm::S2Reducer:
-      return std::make_unique<impl::S2Reducer<ExecSpace>>(exec, comm, n, options);
+  const auto build = [&]() -> std::unique_ptr<SparseAllreduce<ExecSpace>> {
+    OKTOPK_FAULT_POINT(comm, "construct");
+    switch (algorithm) {
+      case Algorithm::Dense:
+        return std::make_unique<impl::DenseAllreduce<ExecSpace>>(exec, comm, n, options);
+      case Algorithm::TopkA:
+        return std::make_unique<impl::TopkAllgather<ExecSpace>>(exec, comm, n, options);
+      case Algorithm::TopkDSA:
+        return std::make_unique<impl::TopkDSA<ExecSpace>>(exec, comm, n, options);
+      case Algorithm::GTopk:
+        return std::make_unique<impl::GTopk<ExecSpace>>(exec, comm, n, options);
+      case Algorithm::GaussianK:
+        return std::make_unique<impl::GaussianK<ExecSpace>>(exec, comm, n, options);
+      case Algorithm::OkTopk:
+        return std::make_unique<impl::OkTopkAllreduce<ExecSpace>>(exec, comm, n, options);
+      case Algorithm::S2Reducer:
+        return std::make_unique<impl::S2Reducer<ExecSpace>>(exec, comm, n, options);
+    }
+    throw std::invalid_argument(std::string(where) + ": not an Algorithm value (" +
+                                std::to_string(static_cast<int>(algorithm)) + ")");
+  };
+  // Allocating the buffers can fail on some ranks only (a smaller device, a fuller node): every
+  // rank learns of it and throws, instead of the others going on to a reduce() that rank never
+  // joins.
+  std::unique_ptr<SparseAllreduce<ExecSpace>> handle;
+  std::string failure;
+  try {
+    handle = build();
+  } catch (const std::exception& e) {
+    failure = e.what();
   }
-  throw std::invalid_argument(std::string(where) + ": not an Algorithm value (" +
-                              std::to_string(static_cast<int>(algorithm)) + ")");
+  std::int64_t failed_rank = failure.empty() ? 0 : comm.rank() + 1;
+  comm.allreduce_in_place(&failed_rank, 1, MPI_MAX);
+  OKTOPK_REQUIRE(failed_rank == 0, std::runtime_error, where,
+                 "rank " << failed_rank - 1 << " could not build the handle"
+                         << (failure.empty() ? std::string() : ": " + failure));
+  return handle;
 }
 
 /// \brief make_sparse_allreduce on a default-constructed instance of ExecSpace.

@@ -11,6 +11,8 @@
 #include <oktopk/select.hpp>
 #include <oktopk/stats.hpp>
 #include <oktopk/topk.hpp>
+#include <oktopk/impl/failure.hpp>
+#include <oktopk/impl/fault_injection.hpp>
 #include <oktopk/impl/kokkos_compat.hpp>
 #include <oktopk/impl/mpi_mirror.hpp>
 #include <oktopk/impl/vector_ops.hpp>
@@ -20,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <string>
 
@@ -54,7 +57,11 @@ class SparseAllreduce {
   /// \brief Collective. Writes into `out` the average over ranks of the sparsified gradients
   /// (mostly zeros), bit-identical on every rank; `grad` is not modified. Every rank throws the
   /// same std::invalid_argument if any rank passes Views whose length is not size(), or if any
-  /// rank's gradient (plus residual) holds NaN or Inf; the handle is then unchanged.
+  /// rank's gradient (plus residual) holds NaN or Inf; the handle is then unchanged. Any other
+  /// failure (an allocation, an MPI error, a broken invariant) may happen on some ranks only,
+  /// while the others wait inside MPI: the failing rank then prints
+  /// "oktopk: rank R: <cause> in phase <phase> of <method> call <t>" to stderr and ends the job
+  /// with MPI_Abort (user guide, "Failures").
   void reduce(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out);
 
   Algorithm algorithm() const { return algorithm_; }
@@ -90,8 +97,21 @@ class SparseAllreduce {
   class PhaseTimer {
    public:
     PhaseTimer(SparseAllreduce& owner, const ExecSpace& exec, const char* name)
-        : owner_(owner), exec_(exec), name_(name), scope_(owner.comm_.phase(name)) {}
+        : owner_(owner), exec_(exec), name_(name), scope_(owner.comm_.phase(name)) {
+      try {
+        OKTOPK_FAULT_POINT(owner_.comm_, "enter");
+      } catch (...) {
+        // No destructor runs for a constructor that throws: name the phase here.
+        if (owner_.failed_phase_.empty()) owner_.failed_phase_ = name_;
+        throw;
+      }
+    }
     ~PhaseTimer() {
+      if (std::uncaught_exceptions() > uncaught_at_start_) {
+        // A failure leaves this phase: the innermost phase it left is the one to report.
+        if (owner_.failed_phase_.empty()) owner_.failed_phase_ = name_;
+        return;
+      }
       impl::fence(exec_, "OkTopk::SparseAllreduce::phase");
       owner_.stats_.phases[name_].seconds += timer_.seconds();
     }
@@ -104,6 +124,7 @@ class SparseAllreduce {
     std::string name_;
     Communicator::PhaseScope scope_;
     Kokkos::Timer timer_;
+    int uncaught_at_start_ = std::uncaught_exceptions();
   };
   PhaseTimer phase(const ExecSpace& exec, const char* name) { return PhaseTimer(*this, exec, name); }
 
@@ -139,7 +160,13 @@ class SparseAllreduce {
   KthLargestWorkspace<ExecSpace> kth_workspace_;
 
  private:
+  /// Runs `body`, part of a collective call; if it throws on this rank, the job ends through
+  /// impl::abort_after_local_failure, since the other ranks may already wait inside MPI.
+  template <class Body>
+  void run_or_abort(std::int64_t call, Body&& body);
+
   vector_type last_out_;
+  std::string failed_phase_;  // set by PhaseTimer when a failure leaves a phase
 };
 
 // ---- implementation ----------------------------------------------------------------------
@@ -173,24 +200,28 @@ void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vecto
   stats_.k = k_;
 
   // Local problems become collective ones: every rank learns of any rank's bad input, so all
-  // throw together instead of some waiting forever in the next collective.
+  // throw together instead of some waiting forever in the next collective. Anything else that
+  // fails on some ranks only ends the job (run_or_abort): see the user guide, "Failures".
   const bool length_ok = static_cast<std::int64_t>(grad.extent(0)) == n_ &&
                          static_cast<std::int64_t>(out.extent(0)) == n_;
   std::int64_t nonfinite = 0;
-  if (length_ok) {
-    auto timer = phase(exec, "accumulate");
-    if (uses_error_feedback()) {
-      nonfinite = impl::accumulate_counting_nonfinite(exec, residual_, grad, acc_);
-    } else {
-      Kokkos::deep_copy(exec, acc_, grad);
-      nonfinite = impl::count_nonfinite(exec, acc_);
+  std::int64_t bad_rank[2] = {0, 0};
+  const std::int64_t call = iteration_ + 1;
+  run_or_abort(call, [&] {
+    if (length_ok) {
+      auto timer = phase(exec, "accumulate");
+      if (uses_error_feedback()) {
+        nonfinite = impl::accumulate_counting_nonfinite(exec, residual_, grad, acc_);
+      } else {
+        Kokkos::deep_copy(exec, acc_, grad);
+        nonfinite = impl::count_nonfinite(exec, acc_);
+      }
     }
-  }
-  std::int64_t bad_rank[2] = {length_ok ? 0 : comm_.rank() + 1, nonfinite == 0 ? 0 : comm_.rank() + 1};
-  {
+    bad_rank[0] = length_ok ? 0 : comm_.rank() + 1;
+    bad_rank[1] = nonfinite == 0 ? 0 : comm_.rank() + 1;
     auto timer = phase(exec, "check");
     comm_.allreduce_in_place(bad_rank, 2, MPI_MAX);
-  }
+  });
   if (bad_rank[0] != 0 || bad_rank[1] != 0) stats_ = previous_stats;
   OKTOPK_REQUIRE(bad_rank[0] == 0, std::invalid_argument, where,
                  "grad and out must have length " << n_ << " on every rank; rank "
@@ -205,17 +236,36 @@ void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vecto
                              ? " (" + std::to_string(nonfinite) + " entries)"
                              : std::string()));
 
-  ++iteration_;
-  stats_.iteration = iteration_;
-  if (iteration_ <= options_.warmup_iterations) {
-    dense_step(exec, acc_, out);
-    Kokkos::deep_copy(exec, residual_, 0.0f);
-  } else {
-    reduce_step(exec, acc_, out);
-    if (uses_error_feedback()) std::swap(residual_, acc_);
-  }
-  for (const auto& [name, traffic] : comm_.traffic()) stats_.phases[name].traffic = traffic;
+  run_or_abort(call, [&] {
+    ++iteration_;
+    stats_.iteration = iteration_;
+    if (iteration_ <= options_.warmup_iterations) {
+      dense_step(exec, acc_, out);
+      Kokkos::deep_copy(exec, residual_, 0.0f);
+    } else {
+      reduce_step(exec, acc_, out);
+      if (uses_error_feedback()) std::swap(residual_, acc_);
+    }
+    for (const auto& [name, traffic] : comm_.traffic()) stats_.phases[name].traffic = traffic;
+  });
   last_out_ = out;
+}
+
+template <class ExecSpace>
+template <class Body>
+void SparseAllreduce<ExecSpace>::run_or_abort(std::int64_t call, Body&& body) {
+  OKTOPK_FAULT_CALL(call);
+  failed_phase_.clear();
+  try {
+    body();
+  } catch (const std::exception& e) {
+    impl::abort_after_local_failure(comm_, e.what(), failed_phase_.empty() ? "other" : failed_phase_,
+                                    algorithm_, call);
+  } catch (...) {
+    impl::abort_after_local_failure(comm_, "an exception of unknown type",
+                                    failed_phase_.empty() ? "other" : failed_phase_, algorithm_,
+                                    call);
+  }
 }
 
 template <class ExecSpace>

@@ -8,6 +8,7 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/pack.hpp>
+#include <oktopk/impl/fault_injection.hpp>
 #include <oktopk/impl/mpi_mirror.hpp>
 #include <oktopk/impl/vector_ops.hpp>
 
@@ -143,6 +144,7 @@ void sparse_allgatherv_counted(const ExecSpace& exec, const Communicator& comm, 
         comm.irecv(recv_idx.data() + (r_begin - block_begin), r_end - r_begin, q, 2, requests);
       }
     }
+    OKTOPK_FAULT_POINT(comm, "posted");
     requests.wait_all();
     mpi_received(exec, recv_idx, gather.balanced_indices, 0, block_size);
     mpi_received(exec, recv_val, gather.balanced_values, 0, block_size);

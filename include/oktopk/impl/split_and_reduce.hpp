@@ -8,6 +8,7 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/pack.hpp>
 #include <oktopk/select.hpp>
+#include <oktopk/impl/fault_injection.hpp>
 #include <oktopk/impl/mpi_mirror.hpp>
 #include <oktopk/impl/vector_ops.hpp>
 
@@ -153,6 +154,7 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
         comm.isend(send_val.data() + state.send_offsets[dst], state.send_counts[dst], dst, 2, requests);
       }
     }
+    OKTOPK_FAULT_POINT(comm, "posted");
     // Overlap: add the previous group's data while this group is in flight.
     for (int s = pending_first; s <= pending_last; ++s) {
       const int src = (me - s + P) % P;

@@ -7,6 +7,7 @@
 #include <oktopk/residual.hpp>
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/topk.hpp>
+#include <oktopk/impl/fault_injection.hpp>
 #include <oktopk/impl/mpi_mirror.hpp>
 #include <oktopk/impl/vector_ops.hpp>
 
@@ -100,6 +101,7 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
           Communicator::Requests requests;
           comm.irecv(recv_idx.data(), count, child, tag + 1, requests);
           comm.irecv(recv_val.data(), count, child, tag + 2, requests);
+          OKTOPK_FAULT_POINT(comm, "posted");
           requests.wait_all();
           mpi_received(exec, recv_idx, idx_part, 0, count);
           mpi_received(exec, recv_val, val_part, 0, count);

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Fault injection for one method: makes rank 1 fail at every fault point of every phase that
+# fault_program reaches (OKTOPK_FAULT=list), with every kind (alloc, mpi, invariant), and checks
+# that the job ends within 10 s, with a non-zero status and the failing rank's line
+#   oktopk: rank 1: <cause> in phase <phase> of <method> call <t>
+# Then the same for kill (SIGKILL, as kill -9): ends within 10 s, non-zero.
+#
+#   check_faults.sh METHOD NP -- MPIEXEC_COMMAND... FAULT_PROGRAM
+# Ends with "N passed, M failed".
+set -uo pipefail
+method=$1 np=$2
+shift 2
+[ "${1:-}" = "--" ] && shift
+launch=("$@")
+calls=3
+limit=10
+
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+passed=0 failed=0
+
+listing=$(OKTOPK_FAULT=list timeout "$limit" "${launch[@]}" "$method" "$calls" 2>&1 </dev/null)
+rc=$?
+points=$(printf '%s\n' "$listing" | sed -n 's/^point //p')
+if [ "$rc" -ne 0 ] || [ -z "$points" ] || ! grep -q "^fault_program: ok" <<<"$listing"; then
+  echo "$listing"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+echo "$method at P = $np: fault points (phase point first-call):"
+printf '  %s\n' "$points"
+
+# one_case PHASE POINT CALL KIND: one faulty run and its checks.
+one_case() {
+  local phase=$1 point=$2 call=$3 kind=$4 start end out rc
+  start=$(date +%s.%N)
+  # stdin closed: mpiexec would otherwise read the rest of the list this loop reads.
+  out=$(OKTOPK_FAULT="1:$phase:$call:$kind:$point" timeout -k 5 "$limit" "${launch[@]}" \
+          "$method" "$calls" 2>&1 </dev/null)
+  rc=$?
+  end=$(date +%s.%N)
+  local took; took=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+  local what="$kind at $point of $phase, call $call"
+  # timeout's 124 (or 137 after -k), or anything that took the whole limit; 137 alone is also
+  # how mpiexec reports a rank killed by SIGKILL.
+  if [ "$rc" -eq 124 ] || awk -v t="$took" -v l="$limit" 'BEGIN { exit !(t >= l) }'; then
+    fail "$what: still running after ${limit} s (hang)"; printf '%s\n' "$out" | tail -n 5; return
+  fi
+  if [ "$rc" -eq 0 ]; then
+    fail "$what: exit status 0"; printf '%s\n' "$out" | tail -n 5; return
+  fi
+  if [ "$kind" != kill ]; then
+    local cause
+    case $kind in
+      alloc) cause="std::bad_alloc" ;;
+      invariant) cause="oktopk: internal invariant broken (injected)" ;;
+      mpi) cause="oktopk::impl::fault_injection::point: MPI_Send failed: " ;;
+    esac
+    local line
+    line=$(printf '%s\n' "$out" | grep -F "oktopk: rank 1: $cause" | head -n 1)
+    if [[ $line != *" in phase $phase of $method call $call" ]]; then
+      fail "$what: no line 'oktopk: rank 1: $cause... in phase $phase of $method call $call'"
+      printf '%s\n' "$out" | tail -n 8
+      return
+    fi
+  fi
+  echo "ok: $what: exit $rc after ${took} s"
+  passed=$((passed + 1))
+}
+
+while read -r phase point call; do
+  [ "$point" = construct ] && continue  # make_sparse_allreduce agrees instead: below
+  for kind in alloc mpi invariant; do
+    one_case "$phase" "$point" "$call" "$kind"
+  done
+done <<<"$points"
+# kill -9 of one rank, in the first phase a sparse call (after the dense warm-up) passes.
+read -r phase point call <<<"$(printf '%s\n' "$points" | awk '$3 > 1' | head -n 1)"
+if [ -n "${phase:-}" ]; then
+  one_case "$phase" "$point" "$call" kill
+else
+  one_case "$(printf '%s\n' "$points" | head -n 1 | cut -d' ' -f1)" enter 1 kill
+fi
+
+# An allocation failure of rank 1 while the handle is built: every rank throws the same error
+# (make_sparse_allreduce agrees on it), the program prints it on every rank and exits 1.
+start=$(date +%s)
+out=$(OKTOPK_FAULT="1:other:0:alloc:construct" timeout -k 5 "$limit" "${launch[@]}" "$method" \
+        "$calls" 2>&1 </dev/null)
+rc=$?
+expected="fault_program: oktopk::make_sparse_allreduce: rank 1 could not build the handle"
+if [ "$rc" -eq 124 ] || (( $(date +%s) - start >= limit )); then
+  fail "alloc while building the handle: still running after ${limit} s (hang)"
+elif [ "$rc" -eq 0 ] || [ "$(grep -cF "$expected" <<<"$out")" -ne "$np" ] ||
+     ! grep -qF "$expected: std::bad_alloc" <<<"$out"; then
+  fail "alloc while building the handle: exit $rc, expected $np lines '$expected', rank 1's with ': std::bad_alloc'"
+  printf '%s\n' "$out" | tail -n 8
+else
+  echo "ok: alloc while building the handle: every rank threw, exit $rc"
+  passed=$((passed + 1))
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
