@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 
@@ -19,9 +20,17 @@ void abort_after_local_failure(const Communicator& comm, const std::string& caus
   } catch (...) {
     method_name = "?";
   }
+  // One line: MPICH's error strings carry a multi-line error stack.
+  char one_line[1024];
+  std::size_t used = 0;
+  for (const char c : cause) {
+    if (used + 1 == sizeof one_line) break;
+    one_line[used++] = c == '\n' ? ' ' : c;
+  }
+  one_line[used] = '\0';
   char line[2048];
   std::snprintf(line, sizeof line, "oktopk: rank %d: %s in phase %s of %s call %lld\n",
-                comm.rank(), cause.c_str(), phase.c_str(), method_name.c_str(),
+                comm.rank(), one_line, phase.c_str(), method_name.c_str(),
                 static_cast<long long>(call));
   std::fflush(stdout);
   std::fputs(line, stderr);
