@@ -20,6 +20,7 @@
 #include <oktopk/impl/mpi_mirror.hpp>
 
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -36,8 +37,8 @@ namespace oktopk {
 /// values (n outside [0, 2^31 - 1], options out of range) throw std::invalid_argument too.
 /// Built with OKTOPK_ENABLE_GPU_AWARE_MPI=ON, a device ExecSpace throws std::runtime_error on
 /// every rank when MPI says it cannot read GPU memory (where MPI can be asked). If building the
-/// handle fails on any rank (its buffers do not fit in memory), every rank throws the same
-/// std::runtime_error naming that rank.
+/// handle fails on some ranks only (its buffers do not fit in memory), every rank throws a
+/// std::runtime_error naming the (highest) failing rank.
 template <class ExecSpace,
           std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
 std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpace& exec,
@@ -88,19 +89,23 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpac
   };
   // Allocating the buffers can fail on some ranks only (a smaller device, a fuller node): every
   // rank learns of it and throws, instead of the others going on to a reduce() that rank never
-  // joins.
+  // joins. A failure of every rank (an option the method rejects) keeps its own exception.
   std::unique_ptr<SparseAllreduce<ExecSpace>> handle;
-  std::string failure;
+  std::exception_ptr failure;
+  std::string cause;
   try {
     handle = build();
   } catch (const std::exception& e) {
-    failure = e.what();
+    failure = std::current_exception();
+    cause = e.what();
   }
-  std::int64_t failed_rank = failure.empty() ? 0 : comm.rank() + 1;
-  comm.allreduce_in_place(&failed_rank, 1, MPI_MAX);
-  OKTOPK_REQUIRE(failed_rank == 0, std::runtime_error, where,
-                 "rank " << failed_rank - 1 << " could not build the handle"
-                         << (failure.empty() ? std::string() : ": " + failure));
+  // {the highest failing rank + 1, whether any rank succeeded}
+  std::int64_t outcome[2] = {failure ? comm.rank() + 1 : 0, failure ? 0 : 1};
+  comm.allreduce_in_place(outcome, 2, MPI_MAX);
+  if (outcome[0] != 0 && outcome[1] == 0) std::rethrow_exception(failure);
+  OKTOPK_REQUIRE(outcome[0] == 0, std::runtime_error, where,
+                 "rank " << outcome[0] - 1 << " could not build the handle"
+                         << (comm.rank() + 1 == outcome[0] ? ": " + cause : std::string()));
   return handle;
 }
 
