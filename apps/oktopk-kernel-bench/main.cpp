@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // oktopk-kernel-bench: single-process timings of OkTopk's kernels against a memory-bandwidth
-// reference (copy) and a naive top-k reference (std::nth_element). Links no MPI.
+// reference (copy) and two naive top-k references: std::nth_element on the host and a full
+// sort of |x| on the execution space (the device sort a radix select replaces). Links no MPI.
 #include "common/cli.hpp"
 
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
 #include <oktopk/select.hpp>
 #include <oktopk/topk.hpp>
+#include <oktopk/impl/kokkos_compat.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Random.hpp>
@@ -195,6 +197,16 @@ std::vector<Row> run(const Options& o) {
           std::nth_element(work.begin(), work.begin() + (k - 1), work.end(), std::greater<>());
         },
         [&] { std::copy(magnitudes.begin(), magnitudes.end(), work.begin()); });
+  }
+  {
+    // The alternative to a radix select on a device: sort every |x| and read the k-th.
+    Floats magnitudes("bench::magnitudes", size), sorted("bench::sorted", size);
+    Kokkos::parallel_for(
+        "bench::magnitudes", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+        KOKKOS_LAMBDA(std::int64_t i) { magnitudes(i) = x(i) < 0.0f ? -x(i) : x(i); });
+    add_with_setup(
+        "sort_abs", fb * n, [&] { oktopk::impl::sort(exec, sorted); },
+        [&] { Kokkos::deep_copy(exec, sorted, magnitudes); });
   }
   const std::int64_t samples = std::min<std::int64_t>(n, 1 << 20);
   add("sampled_threshold", fb * samples,
