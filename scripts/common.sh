@@ -15,19 +15,23 @@ export OMP_PROC_BIND=${OMP_PROC_BIND:-false}
 
 oktopk_log() { echo "[oktopk] $*"; }
 
-oktopk_install_packages() {
-  local wanted=(cmake ninja-build g++ make libopenmpi-dev openmpi-bin libopenblas-dev
-                libgtest-dev zlib1g-dev dataset-fashion-mnist ca-certificates)
-  local missing=()
-  for p in "${wanted[@]}"; do
+# oktopk_install_missing PACKAGE...: installs those of the Debian packages that are not yet
+# installed (apt-get update first); needs root only when something is missing.
+oktopk_install_missing() {
+  local missing=() p
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  if ((${#missing[@]})); then
-    oktopk_log "installing Debian packages: ${missing[*]}"
-    [ "$(id -u)" -eq 0 ] || { echo "oktopk: need root to install ${missing[*]}" >&2; exit 1; }
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
-  fi
+  ((${#missing[@]})) || return 0
+  oktopk_log "installing Debian packages: ${missing[*]}"
+  [ "$(id -u)" -eq 0 ] || { echo "oktopk: need root to install ${missing[*]}" >&2; return 1; }
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+oktopk_install_packages() {
+  oktopk_install_missing cmake ninja-build g++ make libopenmpi-dev openmpi-bin libopenblas-dev \
+    libgtest-dev zlib1g-dev dataset-fashion-mnist ca-certificates
 }
 
 oktopk_codename() { (. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}"); }

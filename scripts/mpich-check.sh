@@ -20,21 +20,8 @@ OKTOPK_MPICH_CC=/usr/bin/mpicc.mpich
 OKTOPK_MPICH_CXX=/usr/bin/mpicxx.mpich
 OKTOPK_MPICH_EXEC=/usr/bin/mpiexec.mpich
 
-oktopk_mpich_packages() {
-  local wanted=(libmpich-dev mpich) missing=()
-  for p in "${wanted[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if ((${#missing[@]})); then
-    oktopk_log "installing Debian packages: ${missing[*]}"
-    [ "$(id -u)" -eq 0 ] || { echo "oktopk: need root to install ${missing[*]}" >&2; exit 1; }
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
-  fi
-}
-
 oktopk_setup
-oktopk_mpich_packages
+oktopk_install_missing libmpich-dev mpich
 
 # The apps are left out: their MPI paths are the library's, which the MPI tests cover.
 cmake -S "$OKTOPK_SOURCE_DIR" -B "$OKTOPK_MPICH_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \

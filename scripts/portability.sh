@@ -37,19 +37,6 @@ oktopk_port_archive() {
   echo "$f"
 }
 
-oktopk_port_hip_packages() {
-  local wanted=(hipcc libamdhip64-dev rocm-device-libs) missing=()
-  for p in "${wanted[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if ((${#missing[@]})); then
-    oktopk_log "installing Debian packages: ${missing[*]}"
-    [ "$(id -u)" -eq 0 ] || { echo "oktopk: need root to install ${missing[*]}" >&2; return 1; }
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
-  fi
-}
-
 # oktopk_port_gcc12_workaround KOKKOS_TREE
 # GCC 12.2 to 12.4 skip the constexpr default constructor of SharedAllocationTracker inside the
 # develop snapshot's mdspan-based View, so destroying any default View crashes
@@ -164,7 +151,7 @@ oktopk_port_config() {
   local prefix="$OKTOPK_DEPS_ROOT/$deps" build="$OKTOPK_SOURCE_DIR/build-$config"
   case $backend in
     hip)
-      oktopk_port_hip_packages
+      oktopk_install_missing hipcc libamdhip64-dev rocm-device-libs
       # hipcc prints a harmless traceback when it finds no GPU to take the target from.
       export HCC_AMDGPU_TARGET=gfx90a
       # Hardware float atomic add instead of compare-and-swap loops (user guide, HIP recipe):
