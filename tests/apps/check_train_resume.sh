@@ -31,13 +31,15 @@ shift
 rm -rf "$scratch"
 mkdir -p "$scratch" || fail "cannot create $scratch"
 
+# run OUT COMMAND...: stdout (rank 0's lines) to OUT, stderr apart: other ranks' warnings
+# (Kokkos' oversubscription notice) interleave there mid-line.
 run() {
   local out=$1
   shift
   echo "+ $*" >&2
-  "$@" > "$out" 2>&1
+  "$@" > "$out" 2> "$out.err"
   local status=$?
-  cat "$out"
+  cat "$out" "$out.err"
   [ $status -eq 0 ] || fail "the command failed with status $status"
 }
 
@@ -50,8 +52,9 @@ grep -q "^# resumed from " "$scratch/resumed.txt" || fail "the resumed run did n
 
 # The epoch lines without the seconds column (4), and the final lines.
 summary() {
-  grep -E '^ *[0-9]+ ' "$1" | awk '{ $4 = ""; print }'
-  grep -E '^final ' "$1"
+  grep -E '^ *[0-9]+ +[0-9.]+ +[0-9]\.[0-9]{4} +[0-9.]+ +[0-9]+ +[0-9]\.[0-9]{5}$' "$1" |
+    awk '{ $4 = ""; print }'
+  grep -E '^final (test_acc|parameter_digest)=' "$1"
 }
 summary "$scratch/full.txt" > "$scratch/full.sum"
 summary "$scratch/resumed.txt" > "$scratch/resumed.sum"
