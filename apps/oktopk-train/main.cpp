@@ -336,7 +336,8 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
     std::istringstream state(checkpoint.allreduce_state);
     allreduce->restore_state(exec, state);
     progress = checkpoint.progress;
-    comm.check_agreement("oktopk-train: --resume", {{"model parameters", parameter_digest(params)}});
+    comm.check_agreement(("--resume " + s.resume).c_str(),
+                         {{"model parameters", parameter_digest(params)}});
     if (progress.epoch > s.epochs + 1) {
       throw std::runtime_error("--resume " + s.resume + ": the checkpoint is after epoch " +
                                std::to_string(progress.epoch - 1) + ", beyond --epochs " +
