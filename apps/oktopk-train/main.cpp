@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // oktopk-train: data-parallel SGD on Fashion-MNIST, the gradient of every step averaged over
 // the ranks by one of OkTopk's sparse allreduce methods.
+#include "checkpoint.hpp"
 #include "common/cli.hpp"
 #include "common/failure.hpp"
 #include "fashion_mnist.hpp"
@@ -20,6 +21,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -54,6 +56,19 @@ Options:
                         the format oktopk-bench --dist file:FILE replays
   --dump-steps N        steps to dump, >= 1                                  (default 8)
   --steps-per-epoch N   cap on steps per epoch (quick runs and tests)       (default: all)
+  --checkpoint FILE     save checkpoints: each rank R writes FILE.rank<R> (model, momentum,
+                        position in the data, learning rate, the epoch's sums so far, and its
+                        allreduce state: residual, thresholds, regions); every rank writes
+                        FILE.rank<R>.tmp first, and all are renamed only once every rank's is
+                        complete, so an existing checkpoint is never half-overwritten
+  --checkpoint-every N  save after every N-th step, counted from the start of training;
+                        0: at the end of every epoch                         (default 0)
+  --resume FILE         continue from the checkpoint FILE.rank<R>: the run then ends exactly
+                        (bit for bit) as an uninterrupted one would; --epochs is the total, and
+                        every other setting that shapes training (model, algo, density, batch,
+                        lr, lr-decay, momentum, weight-decay, dense-warmup, seed, steps per
+                        epoch, P) must be the one the checkpoint was written with. --csv
+                        appends to an existing file. Not with --dump-gradients.
   --help                print this text
 
 Run with OMP_WAIT_POLICY=passive (and OPENBLAS_NUM_THREADS=1 when ranks share cores): spinning
@@ -61,7 +76,9 @@ OpenMP threads otherwise starve the BLAS threads of the matrix multiplies.
 
 Per epoch: epoch, mean training loss over the ranks, test accuracy, seconds, bytes per rank
 per step (the larger of sent and received, averaged over steps and ranks), and the achieved
-density (non-zeros of the averaged gradient / parameters, averaged over steps).
+density (non-zeros of the averaged gradient / parameters, averaged over steps). The last line,
+"final parameter_digest=<16 hex digits>", is a digest of the final parameters (equal on all
+ranks), for comparing runs. An epoch resumed mid-way reports the seconds of its resumed part.
 
 Schedules measured at P = 4 (docs/benchmarks.md): mlp --batch 64 --lr 0.05 --lr-decay 0.8
 --epochs 5 (dense 0.8812); cnn --batch 32 --lr 0.01 --lr-decay 0.8 --epochs 8 (dense 0.9050).
@@ -84,6 +101,9 @@ struct Settings {
   std::string dump_path;
   std::int64_t dump_steps = 8;
   std::int64_t steps_cap = 0;
+  std::string checkpoint;
+  std::int64_t checkpoint_every = 0;
+  std::string resume;
   bool help = false;
 };
 
@@ -134,6 +154,12 @@ Settings parse(int argc, char* argv[]) {
       s.dump_steps = parse_number<std::int64_t>(flag, value);
     } else if (flag == "--steps-per-epoch") {
       s.steps_cap = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--checkpoint") {
+      s.checkpoint = value;
+    } else if (flag == "--checkpoint-every") {
+      s.checkpoint_every = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--resume") {
+      s.resume = value;
     } else {
       throw UsageError("unknown option " + flag);
     }
@@ -152,6 +178,13 @@ Settings parse(int argc, char* argv[]) {
   if (s.dense_warmup < 0) throw UsageError("--dense-warmup must be >= 0");
   if (s.dump_steps < 1) throw UsageError("--dump-steps must be at least 1");
   if (s.steps_cap < 0) throw UsageError("--steps-per-epoch must be >= 0");
+  if (s.checkpoint_every < 0) throw UsageError("--checkpoint-every must be >= 0");
+  if (s.checkpoint_every > 0 && s.checkpoint.empty()) {
+    throw UsageError("--checkpoint-every needs --checkpoint FILE");
+  }
+  if (!s.resume.empty() && !s.dump_path.empty()) {
+    throw UsageError("--dump-gradients cannot be combined with --resume");
+  }
   return s;
 }
 
@@ -205,6 +238,49 @@ class GradientDump {
   std::ofstream file_;
 };
 
+/// The settings a resumed run must repeat: everything that shapes the sequence of steps.
+std::vector<std::pair<std::string, std::string>> training_settings(const Settings& s,
+                                                                   std::int64_t n,
+                                                                   std::int64_t samples,
+                                                                   std::int64_t steps, int P) {
+  auto exact = [](double v) {
+    std::ostringstream os;
+    os.precision(17);
+    os << v;
+    return os.str();
+  };
+  return {{"--model", s.model},
+          {"--algo", oktopk::to_string(s.algorithm)},
+          {"--density", exact(s.density)},
+          {"--batch", std::to_string(s.batch)},
+          {"--lr", exact(s.lr)},
+          {"--lr-decay", exact(s.lr_decay)},
+          {"--momentum", exact(s.momentum)},
+          {"--weight-decay", exact(s.weight_decay)},
+          {"--dense-warmup", std::to_string(s.dense_warmup)},
+          {"--seed", std::to_string(s.seed)},
+          {"ranks", std::to_string(P)},
+          {"parameters", std::to_string(n)},
+          {"training samples", std::to_string(samples)},
+          {"steps per epoch", std::to_string(steps)}};
+}
+
+std::vector<float> to_host_vector(const Kokkos::View<float*, Memory>& v) {
+  std::vector<float> host(v.extent(0));
+  Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                        host.data(), host.size()),
+                    v);
+  return host;
+}
+
+void from_host_vector(const Exec& exec, const std::vector<float>& host,
+                      const Kokkos::View<float*, Memory>& v) {
+  Kokkos::deep_copy(exec, v,
+                    Kokkos::View<const float*, Kokkos::HostSpace,
+                                 Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(), host.size()));
+  exec.fence();  // `host` may go out of scope
+}
+
 /// A digest of the parameters' bytes: equal on every rank exactly when the models are equal.
 std::int64_t parameter_digest(const Kokkos::View<float*, Memory>& params) {
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), params);
@@ -242,36 +318,85 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
        << " weight_decay=" << s.weight_decay << " seed=" << s.seed << " exec=" << Exec::name()
        << "\n# options: " << options;
   say(head.str());
-  say("epoch  train_loss  test_acc   seconds  bytes_per_rank_per_step  density");
-
-  std::ofstream csv;
-  if (!s.csv.empty()) {
-    // Only rank 0 writes, but every rank must stop if it cannot.
-    int ok = 1;
-    if (me == 0) {
-      csv.open(s.csv, std::ios::trunc);
-      csv << "epoch,train_loss,test_acc,seconds,bytes_per_rank_per_step,density\n";
-      ok = csv.good() ? 1 : 0;
-    }
-    comm.bcast(&ok, 1, 0);
-    if (ok == 0) throw std::runtime_error("cannot write --csv " + s.csv);
-  }
-  // The dump's header counts its gradients: no more steps than the run will take.
-  GradientDump dump(comm, s.dump_path, n, std::min(s.dump_steps, s.epochs * steps));
 
   const auto params = model->parameters();
   const auto grad = model->gradient();
   Kokkos::View<float*, Memory> averaged("oktopk-train::averaged", n);
   Kokkos::View<float*, Memory> velocity("oktopk-train::velocity", n);
+
+  // Resuming: the checkpoint replaces the model, the momentum, the allreduce state and the
+  // position; the shuffles are functions of (seed, rank, epoch), so nothing else is needed.
+  const auto settings = training_settings(s, n, train_all.size(), steps, P);
+  oktopk::train::TrainingProgress progress;
+  progress.lr = s.lr;
+  if (!s.resume.empty()) {
+    const oktopk::train::TrainingCheckpoint checkpoint =
+        oktopk::train::load_checkpoint(comm, s.resume, settings);
+    from_host_vector(exec, checkpoint.parameters, params);
+    from_host_vector(exec, checkpoint.velocity, velocity);
+    std::istringstream state(checkpoint.allreduce_state);
+    allreduce->restore_state(exec, state);
+    progress = checkpoint.progress;
+    comm.check_agreement(("--resume " + s.resume).c_str(),
+                         {{"model parameters", parameter_digest(params)}});
+    if (progress.epoch > s.epochs + 1) {
+      throw std::runtime_error("--resume " + s.resume + ": the checkpoint is after epoch " +
+                               std::to_string(progress.epoch - 1) + ", beyond --epochs " +
+                               std::to_string(s.epochs));
+    }
+    std::ostringstream line;
+    line << "# resumed from " << oktopk::train::checkpoint_file(s.resume, me) << ": epoch "
+         << progress.epoch << " step " << progress.step << " (" << progress.global_step
+         << " steps taken)";
+    say(line.str());
+  }
+  auto save = [&](const oktopk::train::TrainingProgress& at) {
+    oktopk::train::TrainingCheckpoint checkpoint;
+    checkpoint.settings = settings;
+    checkpoint.rank = me;
+    checkpoint.ranks = P;
+    checkpoint.progress = at;
+    exec.fence();
+    checkpoint.parameters = to_host_vector(params);
+    checkpoint.velocity = to_host_vector(velocity);
+    std::ostringstream state;
+    allreduce->save_state(exec, state);
+    checkpoint.allreduce_state = state.str();
+    oktopk::train::save_checkpoint(comm, s.checkpoint, checkpoint);
+    std::ostringstream line;
+    line << "# checkpoint " << oktopk::train::checkpoint_file(s.checkpoint, me)
+         << " written: epoch " << at.epoch << " step " << at.step << " (" << at.global_step
+         << " steps taken)";
+    say(line.str());
+  };
+
+  std::ofstream csv;
+  if (!s.csv.empty()) {
+    // Only rank 0 writes, but every rank must stop if it cannot. A resumed run appends.
+    int ok = 1;
+    if (me == 0) {
+      csv.open(s.csv, s.resume.empty() ? std::ios::trunc : std::ios::app);
+      if (s.resume.empty() || csv.tellp() == 0) {
+        csv << "epoch,train_loss,test_acc,seconds,bytes_per_rank_per_step,density\n";
+      }
+      ok = csv.good() ? 1 : 0;
+    }
+    comm.bcast(&ok, 1, 0);
+    if (ok == 0) throw std::runtime_error("cannot write --csv " + s.csv);
+  }
+  say("epoch  train_loss  test_acc   seconds  bytes_per_rank_per_step  density");
+  // The dump's header counts its gradients: no more steps than the run will take.
+  GradientDump dump(comm, s.dump_path, n, std::min(s.dump_steps, s.epochs * steps));
+
   Kokkos::View<float**, Kokkos::LayoutRight, Memory> images("oktopk-train::images", s.batch,
                                                             Dataset::pixels);
   Kokkos::View<int*, Memory> labels("oktopk-train::labels", s.batch);
   Kokkos::View<std::int64_t*, Memory> order("oktopk-train::order", train.size());
 
-  double final_accuracy = 0.0;
-  double lr = s.lr;
-  std::int64_t global_step = 0;
-  for (std::int64_t epoch = 1; epoch <= s.epochs; ++epoch) {
+  double final_accuracy = progress.final_accuracy;
+  double lr = progress.lr;
+  std::int64_t global_step = progress.global_step;
+  for (std::int64_t epoch = progress.epoch; epoch <= s.epochs; ++epoch) {
     // Each rank shuffles its own shard; the seed mixes in the rank so shards are not in step.
     const auto permutation = epoch_permutation(train.size(), s.seed * 1000003u + me, epoch);
     Kokkos::deep_copy(exec, order,
@@ -280,11 +405,12 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
                                                                             permutation.size()));
     comm.barrier();
     Kokkos::Timer timer;
-    Kokkos::Timer progress;
-    double loss_sum = 0.0;
-    double bytes_sum = 0.0;
-    double density_sum = 0.0;
-    for (std::int64_t step = 0; step < steps; ++step, ++global_step) {
+    Kokkos::Timer progress_timer;
+    const bool resumed = epoch == progress.epoch;  // from progress.step, with its sums so far
+    double loss_sum = resumed ? progress.loss_sum : 0.0;
+    double bytes_sum = resumed ? progress.bytes_sum : 0.0;
+    double density_sum = resumed ? progress.density_sum : 0.0;
+    for (std::int64_t step = resumed ? progress.step : 0; step < steps; ++step, ++global_step) {
       gather_batch(exec, train, order, step * s.batch, s.batch, images, labels);
       loss_sum += model->forward_backward(exec, images, labels, grad);
       dump.record(exec, global_step, grad);
@@ -293,11 +419,17 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
       const oktopk::PhaseTraffic traffic = allreduce->stats().total_traffic();
       bytes_sum += static_cast<double>(std::max(traffic.bytes_sent, traffic.bytes_received));
       density_sum += static_cast<double>(oktopk::count_above(exec, averaged, 0.0f)) / n;
-      if (me == 0 && progress.seconds() > 10.0) {
+      if (me == 0 && progress_timer.seconds() > 10.0) {
         std::cerr << "oktopk-train: epoch " << epoch << " step " << step + 1 << "/" << steps
                   << ", loss " << loss_sum / (step + 1) << ", " << timer.seconds() << " s"
                   << std::endl;
-        progress.reset();
+        progress_timer.reset();
+      }
+      // Mid-epoch checkpoints; one that falls on the epoch's last step is taken after it.
+      if (s.checkpoint_every > 0 && (global_step + 1) % s.checkpoint_every == 0 &&
+          step + 1 < steps) {
+        save({epoch, step + 1, global_step + 1, lr, loss_sum, bytes_sum, density_sum,
+              final_accuracy});
       }
     }
     exec.fence();
@@ -326,12 +458,21 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
     if (csv.is_open()) {
       csv << epoch << "," << train_loss << "," << final_accuracy << "," << seconds << ","
           << bytes << "," << density << "\n";
+      csv.flush();  // a run stopped after a checkpoint keeps its rows
+    }
+    if (!s.checkpoint.empty() &&
+        (s.checkpoint_every == 0 || global_step % s.checkpoint_every == 0)) {
+      save({epoch + 1, 0, global_step, lr, 0.0, 0.0, 0.0, final_accuracy});
     }
   }
   char final_line[128];
   std::snprintf(final_line, sizeof final_line,
                 "final test_acc=%.4f (parameters identical on all %d ranks)", final_accuracy, P);
   say(final_line);
+  char digest_line[64];
+  std::snprintf(digest_line, sizeof digest_line, "final parameter_digest=%016llx",
+                static_cast<unsigned long long>(parameter_digest(params)));
+  say(digest_line);
   return 0;
 }
 

@@ -15,6 +15,7 @@
 #include <oktopk/impl/fault_injection.hpp>
 #include <oktopk/impl/kokkos_compat.hpp>
 #include <oktopk/impl/mpi_mirror.hpp>
+#include <oktopk/impl/state_io.hpp>
 #include <oktopk/impl/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -23,7 +24,10 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <functional>
+#include <istream>
 #include <limits>
+#include <ostream>
 #include <string>
 
 namespace oktopk {
@@ -77,6 +81,25 @@ class SparseAllreduce {
   /// The non-zero entries of the last call's output View, as it is now (computed on demand).
   SparseResult<memory_space> result(const ExecSpace& exec) const;
 
+  /// \brief Writes this rank's state to `os`: what the next calls depend on (the residual, the
+  /// call counter, the method's thresholds and region boundaries), in the versioned binary
+  /// format of the user guide ("Checkpoint and restart"), with the algorithm, n, P, rank and
+  /// options digest it belongs to. Not collective: every rank saves its own state (residuals
+  /// differ). Fences `exec`. Throws std::runtime_error if the stream fails.
+  void save_state(const ExecSpace& exec, std::ostream& os) const;
+
+  /// \brief Collective. Replaces this handle's state by what save_state wrote on this rank, so
+  /// that later calls return exactly what the saved handle's later calls would have. Each rank
+  /// checks its stream (magic, version, lengths, checksums, and that algorithm, n, P, rank and
+  /// options are this handle's), then the ranks agree: if any rank's check fails, every rank
+  /// throws the same exception naming the first such rank and the cause
+  /// (std::invalid_argument for a checkpoint of another handle or call count,
+  /// std::runtime_error for a truncated, damaged or unreadable one), and the handle is
+  /// unchanged. Reads exactly the checkpoint's bytes from `is` (on failure, an unspecified
+  /// number). Afterwards stats() are reset (but for iteration and k) and result() is empty,
+  /// until the next reduce().
+  void restore_state(const ExecSpace& exec, std::istream& is);
+
  protected:
   /// Allocates and zeroes the handle's buffers on `exec`, and fences it.
   SparseAllreduce(const ExecSpace& exec, Algorithm algorithm, const Communicator& comm,
@@ -91,6 +114,19 @@ class SparseAllreduce {
 
   /// Whether the method keeps a residual (the base then zeroes nothing it carries over).
   virtual bool uses_error_feedback() const { return true; }
+
+  /// Appends the method's own state carried between calls (beyond the residual and the call
+  /// counter, which the base saves) to `out`; methods with such state override both hooks.
+  virtual void save_method_state(impl::StateBuffer& out) const { (void)out; }
+
+  /// Parses what save_method_state wrote, throwing impl::StateError for content this handle
+  /// cannot take, and returns what installs it (empty: nothing to install). restore_state calls
+  /// the result only once every rank's checkpoint checked out, so it must not fail; until then
+  /// the handle must stay unchanged.
+  virtual std::function<void(const ExecSpace&)> load_method_state(impl::StateParser& in) {
+    in.expect_end();
+    return {};
+  }
 
   /// \brief RAII: while alive, communication is charged to phase `name`; on destruction the
   /// execution space is fenced and the elapsed time added to that phase's stats.
@@ -266,6 +302,132 @@ void SparseAllreduce<ExecSpace>::run_or_abort(std::int64_t call, Body&& body) {
                                     failed_phase_.empty() ? "other" : failed_phase_, algorithm_,
                                     call);
   }
+}
+
+template <class ExecSpace>
+void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream& os) const {
+  impl::ScopedRegion region("OkTopk::SparseAllreduce::save_state");
+  impl::StateWriter out(os, "oktopk::SparseAllreduce::save_state");
+  out.header();
+  impl::StateBuffer head;
+  head.put_u32(static_cast<std::uint32_t>(algorithm_));
+  head.put_i64(n_);
+  head.put_i32(comm_.size());
+  head.put_i32(comm_.rank());
+  head.put_i64(options_.digest());
+  head.put_i64(iteration_);
+  out.section("HEAD", head.bytes());
+  auto host = Kokkos::create_mirror_view(Kokkos::HostSpace(), residual_);
+  Kokkos::deep_copy(exec, host, residual_);
+  impl::fence(exec, "OkTopk::SparseAllreduce::save_state: residual to host");
+  out.section_floats("RESD", host.data(), host.extent(0));
+  impl::StateBuffer method;
+  save_method_state(method);
+  out.section("METH", method.bytes());
+}
+
+template <class ExecSpace>
+void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istream& is) {
+  constexpr const char* where = "oktopk::SparseAllreduce::restore_state";
+  impl::ScopedRegion region("OkTopk::SparseAllreduce::restore_state");
+  const int P = comm_.size();
+  const int me = comm_.rank();
+
+  // 1. Parse everything into temporaries; the handle is untouched until every rank agrees.
+  Kokkos::View<value_type*, Kokkos::HostSpace> residual;
+  std::int64_t iteration = 0;
+  std::function<void(const ExecSpace&)> install_method;
+  int failure = 0;  // 0: none, 1: mismatch (invalid_argument), 2: damaged (runtime_error)
+  std::string message;
+  try {
+    impl::StateReader in(is);
+    in.header();
+    impl::StateParser head = in.section("HEAD", "header", 64);
+    const std::uint32_t algorithm = head.u32();
+    const std::int64_t n = head.i64();
+    const std::int32_t size = head.i32();
+    const std::int32_t rank = head.i32();
+    const std::int64_t digest = head.i64();
+    iteration = head.i64();
+    head.expect_end();
+    if (algorithm >= all_algorithms.size()) {
+      throw impl::StateError(false, "checkpoint is corrupt: unknown algorithm number " +
+                                        std::to_string(algorithm));
+    }
+    const auto written_for = all_algorithms[algorithm];
+    if (written_for != algorithm_) {
+      throw impl::StateError(true, "checkpoint was written for algorithm " +
+                                       to_string(written_for) + ", this handle runs " +
+                                       to_string(algorithm_));
+    }
+    if (n != n_) {
+      throw impl::StateError(true, "checkpoint was written for n = " + std::to_string(n) +
+                                       ", this handle has n = " + std::to_string(n_));
+    }
+    if (size != P) {
+      throw impl::StateError(true, "checkpoint was written on " + std::to_string(size) +
+                                       " ranks, this handle's communicator has " +
+                                       std::to_string(P));
+    }
+    if (rank != me) {
+      throw impl::StateError(true, "checkpoint was written by rank " + std::to_string(rank));
+    }
+    if (digest != options_.digest()) {
+      throw impl::StateError(true, "checkpoint was written with other options than this "
+                                   "handle's (options digest " +
+                                       std::to_string(digest) + ", this handle's " +
+                                       std::to_string(options_.digest()) + ")");
+    }
+    if (iteration < 0) {
+      throw impl::StateError(false, "checkpoint is corrupt: negative call counter " +
+                                        std::to_string(iteration));
+    }
+    residual = Kokkos::View<value_type*, Kokkos::HostSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::SparseAllreduce::restored_residual"),
+        static_cast<std::size_t>(n_));
+    in.section_floats("RESD", "residual", residual.data(), residual.extent(0));
+    // Method sections are small: thresholds and P + 1 region boundaries.
+    impl::StateParser method =
+        in.section("METH", "method state", 4096 + 16 * static_cast<std::uint64_t>(P + 1));
+    install_method = load_method_state(method);
+  } catch (const impl::StateError& e) {
+    failure = e.mismatch() ? 1 : 2;
+    message = e.what();
+  } catch (const std::exception& e) {
+    failure = 2;
+    message = e.what();
+  }
+
+  // 2. Agree: the first failing rank's message, or unequal call counters, throw everywhere.
+  std::int64_t agreed[3] = {failure != 0 ? P - me : 0, failure != 0 ? 0 : iteration,
+                            failure != 0 ? ~std::int64_t{0} : ~iteration};
+  comm_.allreduce_in_place(agreed, 3, MPI_MAX);
+  if (agreed[0] != 0) {
+    const int root = P - static_cast<int>(agreed[0]);
+    std::int64_t kind_length[2] = {failure, static_cast<std::int64_t>(message.size())};
+    comm_.bcast(kind_length, 2, root);
+    message.resize(static_cast<std::size_t>(kind_length[1]));
+    comm_.bcast(message.data(), kind_length[1], root);
+    const std::string text = std::string(where) + ": rank " + std::to_string(root) + ": " + message;
+    if (kind_length[0] == 1) throw std::invalid_argument(text);
+    throw std::runtime_error(text);
+  }
+  const std::int64_t largest = agreed[1];
+  const std::int64_t smallest = ~agreed[2];
+  OKTOPK_REQUIRE(smallest == largest, std::invalid_argument, where,
+                 "the ranks' checkpoints were written after different numbers of calls "
+                 "(smallest "
+                     << smallest << ", largest " << largest << ")");
+
+  // 3. Install.
+  Kokkos::deep_copy(exec, residual_, residual);
+  iteration_ = iteration;
+  stats_ = ReduceStats{};
+  stats_.k = k_;
+  stats_.iteration = iteration_;
+  last_out_ = vector_type();
+  if (install_method) install_method(exec);
+  impl::fence(exec, "OkTopk::SparseAllreduce::restore_state: state installed");
 }
 
 template <class ExecSpace>

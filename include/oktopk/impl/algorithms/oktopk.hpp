@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 namespace oktopk::impl {
@@ -54,6 +56,47 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
                         comm.size() + 1) {}
 
  protected:
+  // State between calls: both thresholds (reused and nudged between exact recomputations) and
+  // the region boundaries (recomputed every tau calls); offsets_device_ mirrors offsets_.
+  // split_, gather_ and the index buffers are rebuilt by every call.
+  void save_method_state(StateBuffer& out) const override {
+    out.put_f32(local_threshold_);
+    out.put_f32(global_threshold_);
+    out.put_u32(static_cast<std::uint32_t>(offsets_.size()));
+    for (const std::int64_t o : offsets_) out.put_i64(o);
+  }
+
+  std::function<void(const ExecSpace&)> load_method_state(StateParser& in) override {
+    const float local = in.f32();
+    const float global = in.f32();
+    const std::uint32_t count = in.u32();
+    const int P = this->comm_.size();
+    if (count != static_cast<std::uint32_t>(P + 1)) {
+      throw StateError(false, "checkpoint is corrupt: " + std::to_string(count) +
+                                  " Ok-Topk region boundaries, expected " + std::to_string(P + 1));
+    }
+    std::vector<std::int64_t> offsets(count);
+    for (auto& o : offsets) o = in.i64();
+    in.expect_end();
+    // Before the first repartition (warm-up calls) every boundary is still 0.
+    const bool initial = std::all_of(offsets.begin(), offsets.end(), [](std::int64_t o) { return o == 0; });
+    const bool valid = offsets.front() == 0 && offsets.back() == this->n_ &&
+                       std::is_sorted(offsets.begin(), offsets.end());
+    if (!initial && !valid) {
+      throw StateError(false, "checkpoint is corrupt: Ok-Topk region boundaries are not a "
+                              "partition of [0, n)");
+    }
+    return [this, local, global, offsets](const ExecSpace& exec) {
+      local_threshold_ = local;
+      global_threshold_ = global;
+      offsets_ = offsets;
+      auto host = Kokkos::create_mirror_view(offsets_device_);
+      for (std::size_t r = 0; r < offsets_.size(); ++r) host(r) = offsets_[r];
+      Kokkos::deep_copy(exec, offsets_device_, host);
+      fence(exec, "OkTopk::oktopk: restored region offsets");  // `host` goes out of scope
+    };
+  }
+
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
     const Options& o = this->options_;
     auto& stats = this->stats_;
