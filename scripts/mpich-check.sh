@@ -4,8 +4,8 @@
 # builds OkTopk and its MPI tests against Debian's MPICH into build-mpich/ and runs them at
 # P <= 4: the communicator, every method (sparse_allreduce_np1..4), S2, the baselines, MPI
 # staging, the host-staging path (all but sparse_allreduce's, the slowest, whose MPI calls are
-# those of sparse_allreduce_np*), fault injection for every method (the job ends on a failure of
-# one rank) and the install-and-consume tests of the CMake package. Ends
+# those of sparse_allreduce_np*), checkpoint and restart, fault injection for every method (the
+# job ends on a failure of one rank) and the install-and-consume tests of the CMake package. Ends
 # with one summary line; on failure, the failing tests' output comes first. Reuses the Kokkos 3.4
 # prefix that scripts/common.sh builds. MPICH 4.0 polls while it waits, so the P = 3 and 4 runs
 # on a 2-core machine take minutes (user guide, "MPI implementations").
@@ -30,7 +30,7 @@ cmake -S "$OKTOPK_SOURCE_DIR" -B "$OKTOPK_MPICH_BUILD_DIR" -G Ninja -DCMAKE_BUIL
   -DMPIEXEC_EXECUTABLE="$OKTOPK_MPICH_EXEC" >/dev/null
 # The library and the MPI test programs; not the kernel unit tests, which do not use MPI.
 targets=(oktopk)
-for t in communicator sparse_allreduce s2 baselines mpi_staging; do
+for t in communicator sparse_allreduce s2 baselines mpi_staging checkpoint; do
   targets+=("oktopk_test_$t")
 done
 for t in s2 baselines mpi_staging; do
