@@ -5,10 +5,18 @@
 #include <oktopk/error.hpp>
 #include <oktopk/options.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace oktopk {
 
@@ -56,6 +64,140 @@ Balancing balancing_from_string(const char* name) {
   if (text == "adaptive") return Balancing::Adaptive;
   throw std::invalid_argument("oktopk::balancing_from_string: unknown balancing '" + text +
                               "' (valid: off on adaptive)");
+}
+
+namespace {
+
+constexpr const char* set_where = "oktopk::Options::set";
+
+[[noreturn]] void bad_value(std::string_view key, std::string_view value, const char* expected) {
+  throw std::invalid_argument(std::string(set_where) + ": " + std::string(key) + "='" +
+                              std::string(value) + "' is not " + expected);
+}
+
+double parse_double(std::string_view key, std::string_view value) {
+  const std::string text(value);
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
+    bad_value(key, value, "a finite number");
+  return v;
+}
+
+template <class Int>
+Int parse_integer(std::string_view key, std::string_view value) {
+  const std::string text(value);
+  char* end = nullptr;
+  errno = 0;
+  if constexpr (std::is_unsigned_v<Int>) {
+    // strtoull accepts "-1" as 2^64 - 1: refuse a sign instead.
+    const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || text.find('-') != std::string::npos ||
+        end != text.c_str() + text.size() || errno == ERANGE ||
+        v > std::numeric_limits<Int>::max())
+      bad_value(key, value, "a non-negative integer that fits in 64 bits");
+    return static_cast<Int>(v);
+  } else {
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE ||
+        v < std::numeric_limits<Int>::min() || v > std::numeric_limits<Int>::max())
+      bad_value(key, value,
+                sizeof(Int) == 8 ? "an integer that fits in 64 bits"
+                                 : "an integer that fits in 32 bits");
+    return static_cast<Int>(v);
+  }
+}
+
+bool parse_bool(std::string_view key, std::string_view value) {
+  if (value == "on" || value == "true" || value == "1") return true;
+  if (value == "off" || value == "false" || value == "0") return false;
+  bad_value(key, value, "on, off, true, false, 1 or 0");
+}
+
+using Setter = std::function<void(Options&, std::string_view key, std::string_view value)>;
+
+template <class Field>
+Setter setter(Field Options::*field) {
+  return [field](Options& o, std::string_view key, std::string_view value) {
+    if constexpr (std::is_same_v<Field, double>) {
+      o.*field = parse_double(key, value);
+    } else if constexpr (std::is_same_v<Field, bool>) {
+      o.*field = parse_bool(key, value);
+    } else if constexpr (std::is_same_v<Field, Balancing>) {
+      try {
+        o.*field = balancing_from_string(std::string(value).c_str());
+      } catch (const std::invalid_argument&) {
+        bad_value(key, value, "off, on or adaptive");
+      }
+    } else {
+      o.*field = parse_integer<Field>(key, value);
+    }
+  };
+}
+
+// Every field, under its own name, in declaration order.
+const std::vector<std::pair<std::string_view, Setter>>& option_setters() {
+  static const std::vector<std::pair<std::string_view, Setter>> setters = {
+      {"density", setter(&Options::density)},
+      {"warmup_iterations", setter(&Options::warmup_iterations)},
+      {"seed", setter(&Options::seed)},
+      {"threshold_period", setter(&Options::threshold_period)},
+      {"repartition_period", setter(&Options::repartition_period)},
+      {"throttle", setter(&Options::throttle)},
+      {"balancing", setter(&Options::balancing)},
+      {"balance_threshold", setter(&Options::balance_threshold)},
+      {"guard_factor", setter(&Options::guard_factor)},
+      {"guard_step", setter(&Options::guard_step)},
+      {"guard_loops", setter(&Options::guard_loops)},
+      {"local_low", setter(&Options::local_low)},
+      {"local_high", setter(&Options::local_high)},
+      {"local_step", setter(&Options::local_step)},
+      {"global_low", setter(&Options::global_low)},
+      {"global_high", setter(&Options::global_high)},
+      {"global_step", setter(&Options::global_step)},
+      {"gaussian_low", setter(&Options::gaussian_low)},
+      {"gaussian_high", setter(&Options::gaussian_high)},
+      {"gaussian_step", setter(&Options::gaussian_step)},
+      {"gaussian_loops", setter(&Options::gaussian_loops)},
+      {"s2_row_width", setter(&Options::s2_row_width)},
+      {"s2_sketch_rows", setter(&Options::s2_sketch_rows)},
+      {"s2_sketch_columns", setter(&Options::s2_sketch_columns)},
+      {"s2_error_feedback", setter(&Options::s2_error_feedback)},
+  };
+  return setters;
+}
+
+}  // namespace
+
+Options& Options::set(std::string_view key, std::string_view value) {
+  std::string valid;
+  for (const auto& [name, apply] : option_setters()) {
+    if (key == name) {
+      apply(*this, key, value);
+      return *this;
+    }
+    valid += (valid.empty() ? "" : " ") + std::string(name);
+  }
+  throw std::invalid_argument(std::string(set_where) + ": unknown option '" + std::string(key) +
+                              "' (valid: " + valid + ")");
+}
+
+Options& Options::set_from_string(std::string_view settings) {
+  constexpr std::string_view separators = " \t\n\r,";
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t begin = settings.find_first_not_of(separators, pos);
+    if (begin == std::string_view::npos) return *this;
+    const std::size_t end = std::min(settings.find_first_of(separators, begin), settings.size());
+    const std::string_view item = settings.substr(begin, end - begin);
+    const std::size_t eq = item.find('=');
+    OKTOPK_REQUIRE(eq != std::string_view::npos && eq > 0, std::invalid_argument,
+                   "oktopk::Options::set_from_string",
+                   "'" << item << "' is not of the form key=value");
+    set(item.substr(0, eq), item.substr(eq + 1));
+    pos = end;
+  }
 }
 
 void Options::validate() const {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <string_view>
 
 namespace oktopk {
 
@@ -82,6 +83,16 @@ struct Options {
   Options& set_s2_sketch_rows(int v) { s2_sketch_rows = v; return *this; }
   Options& set_s2_sketch_columns(std::int64_t v) { s2_sketch_columns = v; return *this; }
   Options& set_s2_error_feedback(bool v) { s2_error_feedback = v; return *this; }
+
+  /// \brief Sets the field named `key` (a field name above: "density", "balancing",
+  /// "s2_error_feedback", ...) from text: numbers as C writes them, balancing as off, on or
+  /// adaptive, booleans as on, off, true, false, 1 or 0. Range checks are validate()'s. Throws
+  /// std::invalid_argument("oktopk::Options::set: ...") for an unknown key (the message lists
+  /// the valid ones) or a value that is not a number of the field's type.
+  Options& set(std::string_view key, std::string_view value);
+  /// \brief set() for each `key=value` in `settings`, separated by spaces, tabs, newlines or
+  /// commas (an empty string sets nothing). Throws as set() does, or for an item without '='.
+  Options& set_from_string(std::string_view settings);
 
   /// Throws std::invalid_argument("oktopk::Options::validate: ...") for a value out of range.
   void validate() const;
