@@ -5,6 +5,7 @@
 #include <oktopk/impl/mpi_check.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <exception>
@@ -19,6 +20,7 @@ struct Communicator::State {
   MPI_Comm comm = MPI_COMM_NULL;
   std::string phase = "other";
   std::map<std::string, PhaseTraffic> traffic;
+  std::atomic<std::int64_t> serials{0};
 
   State() = default;
   State(const State&) = delete;
@@ -251,6 +253,8 @@ Communicator::Communicator(MPI_Comm comm) {
 }
 
 MPI_Comm Communicator::mpi_comm() const { return state_->comm; }
+
+std::int64_t Communicator::next_serial() const { return state_->serials++; }
 
 // ---- traffic accounting ------------------------------------------------------------------------
 

@@ -79,6 +79,12 @@ class Communicator {
   /// The duplicated communicator (for calls OkTopk does not wrap; they are not accounted).
   MPI_Comm mpi_comm() const;
 
+  /// \brief 0, 1, 2, ...: one number per call, shared by this communicator and its copies.
+  /// Objects made collectively, in the same order on every rank, from one Communicator (the
+  /// SparseAllreduce handles) get the same number on every rank, so a later call can check
+  /// that every rank is working on the same object. Thread-safe.
+  std::int64_t next_serial() const;
+
   // ---- traffic accounting -------------------------------------------------------------------
 
   /// \brief While the returned guard lives, traffic is charged to phase `name`; the previous

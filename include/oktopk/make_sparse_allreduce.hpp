@@ -90,6 +90,9 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpac
   // Allocating the buffers can fail on some ranks only (a smaller device, a fuller node): every
   // rank learns of it and throws, instead of the others going on to a reduce() that rank never
   // joins. A failure of every rank (an option the method rejects) keeps its own exception.
+  // Taken on every rank, whatever happens next, so that the communicator's serials stay equal
+  // across ranks.
+  const std::int64_t serial = comm.next_serial();
   std::unique_ptr<SparseAllreduce<ExecSpace>> handle;
   std::exception_ptr failure;
   std::string cause;
@@ -106,6 +109,7 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpac
   OKTOPK_REQUIRE(outcome[0] == 0, std::runtime_error, where,
                  "rank " << outcome[0] - 1 << " could not build the handle"
                          << (comm.rank() + 1 == outcome[0] ? ": " + cause : std::string()));
+  impl::HandleSerial<ExecSpace>::set(*handle, serial);
   return handle;
 }
 

@@ -11,6 +11,7 @@
 #include <oktopk/options.hpp>
 #include <oktopk/oracle.hpp>
 #include <oktopk/pack.hpp>
+#include <oktopk/progress.hpp>
 #include <oktopk/residual.hpp>
 #include <oktopk/select.hpp>
 #include <oktopk/sparse_allreduce.hpp>

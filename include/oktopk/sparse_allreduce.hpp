@@ -8,6 +8,7 @@
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
 #include <oktopk/options.hpp>
+#include <oktopk/progress.hpp>
 #include <oktopk/select.hpp>
 #include <oktopk/stats.hpp>
 #include <oktopk/topk.hpp>
@@ -31,6 +32,11 @@
 #include <string>
 
 namespace oktopk {
+
+namespace impl {
+template <class ExecSpace>
+struct HandleSerial;
+}  // namespace impl
 
 /// \brief The last call's result in sparse form: `size` entries, indices ascending, values
 /// averaged (equal to the dense output at those indices).
@@ -66,7 +72,22 @@ class SparseAllreduce {
   /// while the others wait inside MPI: the failing rank then prints
   /// "oktopk: rank R: <cause> in phase <phase> of <method> call <t>" to stderr and ends the job
   /// with MPI_Abort (user guide, "Failures").
+  ///
+  /// A wait on reduce_async: it runs after every call launched before it in this process.
   void reduce(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out);
+
+  /// \brief Collective. Launches reduce(exec, grad, out) and returns at once. Calls run one at
+  /// a time in launch order (over every handle of this process): on OkTopk's progress thread
+  /// while the caller goes on, when one runs (initialize_kokkos_on_progress_thread), or else
+  /// on the caller's thread inside the request's test() or wait(). `grad` and `out` must stay
+  /// untouched, and the handle alive, until the request completes; the request reports the
+  /// call's errors. Every
+  /// rank must launch in the same order: a call whose handle is not the one its peers' call
+  /// at the same position belongs to fails on every rank with std::invalid_argument (the
+  /// handle unchanged) instead of mixing two handles' data, provided the handles were made
+  /// from one Communicator (or its copies).
+  ReduceRequest reduce_async(const ExecSpace& exec, const const_vector_type& grad,
+                             const vector_type& out);
 
   Algorithm algorithm() const { return algorithm_; }
   std::int64_t size() const { return n_; }
@@ -196,11 +217,19 @@ class SparseAllreduce {
   KthLargestWorkspace<ExecSpace> kth_workspace_;
 
  private:
+  friend struct impl::HandleSerial<ExecSpace>;
+
   /// Runs `body`, part of a collective call; if it throws on this rank, the job ends through
   /// impl::abort_after_local_failure, since the other ranks may already wait inside MPI.
   template <class Body>
   void run_or_abort(std::int64_t call, Body&& body);
 
+  /// The body of reduce(), on the thread that works the queue.
+  void reduce_now(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out);
+
+  /// Communicator::next_serial() of the handle, the same on every rank (set by
+  /// make_sparse_allreduce): calls check it to detect ranks that launch in different orders.
+  std::int64_t serial_ = 0;
   vector_type last_out_;
   std::string failed_phase_;  // set by PhaseTimer when a failure leaves a phase
 };
@@ -228,6 +257,24 @@ SparseAllreduce<ExecSpace>::SparseAllreduce(const ExecSpace& exec, Algorithm alg
 template <class ExecSpace>
 void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vector_type& grad,
                                         const vector_type& out) {
+  // A queued call that reduces (the C interface's) is already where the queue is worked.
+  if (impl::in_progress_task()) {
+    reduce_now(exec, grad, out);
+  } else {
+    reduce_async(exec, grad, out).wait();
+  }
+}
+
+template <class ExecSpace>
+ReduceRequest SparseAllreduce<ExecSpace>::reduce_async(const ExecSpace& exec,
+                                                       const const_vector_type& grad,
+                                                       const vector_type& out) {
+  return ReduceRequest(impl::enqueue([this, exec, grad, out] { reduce_now(exec, grad, out); }));
+}
+
+template <class ExecSpace>
+void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector_type& grad,
+                                            const vector_type& out) {
   constexpr const char* where = "oktopk::SparseAllreduce::reduce";
   impl::ScopedRegion region("OkTopk::SparseAllreduce::reduce");
   const ReduceStats previous_stats = stats_;  // restored if the call is rejected
@@ -241,7 +288,9 @@ void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vecto
   const bool length_ok = static_cast<std::int64_t>(grad.extent(0)) == n_ &&
                          static_cast<std::int64_t>(out.extent(0)) == n_;
   std::int64_t nonfinite = 0;
-  std::int64_t bad_rank[2] = {0, 0};
+  // {rank + 1 of a bad length, of a non-finite gradient, this handle's serial, minus it}: one
+  // MPI_MAX also gives the smallest serial, so a mismatch of handles shows on every rank.
+  std::int64_t bad_rank[4] = {0, 0, serial_, -serial_};
   const std::int64_t call = iteration_ + 1;
   run_or_abort(call, [&] {
     if (length_ok) {
@@ -256,9 +305,15 @@ void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vecto
     bad_rank[0] = length_ok ? 0 : comm_.rank() + 1;
     bad_rank[1] = nonfinite == 0 ? 0 : comm_.rank() + 1;
     auto timer = phase(exec, "check");
-    comm_.allreduce_in_place(bad_rank, 2, MPI_MAX);
+    comm_.allreduce_in_place(bad_rank, 4, MPI_MAX);
   });
-  if (bad_rank[0] != 0 || bad_rank[1] != 0) stats_ = previous_stats;
+  const bool same_handle = bad_rank[2] == -bad_rank[3];
+  if (bad_rank[0] != 0 || bad_rank[1] != 0 || !same_handle) stats_ = previous_stats;
+  OKTOPK_REQUIRE(same_handle, std::invalid_argument, where,
+                 "the ranks' calls at this position belong to different handles (numbers "
+                     << -bad_rank[3] << " to " << bad_rank[2] << " of their communicator; this "
+                     << "rank's is " << serial_ << ", " << algorithm_ << " on n = " << n_
+                     << "): launch calls in the same order on every rank");
   OKTOPK_REQUIRE(bad_rank[0] == 0, std::invalid_argument, where,
                  "grad and out must have length " << n_ << " on every rank; rank "
                                                   << bad_rank[0] - 1 << " passed "
@@ -286,6 +341,16 @@ void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vecto
   });
   last_out_ = out;
 }
+
+namespace impl {
+/// make_sparse_allreduce's access to a new handle's serial.
+template <class ExecSpace>
+struct HandleSerial {
+  static void set(SparseAllreduce<ExecSpace>& handle, std::int64_t serial) {
+    handle.serial_ = serial;
+  }
+};
+}  // namespace impl
 
 template <class ExecSpace>
 template <class Body>
