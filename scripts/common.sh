@@ -31,7 +31,7 @@ oktopk_install_missing() {
 
 oktopk_install_packages() {
   oktopk_install_missing cmake ninja-build g++ make libopenmpi-dev openmpi-bin libopenblas-dev \
-    libgtest-dev zlib1g-dev dataset-fashion-mnist ca-certificates
+    libgtest-dev zlib1g-dev dataset-fashion-mnist ca-certificates gfortran
 }
 
 oktopk_codename() { (. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}"); }

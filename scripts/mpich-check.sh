@@ -4,8 +4,10 @@
 # builds OkTopk and its MPI tests against Debian's MPICH into build-mpich/ and runs them at
 # P <= 4: the communicator, every method (sparse_allreduce_np1..4), S2, the baselines, MPI
 # staging, the host-staging path (all but sparse_allreduce's, the slowest, whose MPI calls are
-# those of sparse_allreduce_np*), checkpoint and restart, fault injection for every method (the
-# job ends on a failure of one rank) and the install-and-consume tests of the CMake package. Ends
+# those of sparse_allreduce_np*), checkpoint and restart, asynchronous reduces, the C interface
+# (with and without its progress thread) and the Fortran module, fault injection for every
+# method (the job ends on a failure of one rank) and the install-and-consume tests of the CMake
+# package. Ends
 # with one summary line; on failure, the failing tests' output comes first. Reuses the Kokkos 3.4
 # prefix that scripts/common.sh builds. MPICH 4.0 polls while it waits, so the P = 3 and 4 runs
 # on a 2-core machine take minutes (user guide, "MPI implementations").
@@ -19,6 +21,7 @@ OKTOPK_MPICH_BUILD_DIR=${OKTOPK_MPICH_BUILD_DIR:-$OKTOPK_SOURCE_DIR/build-mpich}
 OKTOPK_MPICH_CC=/usr/bin/mpicc.mpich
 OKTOPK_MPICH_CXX=/usr/bin/mpicxx.mpich
 OKTOPK_MPICH_EXEC=/usr/bin/mpiexec.mpich
+OKTOPK_MPICH_FC=/usr/bin/mpif90.mpich
 
 oktopk_setup
 oktopk_install_missing libmpich-dev mpich
@@ -27,16 +30,17 @@ oktopk_install_missing libmpich-dev mpich
 cmake -S "$OKTOPK_SOURCE_DIR" -B "$OKTOPK_MPICH_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DKokkos_ROOT="$OKTOPK_DEPS_PREFIX" -DOKTOPK_ENABLE_TESTS=ON -DOKTOPK_ENABLE_APPS=OFF \
   -DMPI_C_COMPILER="$OKTOPK_MPICH_CC" -DMPI_CXX_COMPILER="$OKTOPK_MPICH_CXX" \
-  -DMPIEXEC_EXECUTABLE="$OKTOPK_MPICH_EXEC" >/dev/null
+  -DMPIEXEC_EXECUTABLE="$OKTOPK_MPICH_EXEC" -DMPI_Fortran_COMPILER="$OKTOPK_MPICH_FC" >/dev/null
 # The library and the MPI test programs; not the kernel unit tests, which do not use MPI.
 targets=(oktopk)
-for t in communicator sparse_allreduce s2 baselines mpi_staging checkpoint; do
+for t in communicator sparse_allreduce s2 baselines mpi_staging checkpoint async c_api; do
   targets+=("oktopk_test_$t")
 done
 for t in s2 baselines mpi_staging; do
   targets+=("oktopk_test_${t}_host_staging")
 done
 targets+=(oktopk_fault_program)
+[ ! -x "$OKTOPK_MPICH_FC" ] || targets+=(oktopk_test_fortran)
 cmake --build "$OKTOPK_MPICH_BUILD_DIR" -j "$OKTOPK_JOBS" --target "${targets[@]}"
 
 # P = 5 and 8 only add time on a small machine.

@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The C interface to OkTopk: an opaque sparse allreduce handle for C, Fortran (through the
+ * oktopk Fortran module) and Python (through the oktopk package).
+ *
+ * Every function returns OKTOPK_SUCCESS (0) or one of the error codes below; no C++ exception
+ * crosses this interface. After an error, oktopk_last_error() returns the message, in the
+ * calling thread, until the next failing call of that thread. Functions marked collective
+ * must be called by every rank of the handle's communicator, in the same order; their errors
+ * are the same on every rank where the C++ API says so (bad arguments, NaN or Inf in a
+ * gradient, mismatched n or options), and a failure on some ranks only ends the job with
+ * MPI_Abort instead of leaving the others waiting (user guide, "Failures"). */
+#ifndef OKTOPK_C_API_H
+#define OKTOPK_C_API_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return codes. */
+#define OKTOPK_SUCCESS 0
+/* A bad argument: a null pointer, an unknown method or option, a value out of range, NaN or
+ * Inf in a gradient, arguments that differ between ranks, a checkpoint of another handle. */
+#define OKTOPK_ERROR_INVALID_ARGUMENT 1
+/* Anything else that failed: MPI, I/O, a damaged checkpoint, Kokkos not initialised. */
+#define OKTOPK_ERROR_RUNTIME 2
+/* An allocation failed. */
+#define OKTOPK_ERROR_OUT_OF_MEMORY 3
+
+typedef struct oktopk_handle oktopk_handle;
+
+/* Statistics of a handle's last reduce call, on this rank. */
+typedef struct oktopk_stats {
+  int64_t iteration;       /* calls made so far, the last included */
+  int64_t k;               /* the k the handle aims at: floor(density * n) */
+  int64_t local_selected;  /* entries this rank contributed */
+  int64_t global_selected; /* entries of the global result (see the C++ ReduceStats) */
+  int64_t bytes_sent;      /* by this rank, over every phase of the call */
+  int64_t bytes_received;
+  int64_t messages_sent;
+  int64_t messages_received;
+  double seconds;          /* the call's time on this rank */
+  float local_threshold;   /* -Inf: every entry */
+  float global_threshold;
+  int32_t dense;           /* 1 if the call was a dense allreduce (warm-up or method dense) */
+} oktopk_stats;
+
+/* The library's version, "MAJOR.MINOR.PATCH". Never fails. */
+const char* oktopk_version(void);
+
+/* The message of this thread's last failed call ("" if none). Never fails. The text stays
+ * valid until this thread's next failing call. */
+const char* oktopk_last_error(void);
+
+/* Initialises Kokkos unless it already is (then it does nothing and oktopk_finalize leaves it
+ * alone). argc and argv may be NULL; Kokkos takes its --kokkos-* arguments from them. Call it
+ * after MPI_Init or MPI_Init_thread and before the first oktopk_create. With
+ * MPI_THREAD_MULTIPLE, Kokkos is initialised on OkTopk's progress thread (see
+ * oktopk_reduce_async), and argc and argv are left as they are. */
+int oktopk_initialize(int* argc, char*** argv);
+
+/* Finalises Kokkos if oktopk_initialize initialised it; otherwise does nothing. Every handle
+ * must have been destroyed (OKTOPK_ERROR_RUNTIME otherwise, and nothing is finalised). Call it
+ * before MPI_Finalize. */
+int oktopk_finalize(void);
+
+/* Collective. Makes a handle for gradients of n floats, running `algorithm` (dense, topka,
+ * topkdsa, gtopk, gaussiank, oktopk or s2) over a duplicate of `comm`. `options` holds
+ * key=value settings separated by spaces or commas ("density=0.01 threshold_period=32"; NULL
+ * or "" for the defaults); the keys are the fields of oktopk::Options (user guide). Every
+ * rank must pass the same algorithm, n and options. On success *handle is the new handle; on
+ * failure it is set to NULL. */
+int oktopk_create(MPI_Comm comm, const char* algorithm, int64_t n, const char* options,
+                  oktopk_handle** handle);
+
+/* oktopk_create for a communicator given as a Fortran integer handle (MPI_Comm_c2f). */
+int oktopk_create_f(MPI_Fint comm, const char* algorithm, int64_t n, const char* options,
+                    oktopk_handle** handle);
+
+/* Frees the handle (NULL is allowed and does nothing). Not collective. */
+int oktopk_destroy(oktopk_handle* handle);
+
+/* Collective. Reduces host arrays of n floats: `out` receives the average over ranks of the
+ * sparsified gradients (mostly zeros), the same bits on every rank. `grad` is only read.
+ * grad == out (in place) is allowed and gives the same result as separate arrays; otherwise
+ * the two must not overlap. In CUDA and HIP builds the arrays are copied to the device and
+ * back; use oktopk_reduce_device to avoid the copies. */
+int oktopk_reduce(oktopk_handle* handle, const float* grad, float* out);
+
+/* Collective. As oktopk_reduce, for arrays in the memory of Kokkos's default execution space:
+ * device pointers in CUDA and HIP builds (the call is ordered on that space's default
+ * instance, and complete on return), host pointers in CPU builds. */
+int oktopk_reduce_device(oktopk_handle* handle, const float* grad, float* out);
+
+/* An asynchronous reduce in flight (oktopk_reduce_async). */
+typedef struct oktopk_request oktopk_request;
+
+/* Collective. Starts oktopk_reduce(handle, grad, out) and returns at once with *request; the
+ * call runs on OkTopk's progress thread, in launch order after every call launched before it
+ * in this process, while the caller goes on (with backprop, say). grad and out must stay
+ * valid and untouched until the request completes. Every rank must launch its calls in the
+ * same order: a rank whose next call belongs to another handle than its peers' gets
+ * OKTOPK_ERROR_INVALID_ARGUMENT from that request on every rank, never a hang or a mixed
+ * result, provided the handles were made on the same communicator. The handle must outlive
+ * the request (oktopk_destroy waits for the handle's calls in flight). The calls overlap with
+ * the caller's work when oktopk_initialize found MPI initialised with MPI_THREAD_MULTIPLE
+ * (MPI_Init_thread) and Kokkos not yet initialised: it then starts OkTopk's progress thread,
+ * where every call of this interface runs. Otherwise the queued calls run on the caller's
+ * thread inside oktopk_test and oktopk_wait. *request is NULL on failure. */
+int oktopk_reduce_async(oktopk_handle* handle, const float* grad, float* out,
+                        oktopk_request** request);
+
+/* Sets *done to 1 if the request has completed (0 otherwise) without waiting; once done,
+ * returns the reduce's own result code (and its message in oktopk_last_error). */
+int oktopk_test(oktopk_request* request, int* done);
+
+/* Waits until the request completes and returns the reduce's result code. */
+int oktopk_wait(oktopk_request* request);
+
+/* Frees the request, waiting for it first if it is still in flight (NULL is allowed). */
+int oktopk_request_free(oktopk_request* request);
+
+/* The handle's method name, n and k (any may be NULL). */
+int oktopk_describe(const oktopk_handle* handle, const char** algorithm, int64_t* n,
+                    int64_t* k);
+
+/* Statistics of the handle's last reduce call on this rank (all zero before the first); waits
+ * for the calls launched before it. */
+int oktopk_get_stats(const oktopk_handle* handle, oktopk_stats* stats);
+
+/* Writes this rank's state (residual, thresholds, region boundaries, call counter) to
+ * `path`, in the checkpoint format of the user guide. Not collective: every rank saves its
+ * own state, so give every rank its own path. The file is written under a temporary name and
+ * renamed, so an existing checkpoint is never left half overwritten. */
+int oktopk_save_state(const oktopk_handle* handle, const char* path);
+
+/* Collective. Restores what oktopk_save_state wrote on this rank. If any rank's file is
+ * missing, damaged or of another handle, every rank returns the same error and the handle is
+ * unchanged. */
+int oktopk_restore_state(oktopk_handle* handle, const char* path);
+
+/* The state in memory: with buffer == NULL, sets *size to the bytes needed; otherwise writes
+ * the state into buffer (capacity bytes; OKTOPK_ERROR_INVALID_ARGUMENT if too small) and sets
+ * *size to the bytes written. Not collective. */
+int oktopk_save_state_to_buffer(const oktopk_handle* handle, void* buffer, size_t capacity,
+                                size_t* size);
+
+/* Collective. oktopk_restore_state from `size` bytes in memory. */
+int oktopk_restore_state_from_buffer(oktopk_handle* handle, const void* buffer, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OKTOPK_C_API_H */

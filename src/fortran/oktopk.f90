@@ -1,0 +1,229 @@
+! SPDX-License-Identifier: BSD-3-Clause
+! The Fortran interface to OkTopk, over the C interface (include/oktopk/c_api.h). Communicators
+! are the integer handles of `use mpi`; every function returns the C interface's code
+! (OKTOPK_SUCCESS = 0) and oktopk_last_error() gives the message of the last failure.
+module oktopk
+  use, intrinsic :: iso_c_binding, only: c_ptr, c_null_ptr, c_char, c_null_char, c_int, &
+                                         c_int32_t, c_int64_t, c_float, c_double, c_size_t, &
+                                         c_associated, c_f_pointer, c_loc
+  implicit none
+  private
+
+  integer, parameter, public :: OKTOPK_SUCCESS = 0
+  integer, parameter, public :: OKTOPK_ERROR_INVALID_ARGUMENT = 1
+  integer, parameter, public :: OKTOPK_ERROR_RUNTIME = 2
+  integer, parameter, public :: OKTOPK_ERROR_OUT_OF_MEMORY = 3
+
+  !> A sparse allreduce handle; null until oktopk_create succeeds.
+  type, public :: oktopk_handle
+    type(c_ptr) :: ptr = c_null_ptr
+  end type oktopk_handle
+
+  !> Statistics of the last reduce call on this rank (the C struct oktopk_stats).
+  type, public, bind(c) :: oktopk_stats
+    integer(c_int64_t) :: iteration, k, local_selected, global_selected
+    integer(c_int64_t) :: bytes_sent, bytes_received, messages_sent, messages_received
+    real(c_double) :: seconds
+    real(c_float) :: local_threshold, global_threshold
+    integer(c_int32_t) :: dense
+  end type oktopk_stats
+
+  public :: oktopk_initialize, oktopk_finalize, oktopk_create, oktopk_destroy, oktopk_reduce, &
+            oktopk_reduce_inplace, oktopk_get_stats, oktopk_save_state, oktopk_restore_state, &
+            oktopk_last_error, oktopk_version
+
+  interface
+    function c_initialize(argc, argv) result(code) bind(c, name="oktopk_initialize")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: argc, argv
+      integer(c_int) :: code
+    end function c_initialize
+
+    function c_finalize() result(code) bind(c, name="oktopk_finalize")
+      import :: c_int
+      integer(c_int) :: code
+    end function c_finalize
+
+    function c_create_f(comm, algorithm, n, options, handle) result(code) &
+        bind(c, name="oktopk_create_f")
+      import :: c_int, c_char, c_int64_t, c_ptr
+      integer(c_int), value :: comm
+      character(kind=c_char), dimension(*), intent(in) :: algorithm, options
+      integer(c_int64_t), value :: n
+      type(c_ptr), intent(out) :: handle
+      integer(c_int) :: code
+    end function c_create_f
+
+    function c_destroy(handle) result(code) bind(c, name="oktopk_destroy")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: handle
+      integer(c_int) :: code
+    end function c_destroy
+
+    function c_reduce(handle, grad, out) result(code) bind(c, name="oktopk_reduce")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: handle, grad, out
+      integer(c_int) :: code
+    end function c_reduce
+
+    function c_describe(handle, algorithm, n, k) result(code) bind(c, name="oktopk_describe")
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: handle, algorithm, k
+      integer(c_int64_t), intent(out) :: n
+      integer(c_int) :: code
+    end function c_describe
+
+    function c_get_stats(handle, stats) result(code) bind(c, name="oktopk_get_stats")
+      import :: c_ptr, c_int, oktopk_stats
+      type(c_ptr), value :: handle
+      type(oktopk_stats), intent(out) :: stats
+      integer(c_int) :: code
+    end function c_get_stats
+
+    function c_save_state(handle, path) result(code) bind(c, name="oktopk_save_state")
+      import :: c_ptr, c_int, c_char
+      type(c_ptr), value :: handle
+      character(kind=c_char), dimension(*), intent(in) :: path
+      integer(c_int) :: code
+    end function c_save_state
+
+    function c_restore_state(handle, path) result(code) bind(c, name="oktopk_restore_state")
+      import :: c_ptr, c_int, c_char
+      type(c_ptr), value :: handle
+      character(kind=c_char), dimension(*), intent(in) :: path
+      integer(c_int) :: code
+    end function c_restore_state
+
+    function c_last_error() result(message) bind(c, name="oktopk_last_error")
+      import :: c_ptr
+      type(c_ptr) :: message
+    end function c_last_error
+
+    function c_version() result(version) bind(c, name="oktopk_version")
+      import :: c_ptr
+      type(c_ptr) :: version
+    end function c_version
+
+    function c_strlen(s) result(length) bind(c, name="strlen")
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: s
+      integer(c_size_t) :: length
+    end function c_strlen
+  end interface
+
+contains
+
+  ! A NUL-terminated copy of a Fortran string, trailing blanks removed.
+  pure function c_string(text) result(s)
+    character(len=*), intent(in) :: text
+    character(kind=c_char, len=len_trim(text) + 1) :: s
+    s = trim(text) // c_null_char
+  end function c_string
+
+  ! A Fortran copy of a NUL-terminated C string.
+  function f_string(s) result(text)
+    type(c_ptr), intent(in) :: s
+    character(len=:), allocatable :: text
+    character(kind=c_char), pointer :: chars(:)
+    integer :: i, length
+    length = int(c_strlen(s))
+    call c_f_pointer(s, chars, [length])
+    allocate(character(len=length) :: text)
+    do i = 1, length
+      text(i:i) = chars(i)
+    end do
+  end function f_string
+
+  !> Initialises Kokkos unless it already is (then oktopk_finalize leaves it alone).
+  integer function oktopk_initialize() result(code)
+    code = int(c_initialize(c_null_ptr, c_null_ptr))
+  end function oktopk_initialize
+
+  !> Finalises Kokkos if oktopk_initialize initialised it; every handle must be destroyed.
+  integer function oktopk_finalize() result(code)
+    code = int(c_finalize())
+  end function oktopk_finalize
+
+  !> Collective. A handle for gradients of n reals running `algorithm` over a duplicate of
+  !> `comm`; `options` holds key=value settings separated by spaces or commas.
+  integer function oktopk_create(comm, algorithm, n, options, handle) result(code)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: algorithm
+    integer(c_int64_t), intent(in) :: n
+    character(len=*), intent(in) :: options
+    type(oktopk_handle), intent(out) :: handle
+    code = int(c_create_f(int(comm, c_int), c_string(algorithm), n, c_string(options), &
+                          handle%ptr))
+  end function oktopk_create
+
+  !> Frees the handle and nulls it (a null handle is allowed).
+  integer function oktopk_destroy(handle) result(code)
+    type(oktopk_handle), intent(inout) :: handle
+    code = int(c_destroy(handle%ptr))
+    handle%ptr = c_null_ptr
+  end function oktopk_destroy
+
+  !> Collective. out = the average over ranks of the sparsified gradients (n reals each).
+  integer function oktopk_reduce(handle, grad, out) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    real(c_float), intent(in), target, contiguous :: grad(:)
+    real(c_float), intent(inout), target, contiguous :: out(:)
+    code = int(c_reduce(handle%ptr, address_of(handle, grad), address_of(handle, out)))
+  end function oktopk_reduce
+
+  !> Collective. oktopk_reduce with the result written over the gradient.
+  integer function oktopk_reduce_inplace(handle, buffer) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    real(c_float), intent(inout), target, contiguous :: buffer(:)
+    type(c_ptr) :: address
+    address = address_of(handle, buffer)
+    code = int(c_reduce(handle%ptr, address, address))
+  end function oktopk_reduce_inplace
+
+  ! The array's address if it holds the handle's n reals; otherwise C's NULL, which the library
+  ! takes for an empty array and reports on every rank alike ("rank R passed 0 ...") instead of
+  ! reading past the end of a short array.
+  function address_of(handle, a) result(address)
+    type(oktopk_handle), intent(in) :: handle
+    real(c_float), intent(in), target, contiguous :: a(:)
+    type(c_ptr) :: address
+    integer(c_int64_t) :: n
+    address = c_null_ptr
+    if (c_describe(handle%ptr, c_null_ptr, n, c_null_ptr) /= OKTOPK_SUCCESS) return
+    if (n > 0 .and. size(a, kind=c_int64_t) == n) address = c_loc(a)
+  end function address_of
+
+  !> Statistics of the handle's last reduce call on this rank.
+  integer function oktopk_get_stats(handle, stats) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    type(oktopk_stats), intent(out) :: stats
+    code = int(c_get_stats(handle%ptr, stats))
+  end function oktopk_get_stats
+
+  !> Writes this rank's state to `path` (give every rank its own path). Not collective.
+  integer function oktopk_save_state(handle, path) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    character(len=*), intent(in) :: path
+    code = int(c_save_state(handle%ptr, c_string(path)))
+  end function oktopk_save_state
+
+  !> Collective. Restores what oktopk_save_state wrote on this rank.
+  integer function oktopk_restore_state(handle, path) result(code)
+    type(oktopk_handle), intent(inout) :: handle
+    character(len=*), intent(in) :: path
+    code = int(c_restore_state(handle%ptr, c_string(path)))
+  end function oktopk_restore_state
+
+  !> The message of this thread's last failed call.
+  function oktopk_last_error() result(message)
+    character(len=:), allocatable :: message
+    message = f_string(c_last_error())
+  end function oktopk_last_error
+
+  !> The library's version, "MAJOR.MINOR.PATCH".
+  function oktopk_version() result(version)
+    character(len=:), allocatable :: version
+    version = f_string(c_version())
+  end function oktopk_version
+
+end module oktopk

@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The C interface as a C program uses it, at any number of ranks: every method's result is the
+ * same bits on every rank, in place equals out of place, dense is the mean, errors are codes
+ * (the same on every rank for NaN, mismatched n, a bad method or option), stats and state
+ * round trips. Prints "N passed, N failed" on rank 0; exits non-zero on any failure. */
+#include <oktopk/c_api.h>
+
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, size;
+static int passed, failed;
+
+/* Counts a check on every rank; a check fails if it fails on any rank. */
+static void check(int ok, const char* what) {
+  int all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  if (all_ok) {
+    ++passed;
+  } else {
+    ++failed;
+    if (!ok) fprintf(stderr, "rank %d: FAILED: %s (last error: %s)\n", rank, what,
+                     oktopk_last_error());
+  }
+}
+
+/* Deterministic gradient of rank r: a few large entries over small noise, distinct per rank. */
+static float gradient_value(int r, int64_t i, int call) {
+  const uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503u + call * 977u);
+  const float small = (float)(h % 1000u) / 1000.0f - 0.5f;
+  return (h % 37u == 0u) ? 8.0f * small + (small < 0 ? -4.0f : 4.0f) : small;
+}
+
+static void fill(float* g, int64_t n, int r, int call) {
+  for (int64_t i = 0; i < n; ++i) g[i] = gradient_value(r, i, call);
+}
+
+/* The same bits on every rank. */
+static int identical_on_all_ranks(const float* v, int64_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    memcpy(&bits, &v[i], sizeof bits);
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  uint64_t lo = 0, hi = 0;
+  MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  return lo == hi;
+}
+
+static int64_t nonzeros(const float* v, int64_t n) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) count += v[i] != 0.0f;
+  return count;
+}
+
+static void test_method(const char* method, int64_t n) {
+  char what[256];
+  oktopk_handle* a = NULL;
+  oktopk_handle* b = NULL;
+  const char* options = "density=0.02, threshold_period=4 repartition_period=8";
+  snprintf(what, sizeof what, "%s: create", method);
+  check(oktopk_create(MPI_COMM_WORLD, method, n, options, &a) == OKTOPK_SUCCESS && a != NULL,
+        what);
+  check(oktopk_create(MPI_COMM_WORLD, method, n, options, &b) == OKTOPK_SUCCESS && b != NULL,
+        what);
+  if (a == NULL || b == NULL) return;
+
+  const char* name = NULL;
+  int64_t n_seen = -1, k = -1;
+  snprintf(what, sizeof what, "%s: describe", method);
+  check(oktopk_describe(a, &name, &n_seen, &k) == OKTOPK_SUCCESS && strcmp(name, method) == 0 &&
+            n_seen == n && k == (int64_t)floor(0.02 * (double)n),
+        what);
+
+  float* grad = malloc((size_t)n * sizeof(float));
+  float* out = malloc((size_t)n * sizeof(float));
+  float* inplace = malloc((size_t)n * sizeof(float));
+  int same = 1, identical = 1, mean_ok = 1, sparse_ok = 1, codes_ok = 1;
+  const int calls = 6;
+  for (int call = 0; call < calls; ++call) {
+    fill(grad, n, rank, call);
+    memcpy(inplace, grad, (size_t)n * sizeof(float));
+    codes_ok &= oktopk_reduce(a, grad, out) == OKTOPK_SUCCESS;
+    codes_ok &= oktopk_reduce(b, inplace, inplace) == OKTOPK_SUCCESS;
+    same &= memcmp(out, inplace, (size_t)n * sizeof(float)) == 0;
+    identical &= identical_on_all_ranks(out, n);
+    if (strcmp(method, "dense") == 0) {
+      for (int64_t i = 0; i < n; ++i) {
+        double mean = 0.0;
+        for (int r = 0; r < size; ++r) mean += gradient_value(r, i, call);
+        mean /= size;
+        mean_ok &= fabs(out[i] - mean) <= 1e-5 * (1.0 + fabs(mean));
+      }
+    } else if (strcmp(method, "s2") != 0) {
+      /* Not empty and far from dense (each method's own bound is tested in C++). */
+      sparse_ok &= nonzeros(out, n) <= 2 * (int64_t)size * k;
+      sparse_ok &= nonzeros(out, n) > 0;
+    }
+  }
+  snprintf(what, sizeof what, "%s: every reduce returns OKTOPK_SUCCESS", method);
+  check(codes_ok, what);
+  snprintf(what, sizeof what, "%s: in place equals out of place", method);
+  check(same, what);
+  snprintf(what, sizeof what, "%s: the same bits on every rank", method);
+  check(identical, what);
+  snprintf(what, sizeof what, "%s: dense is the mean, sparse keeps at most 2 P k entries", method);
+  check(mean_ok && sparse_ok, what);
+
+  oktopk_stats stats;
+  snprintf(what, sizeof what, "%s: stats of the last call", method);
+  check(oktopk_get_stats(a, &stats) == OKTOPK_SUCCESS && stats.iteration == calls &&
+            stats.k == k && (size == 1 || stats.bytes_sent > 0) &&
+            (size == 1 || stats.messages_sent > 0) && stats.seconds >= 0.0,
+        what);
+
+  /* State: save, reduce once, restore, reduce the same gradient again: the same output. */
+  char path[128];
+  snprintf(path, sizeof path, "c_api_state_%s_np%d_rank%d.okst", method, size, rank);
+  float* first = malloc((size_t)n * sizeof(float));
+  fill(grad, n, rank, calls);
+  snprintf(what, sizeof what, "%s: save, reduce, restore, reduce gives the same output", method);
+  int state_ok = oktopk_save_state(a, path) == OKTOPK_SUCCESS;
+  state_ok &= oktopk_reduce(a, grad, first) == OKTOPK_SUCCESS;
+  state_ok &= oktopk_restore_state(a, path) == OKTOPK_SUCCESS;
+  state_ok &= oktopk_reduce(a, grad, out) == OKTOPK_SUCCESS;
+  state_ok &= memcmp(first, out, (size_t)n * sizeof(float)) == 0;
+  check(state_ok, what);
+  remove(path);
+
+  /* The same through memory, restored into the other handle (same history, same options). */
+  size_t bytes = 0;
+  snprintf(what, sizeof what, "%s: state through memory moves to another handle", method);
+  state_ok = oktopk_save_state_to_buffer(a, NULL, 0, &bytes) == OKTOPK_SUCCESS && bytes > 0;
+  void* buffer = malloc(bytes);
+  size_t written = 0;
+  state_ok &= oktopk_save_state_to_buffer(a, buffer, bytes, &written) == OKTOPK_SUCCESS &&
+              written == bytes;
+  state_ok &= oktopk_save_state_to_buffer(a, buffer, bytes - 1, &written) ==
+              OKTOPK_ERROR_INVALID_ARGUMENT;
+  state_ok &= oktopk_restore_state_from_buffer(b, buffer, bytes) == OKTOPK_SUCCESS;
+  fill(grad, n, rank, calls + 1);
+  state_ok &= oktopk_reduce(a, grad, first) == OKTOPK_SUCCESS;
+  state_ok &= oktopk_reduce(b, grad, out) == OKTOPK_SUCCESS;
+  state_ok &= memcmp(first, out, (size_t)n * sizeof(float)) == 0;
+  check(state_ok, what);
+
+  /* A damaged checkpoint on rank 0 only: every rank gets the same error code. */
+  if (rank == 0) ((unsigned char*)buffer)[bytes / 2] ^= 0x5a;
+  const int code = oktopk_restore_state_from_buffer(b, buffer, bytes);
+  snprintf(what, sizeof what, "%s: a damaged checkpoint is an error on every rank", method);
+  check(code == OKTOPK_ERROR_RUNTIME || code == OKTOPK_ERROR_INVALID_ARGUMENT, what);
+
+  free(buffer);
+  free(first);
+  free(grad);
+  free(out);
+  free(inplace);
+  check(oktopk_destroy(a) == OKTOPK_SUCCESS && oktopk_destroy(b) == OKTOPK_SUCCESS,
+        "destroy");
+}
+
+static void test_errors(void) {
+  const int64_t n = 500;
+  oktopk_handle* h = NULL;
+  float* grad = calloc((size_t)n, sizeof(float));
+  float* out = calloc((size_t)n, sizeof(float));
+
+  /* NaN on the last rank only: the same error on every rank, and the handle still works. */
+  check(oktopk_create(MPI_COMM_WORLD, "oktopk", n, "density=0.05", &h) == OKTOPK_SUCCESS,
+        "create for the error tests");
+  fill(grad, n, rank, 0);
+  if (rank == size - 1) grad[7] = NAN;
+  int code = oktopk_reduce(h, grad, out);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT && strstr(oktopk_last_error(), "NaN or Inf"),
+        "NaN on one rank: OKTOPK_ERROR_INVALID_ARGUMENT on every rank");
+  grad[7] = 1.0f;
+  check(oktopk_reduce(h, grad, out) == OKTOPK_SUCCESS, "the handle works after a NaN error");
+
+  /* A NULL array on rank 0 only is an empty one: the length error, on every rank. */
+  code = oktopk_reduce(h, rank == 0 ? NULL : grad, out);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT && strstr(oktopk_last_error(), "length"),
+        "NULL gradient on one rank: OKTOPK_ERROR_INVALID_ARGUMENT on every rank");
+  check(oktopk_reduce(NULL, grad, out) == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            strstr(oktopk_last_error(), "oktopk_reduce: handle is NULL") != NULL,
+        "NULL handle");
+  check(oktopk_destroy(h) == OKTOPK_SUCCESS, "destroy");
+
+  /* Mismatched n: every rank fails, and no handle is returned. */
+  h = (oktopk_handle*)1;
+  code = oktopk_create(MPI_COMM_WORLD, "topka", size > 1 ? n + rank : n, NULL, &h);
+  check(size == 1 || (code == OKTOPK_ERROR_INVALID_ARGUMENT && h == NULL &&
+                      strstr(oktopk_last_error(), "oktopk::make_sparse_allreduce") != NULL),
+        "mismatched n: OKTOPK_ERROR_INVALID_ARGUMENT on every rank");
+  if (code == OKTOPK_SUCCESS) oktopk_destroy(h);
+
+  /* An unknown method or option on the last rank only: every rank fails, naming that rank. */
+  code = oktopk_create(MPI_COMM_WORLD, rank == size - 1 ? "nosuch" : "topka", n, NULL, &h);
+  char expected[64];
+  snprintf(expected, sizeof expected, "oktopk_create: rank %d", size - 1);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT && h == NULL &&
+            strstr(oktopk_last_error(), expected) != NULL,
+        "unknown method on one rank: OKTOPK_ERROR_INVALID_ARGUMENT on every rank");
+  code = oktopk_create(MPI_COMM_WORLD, "topka", n, rank == size - 1 ? "densty=0.1" : "", &h);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT && h == NULL &&
+            (rank != size - 1 || strstr(oktopk_last_error(), "unknown option 'densty'")),
+        "unknown option on one rank: OKTOPK_ERROR_INVALID_ARGUMENT on every rank");
+  code = oktopk_create(MPI_COMM_WORLD, "topka", n, "density=2", &h);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT && strstr(oktopk_last_error(), "density"),
+        "density out of range");
+  code = oktopk_create(MPI_COMM_WORLD, "topka", n, "density", &h);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT && strstr(oktopk_last_error(), "key=value"),
+        "an option without '='");
+  code = oktopk_create(MPI_COMM_WORLD, "topka", -1, NULL, &h);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT, "negative n");
+
+  /* A missing checkpoint file on the last rank only: the same error on every rank. */
+  check(oktopk_create(MPI_COMM_WORLD, "gtopk", n, NULL, &h) == OKTOPK_SUCCESS, "create gtopk");
+  char path[128];
+  snprintf(path, sizeof path, "c_api_missing_np%d_rank%d.okst", size, rank);
+  if (rank != size - 1) oktopk_save_state(h, path);
+  code = oktopk_restore_state(h, path);
+  check(code != OKTOPK_SUCCESS, "missing checkpoint on one rank: an error on every rank");
+  remove(path);
+  check(oktopk_reduce(h, grad, out) == OKTOPK_SUCCESS, "the handle works after a bad restore");
+  check(oktopk_save_state(h, "/nonexistent-folder/state.okst") == OKTOPK_ERROR_RUNTIME,
+        "unwritable checkpoint path");
+
+  /* Kokkos stays up while a handle lives. */
+  check(oktopk_finalize() == OKTOPK_ERROR_RUNTIME &&
+            strstr(oktopk_last_error(), "not destroyed") != NULL,
+        "finalize refuses while a handle lives");
+  check(oktopk_destroy(h) == OKTOPK_SUCCESS && oktopk_destroy(NULL) == OKTOPK_SUCCESS,
+        "destroy, and destroy(NULL)");
+  free(grad);
+  free(out);
+}
+
+/* Four handles with calls in flight at once, completed out of order by oktopk_test, give what
+ * the same calls made blocking on twin handles give; calls launched in different orders on
+ * different ranks fail on every rank instead of mixing handles. */
+static void test_async(void) {
+  enum { handles = 4, rounds = 3 };
+  const char* methods[handles] = {"oktopk", "topka", "gtopk", "dense"};
+  const int64_t sizes[handles] = {4000, 3000, 2500, 1000};
+  oktopk_handle* async[handles];
+  oktopk_handle* blocking[handles];
+  float* grad[handles];
+  float* out[handles];
+  float* expected[handles];
+  int ok = 1;
+  for (int h = 0; h < handles; ++h) {
+    ok &= oktopk_create(MPI_COMM_WORLD, methods[h], sizes[h], "density=0.01", &async[h]) ==
+          OKTOPK_SUCCESS;
+    ok &= oktopk_create(MPI_COMM_WORLD, methods[h], sizes[h], "density=0.01", &blocking[h]) ==
+          OKTOPK_SUCCESS;
+    grad[h] = malloc((size_t)sizes[h] * sizeof(float));
+    out[h] = malloc((size_t)sizes[h] * sizeof(float));
+    expected[h] = malloc((size_t)sizes[h] * sizeof(float));
+  }
+  check(ok, "async: create four handles and their twins");
+  int same = 1, completed_out_of_order = 1;
+  for (int round = 0; round < rounds; ++round) {
+    oktopk_request* requests[handles];
+    for (int h = 0; h < handles; ++h) {
+      fill(grad[h], sizes[h], rank + h, round);
+      ok &= oktopk_reduce_async(async[h], grad[h], out[h], &requests[h]) == OKTOPK_SUCCESS;
+    }
+    /* Tested from the last launched to the first, until all are done. */
+    int done_count = 0, done[handles] = {0, 0, 0, 0}, first_done = -1;
+    while (done_count < handles) {
+      for (int h = handles - 1; h >= 0; --h) {
+        if (done[h]) continue;
+        int finished = 0;
+        ok &= oktopk_test(requests[h], &finished) == OKTOPK_SUCCESS;
+        if (finished) {
+          done[h] = 1;
+          ++done_count;
+          if (first_done < 0) first_done = h;
+        }
+      }
+    }
+    completed_out_of_order &= first_done >= 0;
+    for (int h = 0; h < handles; ++h) {
+      ok &= oktopk_wait(requests[h]) == OKTOPK_SUCCESS;
+      ok &= oktopk_request_free(requests[h]) == OKTOPK_SUCCESS;
+      ok &= oktopk_reduce(blocking[h], grad[h], expected[h]) == OKTOPK_SUCCESS;
+      same &= memcmp(out[h], expected[h], (size_t)sizes[h] * sizeof(float)) == 0;
+    }
+  }
+  check(ok && completed_out_of_order, "async: launch, test out of order, wait, free");
+  check(same, "async: four handles in flight equal blocking calls bit for bit");
+
+  /* Rank 0 launches handle 0 then 1, the others 1 then 0: both fail on every rank. */
+  if (size > 1) {
+    oktopk_request* first = NULL;
+    oktopk_request* second = NULL;
+    const int a = rank == 0 ? 0 : 1, b = rank == 0 ? 1 : 0;
+    fill(grad[0], sizes[0], rank, 9);
+    fill(grad[1], sizes[1], rank, 9);
+    ok = oktopk_reduce_async(async[a], grad[a], out[a], &first) == OKTOPK_SUCCESS &&
+         oktopk_reduce_async(async[b], grad[b], out[b], &second) == OKTOPK_SUCCESS;
+    const int code_first = oktopk_wait(first);
+    const int found = strstr(oktopk_last_error(), "launch calls in the same order") != NULL;
+    const int code_second = oktopk_wait(second);
+    check(ok && code_first == OKTOPK_ERROR_INVALID_ARGUMENT &&
+              code_second == OKTOPK_ERROR_INVALID_ARGUMENT && found,
+          "async: calls launched in different orders fail on every rank");
+    int finished = 0;
+    check(oktopk_test(first, &finished) == OKTOPK_ERROR_INVALID_ARGUMENT && finished == 1,
+          "async: oktopk_test reports a failed call as done, with its error");
+    oktopk_request_free(first);
+    oktopk_request_free(second);
+    /* The handles are unchanged: the next calls, in one order, match their twins again. */
+    same = 1;
+    for (int h = 0; h < 2; ++h) {
+      ok &= oktopk_reduce(async[h], grad[h], out[h]) == OKTOPK_SUCCESS;
+      ok &= oktopk_reduce(blocking[h], grad[h], expected[h]) == OKTOPK_SUCCESS;
+      same &= memcmp(out[h], expected[h], (size_t)sizes[h] * sizeof(float)) == 0;
+    }
+    check(ok && same, "async: the handles are unchanged after the order error");
+  }
+  for (int h = 0; h < handles; ++h) {
+    oktopk_destroy(async[h]);
+    oktopk_destroy(blocking[h]);
+    free(grad[h]);
+    free(out[h]);
+    free(expected[h]);
+  }
+}
+
+int main(int argc, char** argv) {
+  /* --single: MPI without threads, so that queued calls run in oktopk_test and oktopk_wait;
+   * otherwise MPI_THREAD_MULTIPLE and OkTopk's progress thread. */
+  const int single = argc > 1 && strcmp(argv[1], "--single") == 0;
+  int provided = MPI_THREAD_SINGLE;
+  if (single) {
+    MPI_Init(&argc, &argv);
+  } else {
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  oktopk_handle* early = (oktopk_handle*)1;
+  check(oktopk_create(MPI_COMM_WORLD, "dense", 10, NULL, &early) == OKTOPK_ERROR_RUNTIME &&
+            early == NULL && strstr(oktopk_last_error(), "oktopk_initialize") != NULL,
+        "create before oktopk_initialize");
+  check(oktopk_initialize(&argc, &argv) == OKTOPK_SUCCESS, "initialize");
+  check(oktopk_initialize(NULL, NULL) == OKTOPK_SUCCESS, "initialize twice");
+  check(strlen(oktopk_version()) >= 5, "version");
+
+  const char* methods[] = {"dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2"};
+  for (size_t m = 0; m < sizeof methods / sizeof methods[0]; ++m) test_method(methods[m], 3001);
+  test_errors();
+  test_async();
+
+  check(oktopk_finalize() == OKTOPK_SUCCESS, "finalize");
+  if (rank == 0) {
+    printf("mode: %s\n", single ? "no progress thread (MPI_Init)"
+                                 : provided == MPI_THREAD_MULTIPLE
+                                       ? "progress thread (MPI_THREAD_MULTIPLE)"
+                                       : "no progress thread (MPI_THREAD_MULTIPLE not provided)");
+    printf("%d passed, %d failed\n", passed, failed);
+  }
+  MPI_Finalize();
+  return failed == 0 ? 0 : 1;
+}

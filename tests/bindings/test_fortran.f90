@@ -1,0 +1,201 @@
+! SPDX-License-Identifier: BSD-3-Clause
+! The Fortran module as a Fortran program uses it, at any number of ranks: results the same on
+! every rank, in place equal to out of place, dense equal to the mean, error codes for NaN and
+! mismatched n on every rank, stats, and a state round trip. Prints "N passed, N failed" on
+! rank 0 and stops with a non-zero code on any failure.
+program test_fortran
+  use mpi
+  use oktopk
+  use, intrinsic :: iso_c_binding, only: c_float, c_int32_t, c_int64_t
+  use, intrinsic :: ieee_arithmetic, only: ieee_value, ieee_quiet_nan
+  implicit none
+
+  integer :: rank, nranks, ierr, passed = 0, failed = 0
+  integer(c_int64_t), parameter :: n = 2000
+  character(len=*), parameter :: methods(7) = &
+    [character(len=9) :: 'dense', 'topka', 'topkdsa', 'gtopk', 'gaussiank', 'oktopk', 's2']
+  integer :: m
+
+  call mpi_init(ierr)
+  call mpi_comm_rank(MPI_COMM_WORLD, rank, ierr)
+  call mpi_comm_size(MPI_COMM_WORLD, nranks, ierr)
+  call check(oktopk_initialize() == OKTOPK_SUCCESS, 'initialize')
+  call check(len(oktopk_version()) >= 5, 'version')
+
+  do m = 1, size(methods)
+    call test_method(trim(methods(m)))
+  end do
+  call test_errors()
+
+  call check(oktopk_finalize() == OKTOPK_SUCCESS, 'finalize')
+  if (rank == 0) write (*, '(i0, a, i0, a)') passed, ' passed, ', failed, ' failed'
+  call mpi_finalize(ierr)
+  if (failed /= 0) stop 1
+
+contains
+
+  ! Counts a check on every rank; it fails if it fails on any rank.
+  subroutine check(ok, what)
+    logical, intent(in) :: ok
+    character(len=*), intent(in) :: what
+    logical :: all_ok
+    integer :: ierr
+    call mpi_allreduce(ok, all_ok, 1, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD, ierr)
+    if (all_ok) then
+      passed = passed + 1
+    else
+      failed = failed + 1
+      if (.not. ok) write (0, '(a, i0, 4a)') 'rank ', rank, ': FAILED: ', what, &
+                                             ' (last error: ', oktopk_last_error() // ')'
+    end if
+  end subroutine check
+
+  ! Deterministic gradient of rank r in call c: small noise, with every 29th entry large.
+  pure real(c_float) function gradient_value(r, i, c)
+    integer, intent(in) :: r, c
+    integer(c_int64_t), intent(in) :: i
+    integer :: h
+    h = int(mod(i * 7919_c_int64_t + r * 104729 + c * 1299709, 10007_c_int64_t))
+    gradient_value = real(h, c_float) / 10007.0 - 0.5
+    if (mod(i + r, 29_c_int64_t) == 0) gradient_value = gradient_value * 8.0 + sign(4.0, gradient_value)
+  end function gradient_value
+
+  subroutine fill(g, r, c)
+    real(c_float), intent(out) :: g(:)
+    integer, intent(in) :: r, c
+    integer(c_int64_t) :: i
+    do i = 1, size(g, kind=c_int64_t)
+      g(i) = gradient_value(r, i, c)
+    end do
+  end subroutine fill
+
+  ! The bit patterns of a real array, to compare results exactly.
+  pure function bits(v) result(b)
+    real(c_float), intent(in) :: v(:)
+    integer(c_int32_t) :: b(size(v))
+    b = transfer(v, 0_c_int32_t, size(v))
+  end function bits
+
+  ! The same bits on every rank.
+  logical function identical_on_all_ranks(v)
+    real(c_float), intent(in) :: v(:)
+    integer(c_int32_t), allocatable :: mine(:), lo(:), hi(:)
+    integer :: ierr
+    allocate(mine(size(v)), lo(size(v)), hi(size(v)))
+    mine = bits(v)
+    call mpi_allreduce(mine, lo, size(v), MPI_INTEGER4, MPI_MIN, MPI_COMM_WORLD, ierr)
+    call mpi_allreduce(mine, hi, size(v), MPI_INTEGER4, MPI_MAX, MPI_COMM_WORLD, ierr)
+    identical_on_all_ranks = all(lo == mine) .and. all(hi == mine)
+  end function identical_on_all_ranks
+
+  subroutine test_method(method)
+    character(len=*), intent(in) :: method
+    type(oktopk_handle) :: a, b
+    type(oktopk_stats) :: stats
+    real(c_float), allocatable :: grad(:), out(:), inplace(:), first(:)
+    real(c_float) :: mean
+    logical :: codes_ok, same, identical, values_ok, same_here
+    integer :: c, r, code_a, code_b, code_c, code_d
+    integer(c_int64_t) :: i
+    character(len=64) :: path
+
+    call check(oktopk_create(MPI_COMM_WORLD, method, n, 'density=0.02 threshold_period=4', a) &
+               == OKTOPK_SUCCESS, method // ': create')
+    call check(oktopk_create(MPI_COMM_WORLD, method, n, 'density=0.02,threshold_period=4', b) &
+               == OKTOPK_SUCCESS, method // ': create a second handle')
+    allocate(grad(n), out(n), inplace(n), first(n))
+    codes_ok = .true.; same = .true.; identical = .true.; values_ok = .true.
+    do c = 1, 5
+      call fill(grad, rank, c)
+      inplace = grad
+      ! One call a statement: Fortran may skip a function call inside .and.
+      code_a = oktopk_reduce(a, grad, out)
+      code_b = oktopk_reduce_inplace(b, inplace)
+      codes_ok = codes_ok .and. code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS
+      same = same .and. all(bits(out) == bits(inplace))
+      same_here = identical_on_all_ranks(out)
+      identical = identical .and. same_here
+      if (method == 'dense') then
+        do i = 1, n
+          mean = 0
+          do r = 0, nranks - 1
+            mean = mean + gradient_value(r, i, c)
+          end do
+          mean = mean / nranks
+          values_ok = values_ok .and. abs(out(i) - mean) <= 1e-5 * (1 + abs(mean))
+        end do
+      else if (method /= 's2') then
+        ! Sparse: not empty and far from dense (each method's own bound is tested in C++).
+        values_ok = values_ok .and. count(abs(out) > 0) > 0 .and. &
+                    count(abs(out) > 0) <= 2 * nranks * 40
+      end if
+    end do
+    call check(codes_ok, method // ': every reduce succeeds')
+    call check(same, method // ': in place equals out of place')
+    call check(identical, method // ': the same bits on every rank')
+    call check(values_ok, method // ': dense is the mean, sparse keeps at most 2 P k entries')
+    code_a = oktopk_get_stats(a, stats)
+    call check(code_a == OKTOPK_SUCCESS .and. stats%iteration == 5 .and. stats%k == 40 .and. &
+               (nranks == 1 .or. stats%bytes_sent > 0), method // ': stats')
+
+    write (path, '(3a, i0, a, i0, a)') 'fortran_state_', method, '_np', nranks, '_rank', rank, &
+                                       '.okst'
+    call fill(grad, rank, 6)
+    code_a = oktopk_save_state(a, trim(path))
+    code_b = oktopk_reduce(a, grad, first)
+    code_c = oktopk_restore_state(a, trim(path))
+    code_d = oktopk_reduce(a, grad, out)
+    call check(all([code_a, code_b, code_c, code_d] == OKTOPK_SUCCESS), &
+               method // ': state round trip')
+    call check(all(bits(out) == bits(first)), &
+               method // ': the restored handle repeats its call bit for bit')
+    open (unit=10, file=trim(path), status='old', iostat=ierr)
+    if (ierr == 0) close (10, status='delete')
+    code_a = oktopk_destroy(a)
+    code_b = oktopk_destroy(b)
+    call check(code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS, method // ': destroy')
+  end subroutine test_method
+
+  subroutine test_errors()
+    type(oktopk_handle) :: h
+    real(c_float), allocatable :: grad(:), out(:), short(:)
+    integer :: code
+    character(len=:), allocatable :: message
+
+    allocate(grad(n), out(n), short(n - 1))
+    call check(oktopk_create(MPI_COMM_WORLD, 'oktopk', n, '', h) == OKTOPK_SUCCESS, &
+               'create for the error tests')
+    call fill(grad, rank, 1)
+    if (rank == nranks - 1) grad(5) = ieee_value(grad(5), ieee_quiet_nan)
+    code = oktopk_reduce(h, grad, out)
+    message = oktopk_last_error()
+    call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. index(message, 'NaN or Inf') > 0, &
+               'NaN on one rank: OKTOPK_ERROR_INVALID_ARGUMENT on every rank')
+    call fill(grad, rank, 1)
+    code = oktopk_reduce(h, grad, out)
+    call check(code == OKTOPK_SUCCESS, 'the handle works after NaN')
+    ! A short array on rank 0 only: the length error on every rank, nothing read past its end.
+    if (rank == 0) then
+      code = oktopk_reduce(h, short, out)
+    else
+      code = oktopk_reduce(h, grad, out)
+    end if
+    message = oktopk_last_error()
+    call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. index(message, 'length') > 0, &
+               'a short array on one rank: OKTOPK_ERROR_INVALID_ARGUMENT on every rank')
+    code = oktopk_destroy(h)
+    call check(code == OKTOPK_SUCCESS, 'destroy')
+
+    code = oktopk_create(MPI_COMM_WORLD, 'topka', n + merge(rank, 0, nranks > 1), '', h)
+    message = oktopk_last_error()
+    call check(nranks == 1 .or. (code == OKTOPK_ERROR_INVALID_ARGUMENT .and. &
+               index(message, 'make_sparse_allreduce') > 0), &
+               'mismatched n: OKTOPK_ERROR_INVALID_ARGUMENT on every rank')
+    if (code == OKTOPK_SUCCESS) code = oktopk_destroy(h)
+    code = oktopk_create(MPI_COMM_WORLD, 'nosuch', n, '', h)
+    message = oktopk_last_error()
+    call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. &
+               index(message, "unknown algorithm 'nosuch'") > 0, 'unknown method')
+  end subroutine test_errors
+
+end program test_fortran
