@@ -5,10 +5,12 @@
  * Every function returns OKTOPK_SUCCESS (0) or one of the error codes below; no C++ exception
  * crosses this interface. After an error, oktopk_last_error() returns the message, in the
  * calling thread, until the next failing call of that thread. Functions marked collective
- * must be called by every rank of the handle's communicator, in the same order; their errors
- * are the same on every rank where the C++ API says so (bad arguments, NaN or Inf in a
- * gradient, mismatched n or options), and a failure on some ranks only ends the job with
- * MPI_Abort instead of leaving the others waiting (user guide, "Failures"). */
+ * must be called by every rank of the handle's communicator, in the same order; they return
+ * the same code on every rank where the C++ API agrees on errors (bad arguments, NaN or Inf in
+ * a gradient, mismatched n or options; the message may add details on the rank at fault), and
+ * a failure on some ranks only ends the job with MPI_Abort instead of leaving the others
+ * waiting (user guide, "Failures"). A NULL array counts as an array of length 0: a NULL on
+ * some ranks only is the length error, on every rank. */
 #ifndef OKTOPK_C_API_H
 #define OKTOPK_C_API_H
 
@@ -80,7 +82,9 @@ int oktopk_create(MPI_Comm comm, const char* algorithm, int64_t n, const char* o
 int oktopk_create_f(MPI_Fint comm, const char* algorithm, int64_t n, const char* options,
                     oktopk_handle** handle);
 
-/* Frees the handle (NULL is allowed and does nothing). Not collective. */
+/* Frees the handle (NULL is allowed and does nothing), after the calls launched before it.
+ * Not collective: handles made on one communicator share a duplicate of it, which is freed
+ * (collectively) when that communicator is freed. */
 int oktopk_destroy(oktopk_handle* handle);
 
 /* Collective. Reduces host arrays of n floats: `out` receives the average over ranks of the
@@ -114,7 +118,8 @@ int oktopk_reduce_async(oktopk_handle* handle, const float* grad, float* out,
                         oktopk_request** request);
 
 /* Sets *done to 1 if the request has completed (0 otherwise) without waiting; once done,
- * returns the reduce's own result code (and its message in oktopk_last_error). */
+ * returns the reduce's own result code (and its message in oktopk_last_error), again on every
+ * later call. */
 int oktopk_test(oktopk_request* request, int* done);
 
 /* Waits until the request completes and returns the reduce's result code. */

@@ -1,0 +1,503 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// _oktopk: the compiled half of the Python package oktopk. A thin pybind11 layer over the C
+// interface (include/oktopk/c_api.h) and nothing else, so that it needs neither OkTopk's C++
+// headers nor Kokkos' nor torch's, and one build serves every torch version. The pure-Python
+// half (oktopk/__init__.py) adds the names users call, the conversion of communicators, options
+// and torch tensors, and the qualified function names in front of error messages: the messages
+// raised here are bare.
+//
+// Lifetime: Kokkos is initialised (oktopk_initialize) by initialize(), or else when the first
+// handle is made, and shutdown(), which the package registers with atexit after importing
+// mpi4py.MPI (so that it runs before mpi4py's MPI_Finalize), completes every request in
+// flight, destroys every handle still alive and then calls oktopk_finalize, which refuses to
+// run under live handles.
+#include <oktopk/c_api.h>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+// ---- errors
+
+// Raises the Python exception for a C API return code, with this thread's message (read before
+// anything else can call the C API on this thread).
+[[noreturn]] void raise_code(int code, const std::string& message) {
+  switch (code) {
+    case OKTOPK_ERROR_INVALID_ARGUMENT:
+      throw py::value_error(message);
+    case OKTOPK_ERROR_OUT_OF_MEMORY:
+      // pybind11 maps std::bad_alloc to a MemoryError without text; keep the C API's reason.
+      PyErr_SetString(PyExc_MemoryError, message.c_str());
+      throw py::error_already_set();
+    default:
+      throw std::runtime_error(message);  // RuntimeError
+  }
+}
+
+void check(int code) {
+  if (code != OKTOPK_SUCCESS) raise_code(code, oktopk_last_error());
+}
+
+// ---- library lifetime (every function here runs with the GIL held, which serialises them)
+
+bool initialized_here = false;  // whether this module called oktopk_initialize
+bool finalized = false;         // shutdown() ran: no new handles from now on
+
+// oktopk_initialize with Kokkos arguments ("--kokkos-num-threads=2", ...), before any handle.
+void initialize(const std::vector<std::string>& kokkos_args) {
+  if (finalized)
+    throw std::runtime_error("oktopk has been finalised (the interpreter is exiting)");
+  if (initialized_here) {
+    if (kokkos_args.empty()) return;
+    throw std::runtime_error(
+        "Kokkos is already initialised (the first handle does it): pass Kokkos arguments "
+        "before making a handle");
+  }
+  int mpi_initialized = 0;
+  MPI_Initialized(&mpi_initialized);
+  if (!mpi_initialized)
+    throw std::runtime_error("MPI is not initialised (import mpi4py.MPI first)");
+  // Kokkos may reorder or drop the arguments it read: give it copies, with a program name.
+  std::vector<std::string> storage{"python"};
+  storage.insert(storage.end(), kokkos_args.begin(), kokkos_args.end());
+  std::vector<char*> argv;
+  for (auto& arg : storage) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  int argc = static_cast<int>(storage.size());
+  char** argv_data = argv.data();
+  check(oktopk_initialize(&argc, &argv_data));
+  initialized_here = true;
+}
+
+// A C handle, shared by the Python Handle object and the requests launched on it: a request in
+// flight keeps its handle alive, whatever happens to the Python object.
+struct HandleCore {
+  oktopk_handle* handle = nullptr;
+  std::string algorithm;
+  std::int64_t n = 0;
+  std::int64_t k = 0;
+
+  HandleCore() = default;
+  HandleCore(const HandleCore&) = delete;
+  HandleCore& operator=(const HandleCore&) = delete;
+  ~HandleCore() { destroy(); }
+
+  void destroy() {
+    if (handle != nullptr) oktopk_destroy(handle);  // never fails for a live handle
+    handle = nullptr;
+  }
+};
+
+// A C request and its outcome. Waiting happens without the GIL, so `mutex` orders the threads
+// that may wait on, test or free it at once (a completion thread and shutdown(), say).
+struct RequestCore {
+  std::mutex mutex;
+  oktopk_request* request = nullptr;
+  std::shared_ptr<HandleCore> handle;
+  // Written under `mutex`, read without it (Request.done, the destructors).
+  std::atomic<bool> done{false};
+  int code = OKTOPK_SUCCESS;
+  std::string message;
+
+  RequestCore() = default;
+  RequestCore(const RequestCore&) = delete;
+  RequestCore& operator=(const RequestCore&) = delete;
+  ~RequestCore() { wait(); }
+
+  // Records the outcome and frees the C request; `mutex` held.
+  void finish_locked(int result) {
+    if (done) return;
+    code = result;
+    if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
+    oktopk_request_free(request);
+    request = nullptr;
+    done = true;
+  }
+
+  // Waits for completion; call without the GIL.
+  void wait() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!done) finish_locked(oktopk_wait(request));
+  }
+
+  // Whether the request has completed, without waiting. A request another thread is waiting
+  // on reads as not done yet.
+  bool test() {
+    std::unique_lock<std::mutex> lock(mutex, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
+    if (done) return true;
+    int flag = 0;
+    const int result = oktopk_test(request, &flag);
+    if (flag != 0) finish_locked(result);
+    return done;
+  }
+};
+
+// What shutdown() must reach: every handle and request still alive. Weak, so that the registry
+// never keeps anything alive itself; expired entries are swept when new ones are added.
+std::vector<std::weak_ptr<HandleCore>> all_handles;
+std::vector<std::weak_ptr<RequestCore>> all_requests;
+
+template <class T>
+void remember(std::vector<std::weak_ptr<T>>& registry, const std::shared_ptr<T>& item) {
+  std::vector<std::weak_ptr<T>> alive;
+  alive.reserve(registry.size() + 1);
+  for (auto& entry : registry)
+    if (!entry.expired()) alive.push_back(std::move(entry));
+  alive.push_back(item);
+  registry = std::move(alive);
+}
+
+void shutdown() {
+  if (finalized) return;
+  finalized = true;
+  // Locked copies: nothing can expire under the loops.
+  std::vector<std::shared_ptr<RequestCore>> requests;
+  for (const auto& entry : all_requests)
+    if (auto request = entry.lock()) requests.push_back(std::move(request));
+  std::vector<std::shared_ptr<HandleCore>> handles;
+  for (const auto& entry : all_handles)
+    if (auto handle = entry.lock()) handles.push_back(std::move(handle));
+  all_requests.clear();
+  all_handles.clear();
+  {
+    py::gil_scoped_release release;
+    // A request's call is collective and runs to its end; its peers launched it too.
+    for (auto& request : requests) request->wait();
+    for (auto& handle : handles) handle->destroy();
+  }
+  if (initialized_here) {
+    initialized_here = false;
+    check(oktopk_finalize());
+  }
+}
+
+// ---- arrays
+
+struct Arrays {
+  const float* grad = nullptr;
+  float* out = nullptr;
+};
+
+// Why arrays cannot be reduced: TypeError for what they are, ValueError for their length,
+// writability or overlap. Empty if they can.
+struct Problem {
+  bool type_error = false;
+  std::string message;
+  bool empty() const { return message.empty(); }
+};
+
+Problem array_problem(const py::handle& object, const char* name, std::int64_t n,
+                      bool writable) {
+  if (!py::isinstance<py::array>(object))
+    return {true,
+            std::string(name) +
+                " must be a float32 numpy.ndarray, buffer or CPU torch.Tensor, not " +
+                py::str(py::type::handle_of(object).attr("__qualname__")).cast<std::string>()};
+  const auto array = py::reinterpret_borrow<py::array>(object);
+  // equal() compares byte order too: a big-endian float32 array is not one.
+  if (!array.dtype().equal(py::dtype::of<float>()))
+    return {true, std::string(name) + " must have dtype float32 (native byte order), not " +
+                      py::str(array.dtype()).cast<std::string>()};
+  if ((array.flags() & py::array::c_style) == 0)
+    return {true, std::string(name) + " must be C-contiguous (numpy.ascontiguousarray)"};
+  if (writable && !array.writeable()) return {false, std::string(name) + " is read-only"};
+  if (static_cast<std::int64_t>(array.size()) != n)
+    return {false, std::string(name) + " has " + std::to_string(array.size()) +
+                       " elements, the handle's n is " + std::to_string(n)};
+  return {};
+}
+
+// Checks grad and out and fills `arrays`, or returns the problem.
+Problem take_arrays(const py::handle& grad, const py::handle& out, std::int64_t n,
+                    Arrays& arrays) {
+  Problem problem = array_problem(grad, "grad", n, false);
+  if (problem.empty()) problem = array_problem(out, "out", n, true);
+  if (!problem.empty()) return problem;
+  const auto g = py::reinterpret_borrow<py::array>(grad);
+  auto o = py::reinterpret_borrow<py::array>(out);
+  const auto* g_begin = static_cast<const char*>(g.data());
+  const auto* o_begin = static_cast<const char*>(o.data());
+  const auto bytes = static_cast<std::ptrdiff_t>(n) * static_cast<std::ptrdiff_t>(sizeof(float));
+  // In place (the same memory) is allowed; a partial overlap is not (c_api.h).
+  if (g_begin != o_begin && g_begin < o_begin + bytes && o_begin < g_begin + bytes)
+    return {false, "grad and out overlap without being the same array"};
+  arrays.grad = static_cast<const float*>(g.data());
+  arrays.out = static_cast<float*>(o.mutable_data());
+  return {};
+}
+
+// ---- Python classes
+
+class Request;
+
+class Handle {
+ public:
+  Handle(int comm, const std::string& algorithm, std::int64_t n, const std::string& options) {
+    initialize({});
+    core_ = std::make_shared<HandleCore>();
+    oktopk_handle* handle = nullptr;
+    int code = OKTOPK_SUCCESS;
+    std::string message;
+    {
+      py::gil_scoped_release release;  // collective: other Python threads go on meanwhile
+      code = oktopk_create_f(static_cast<MPI_Fint>(comm), algorithm.c_str(), n, options.c_str(),
+                             &handle);
+      if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
+    }
+    if (code != OKTOPK_SUCCESS) raise_code(code, message);
+    core_->handle = handle;
+    const char* name = nullptr;
+    check(oktopk_describe(handle, &name, &core_->n, &core_->k));
+    core_->algorithm = name;
+    remember(all_handles, core_);
+  }
+
+  // The C handle, or ValueError once closed or finalised.
+  oktopk_handle* get() const {
+    if (!core_ || core_->handle == nullptr)
+      throw py::value_error(finalized ? "the handle was destroyed when oktopk was finalised"
+                                      : "the handle is closed");
+    return core_->handle;
+  }
+
+  void reduce(const py::object& grad, const py::object& out) {
+    oktopk_handle* handle = get();
+    Arrays arrays;
+    const Problem problem = take_arrays(grad, out, core_->n, arrays);
+    if (!problem.empty()) fail_reduce(problem);
+    int code = OKTOPK_SUCCESS;
+    std::string message;
+    {
+      py::gil_scoped_release release;
+      code = oktopk_reduce(handle, arrays.grad, arrays.out);
+      if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
+    }
+    if (code != OKTOPK_SUCCESS) raise_code(code, message);
+  }
+
+  std::unique_ptr<Request> reduce_async(const py::object& grad, const py::object& out);
+
+  // Joins the reduce the peers are making with no arrays, so that they fail with the C API's
+  // length error instead of waiting for this rank, then raises `problem` here: for arrays some
+  // ranks only got wrong. A request launched this way is waited for at once, which keeps this
+  // rank's calls in the launch order its peers see.
+  [[noreturn]] void fail_reduce(const Problem& problem, bool async = false) {
+    oktopk_handle* handle = get();
+    {
+      py::gil_scoped_release release;
+      if (async) {
+        oktopk_request* request = nullptr;
+        if (oktopk_reduce_async(handle, nullptr, nullptr, &request) == OKTOPK_SUCCESS)
+          oktopk_request_free(request);
+      } else {
+        oktopk_reduce(handle, nullptr, nullptr);
+      }
+    }
+    if (problem.type_error) throw py::type_error(problem.message);
+    throw py::value_error(problem.message);
+  }
+
+  py::dict stats() const {
+    oktopk_stats s{};
+    check(oktopk_get_stats(get(), &s));
+    py::dict d;
+    d["iteration"] = s.iteration;
+    d["k"] = s.k;
+    d["local_selected"] = s.local_selected;
+    d["global_selected"] = s.global_selected;
+    d["bytes_sent"] = s.bytes_sent;
+    d["bytes_received"] = s.bytes_received;
+    d["messages_sent"] = s.messages_sent;
+    d["messages_received"] = s.messages_received;
+    d["seconds"] = s.seconds;
+    d["local_threshold"] = s.local_threshold;
+    d["global_threshold"] = s.global_threshold;
+    d["dense"] = s.dense != 0;
+    return d;
+  }
+
+  py::bytes save_state() const {
+    oktopk_handle* handle = get();
+    std::size_t size = 0;
+    check(oktopk_save_state_to_buffer(handle, nullptr, 0, &size));
+    std::string buffer(size, '\0');
+    std::size_t written = 0;
+    check(oktopk_save_state_to_buffer(handle, buffer.data(), buffer.size(), &written));
+    buffer.resize(written);
+    return py::bytes(buffer);
+  }
+
+  void restore_state(const py::bytes& state) {
+    oktopk_handle* handle = get();
+    const std::string bytes = state;  // a copy the released GIL cannot touch
+    int code = OKTOPK_SUCCESS;
+    std::string message;
+    {
+      py::gil_scoped_release release;
+      code = oktopk_restore_state_from_buffer(handle, bytes.data(), bytes.size());
+      if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
+    }
+    if (code != OKTOPK_SUCCESS) raise_code(code, message);
+  }
+
+  // Destroys the C handle now, after its requests in flight (which hold it) complete.
+  void close() {
+    if (!core_) return;
+    std::vector<std::shared_ptr<RequestCore>> mine;
+    for (const auto& entry : all_requests)
+      if (auto request = entry.lock())
+        if (request->handle == core_) mine.push_back(std::move(request));
+    {
+      py::gil_scoped_release release;
+      for (auto& request : mine) request->wait();
+    }
+    core_->destroy();
+  }
+
+  bool closed() const { return !core_ || core_->handle == nullptr; }
+  const std::string& algorithm() const { return core_->algorithm; }
+  std::int64_t n() const { return core_->n; }
+  std::int64_t k() const { return core_->k; }
+
+ private:
+  std::shared_ptr<HandleCore> core_;
+};
+
+// A reduce in flight. Holds its arrays (and so the memory the call reads and writes) and its
+// handle until the call completes.
+class Request {
+ public:
+  Request(std::shared_ptr<RequestCore> core, py::object grad, py::object out)
+      : core_(std::move(core)), grad_(std::move(grad)), out_(std::move(out)) {}
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+
+  ~Request() {
+    // The last reference may be dropped while the call still runs: wait without the GIL (the
+    // call may need a Python thread of this process to reach its peers' turn).
+    if (core_ && !core_->done) {
+      py::gil_scoped_release release;
+      core_->wait();
+    }
+  }
+
+  bool test() {
+    if (!core_->test()) return false;
+    settle();
+    return true;
+  }
+
+  void wait() {
+    {
+      py::gil_scoped_release release;
+      core_->wait();
+    }
+    settle();
+  }
+
+  bool done() const { return core_->done; }
+
+ private:
+  // Once complete: let go of the arrays and raise the call's error, if any (every time asked).
+  void settle() {
+    grad_ = py::none();
+    out_ = py::none();
+    if (core_->code != OKTOPK_SUCCESS) raise_code(core_->code, core_->message);
+  }
+
+  std::shared_ptr<RequestCore> core_;
+  py::object grad_;
+  py::object out_;
+};
+
+std::unique_ptr<Request> Handle::reduce_async(const py::object& grad, const py::object& out) {
+  oktopk_handle* handle = get();
+  Arrays arrays;
+  const Problem problem = take_arrays(grad, out, core_->n, arrays);
+  if (!problem.empty()) fail_reduce(problem, true);
+  auto core = std::make_shared<RequestCore>();
+  core->handle = core_;
+  // Launching may wait for the progress thread's queue lock; no need to hold the GIL there.
+  int code = OKTOPK_SUCCESS;
+  std::string message;
+  {
+    py::gil_scoped_release release;
+    code = oktopk_reduce_async(handle, arrays.grad, arrays.out, &core->request);
+    if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
+  }
+  if (code != OKTOPK_SUCCESS) {
+    core->done = true;  // nothing to free: *request is NULL on failure
+    raise_code(code, message);
+  }
+  remember(all_requests, core);
+  return std::make_unique<Request>(std::move(core), grad, out);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_oktopk, m) {
+  m.doc() =
+      "The compiled part of the oktopk package: handles over OkTopk's C interface. Use the "
+      "package oktopk (oktopk.Handle), which wraps this module.";
+
+  m.def("version", &oktopk_version, "The OkTopk library's version, \"MAJOR.MINOR.PATCH\".");
+  m.def("initialize", &initialize, py::arg("kokkos_args") = std::vector<std::string>(),
+        "Initialises Kokkos (oktopk_initialize) with these arguments unless done already; the "
+        "first handle does it without arguments otherwise. Not collective.");
+  m.def("shutdown", &shutdown,
+        "Completes every request in flight, destroys every handle and finalises Kokkos if "
+        "this module initialised it. Runs at exit (registered by the package); afterwards no "
+        "handle can be made. Call before MPI_Finalize.");
+  m.def("finalized", [] { return finalized; }, "Whether shutdown() has run.");
+
+  py::class_<Request>(m, "Request", "An asynchronous reduce in flight (Handle.reduce_async).")
+      .def("test", &Request::test,
+           "True if the call has completed (raising its error if it failed), without waiting.")
+      .def("wait", &Request::wait,
+           "Waits (without the GIL) until the call completes; raises its error if it failed.")
+      .def_property_readonly("done", &Request::done, "Whether the call has completed.");
+
+  py::class_<Handle>(m, "Handle", "A sparse allreduce handle (oktopk_create_f).")
+      .def(py::init<int, const std::string&, std::int64_t, const std::string&>(),
+           py::arg("comm"), py::arg("algorithm"), py::arg("n"), py::arg("options") = "",
+           "Collective. comm: a Fortran communicator handle (mpi4py: comm.py2f()); options: "
+           "\"key=value ...\".")
+      .def("reduce", &Handle::reduce, py::arg("grad"), py::arg("out"),
+           "Collective. out = average over ranks of the sparsified grad (float32 C-contiguous "
+           "arrays of n elements; grad is out is allowed). Releases the GIL.")
+      .def("reduce_async", &Handle::reduce_async, py::arg("grad"), py::arg("out"),
+           "Collective. Launches reduce(grad, out) and returns a Request; the arrays stay "
+           "referenced until it completes.")
+      .def("fail_reduce",
+           [](Handle& self, const std::string& problem, bool async) {
+             self.fail_reduce(Problem{true, problem}, async);
+           },
+           py::arg("problem"), py::arg("async_") = false,
+           "Collective. Joins the peers' reduce (or reduce_async) without arrays, so that they "
+           "fail instead of waiting, then raises TypeError(problem) here.")
+      .def("stats", &Handle::stats, "Statistics of the last reduce on this rank, as a dict.")
+      .def("save_state", &Handle::save_state, "This rank's state, as bytes. Not collective.")
+      .def("restore_state", &Handle::restore_state, py::arg("state"),
+           "Collective. Restores what save_state() returned on this rank.")
+      .def("close", &Handle::close,
+           "Destroys the handle, after its requests in flight complete. Not collective.")
+      .def_property_readonly("closed", &Handle::closed)
+      .def_property_readonly("algorithm", &Handle::algorithm)
+      .def_property_readonly("n", &Handle::n)
+      .def_property_readonly("k", &Handle::k);
+}

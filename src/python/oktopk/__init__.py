@@ -1,0 +1,363 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""OkTopk from Python: sparse allreduce handles for data-parallel training.
+
+A :class:`Handle` reduces float32 gradient arrays of a fixed length ``n`` over an mpi4py
+communicator with one of OkTopk's methods (``dense``, ``topka``, ``topkdsa``, ``gtopk``,
+``gaussiank``, ``oktopk``, ``s2``): every rank receives the average over ranks of the
+sparsified gradients, the same bits on every rank. Arrays are numpy arrays or CPU torch
+tensors (float32, contiguous), reduced in the memory they occupy, without copies.
+
+    from mpi4py import MPI
+    import numpy as np
+    import oktopk
+
+    h = oktopk.Handle(MPI.COMM_WORLD, "oktopk", n=1 << 20, density=0.01)
+    grad = np.random.default_rng(MPI.COMM_WORLD.rank).standard_normal(1 << 20, np.float32)
+    h.reduce_(grad)                  # in place; collective
+    req = h.reduce_async(grad)       # on OkTopk's progress thread; collective
+    ...                              # backprop goes on meanwhile
+    req.wait()
+
+The PyTorch DistributedDataParallel communication hook is in :mod:`oktopk.torch`.
+
+Every collective call must be made by every rank of the handle's communicator in the same
+order. Errors are exceptions: ``ValueError`` for bad arguments (also NaN or Inf in a gradient,
+and arguments that differ between ranks, raised on every rank alike), ``TypeError`` for an
+array of the wrong kind, ``MemoryError`` and ``RuntimeError`` otherwise. Asynchronous calls
+need MPI initialised with ``MPI_THREAD_MULTIPLE``, mpi4py's default.
+"""
+
+import atexit as _atexit
+import numbers as _numbers
+import sys as _sys
+
+import numpy as _np
+
+# MPI is initialised here, before any handle exists, and _oktopk.shutdown() (destroy the
+# handles, finalise Kokkos) is registered after it: Python's atexit callbacks run before
+# mpi4py's MPI_Finalize (a Py_AtExit function, which runs last).
+from mpi4py import MPI as _MPI
+
+from . import _oktopk
+
+_atexit.register(_oktopk.shutdown)
+
+__all__ = ["Handle", "Request", "ALGORITHMS", "initialize", "version"]
+
+#: The methods a handle can run.
+ALGORITHMS = ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2")
+
+
+def version():
+    """The OkTopk library's version, ``"MAJOR.MINOR.PATCH"``."""
+    return _oktopk.version()
+
+
+def initialize(*kokkos_args):
+    """Initialises Kokkos with command-line arguments of its own (``"--kokkos-num-threads=4"``,
+    ``"--kokkos-disable-warnings"``). Optional: the first :class:`Handle` initialises Kokkos
+    without arguments otherwise, so call it before making one. Not collective. Kokkos is
+    finalised at exit, before MPI, unless it was initialised outside OkTopk."""
+    for arg in kokkos_args:
+        if not isinstance(arg, str):
+            raise TypeError(f"oktopk.initialize: arguments must be str, not "
+                            f"{type(arg).__name__}")
+    with _Prefixed("oktopk.initialize"):
+        _oktopk.initialize(list(kokkos_args))
+
+
+class _Prefixed:
+    """Re-raises an error of the compiled module with the public function's name in front."""
+
+    __slots__ = ("where",)
+
+    def __init__(self, where):
+        self.where = where
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if error is None or not isinstance(error, (ValueError, TypeError, RuntimeError,
+                                                   MemoryError)):
+            return False
+        raise type(error)(f"{self.where}: {error}") from None
+
+
+def _options_string(where, options):
+    """The C interface's options text: ``{"density": 0.01, "s2_error_feedback": True}`` ->
+    ``"density=0.01 s2_error_feedback=on"``."""
+    items = []
+    for key, value in options.items():
+        if isinstance(value, bool):
+            text = "on" if value else "off"
+        elif isinstance(value, _numbers.Integral):
+            text = str(int(value))
+        elif isinstance(value, _numbers.Real):
+            # repr: the shortest text that reads back as the same double.
+            text = repr(float(value))
+        elif isinstance(value, str):
+            text = value
+        else:
+            raise TypeError(f"{where}: option {key}={value!r}: expected a number, a bool or a "
+                            f"string, not {type(value).__name__}")
+        if not text or any(c in text for c in " \t\n,="):
+            raise ValueError(f"{where}: option {key}={value!r}: the value must be non-empty and "
+                             "hold no spaces, commas or '='")
+        items.append(f"{key}={text}")
+    return " ".join(items)
+
+
+def _is_torch_tensor(obj):
+    """Whether obj is a torch.Tensor, without importing torch if the program has not."""
+    torch = _sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _as_array(obj, name):
+    """The numpy array that shares obj's memory, or (None, reason) if obj cannot be reduced.
+
+    numpy arrays go through unchanged (the compiled module checks dtype, contiguity and length
+    itself), as does anything that is no buffer (it then says what it got); other buffers
+    (``array.array("f")``, a memoryview) become arrays over their memory. A torch tensor must
+    be a float32, contiguous CPU tensor, whose memory numpy then shares (``detach()`` drops
+    autograd's view of it, not the memory).
+    """
+    if isinstance(obj, _np.ndarray):
+        return obj, None
+    if not _is_torch_tensor(obj):
+        try:
+            memoryview(obj).release()
+        except TypeError:
+            return obj, None
+        return _np.asarray(obj), None
+    torch = _sys.modules["torch"]
+    if obj.device.type != "cpu":
+        return None, (f"{name} must be a CPU tensor, not one on {obj.device} "
+                      "(copy it to the host first)")
+    if obj.dtype != torch.float32:
+        return None, f"{name} must have dtype torch.float32, not {obj.dtype}"
+    if not obj.is_contiguous():
+        return None, f"{name} must be contiguous (use .contiguous())"
+    if obj.is_sparse or obj.is_conj() or obj.is_neg():
+        return None, f"{name} must be a plain dense tensor"
+    return obj.detach().numpy(), None
+
+
+class Request:
+    """An asynchronous reduce in flight (:meth:`Handle.reduce_async`).
+
+    The arrays of the call stay referenced, and must not be touched, until it completes.
+    Dropping the last reference to an unfinished request waits for it (the call is
+    collective and runs to its end on every rank).
+    """
+
+    __slots__ = ("_request", "_out", "_where")
+
+    def __init__(self, request, out, where):
+        self._request = request
+        self._out = out
+        self._where = where
+
+    def test(self):
+        """True if the call has completed, without waiting.
+
+        Once it has, raises the call's error, if any (every time it is asked), like
+        :meth:`wait`. Calls complete in launch order, over every handle of this process.
+        """
+        with _Prefixed(self._where):
+            return self._request.test()
+
+    def wait(self):
+        """Waits until the call completes (releasing the GIL) and returns its output array
+        (or tensor); raises the call's error if it failed."""
+        with _Prefixed(self._where):
+            self._request.wait()
+        return self._out
+
+    @property
+    def done(self):
+        """Whether the call has completed (without raising its error)."""
+        return self._request.done
+
+    def __repr__(self):
+        return f"<oktopk.Request {'done' if self.done else 'in flight'}>"
+
+
+class Handle:
+    """A sparse allreduce handle over an mpi4py communicator.
+
+    ``Handle(comm=MPI.COMM_WORLD, algorithm="oktopk", n=..., **options)`` is collective: every
+    rank of ``comm`` passes the same algorithm, ``n`` and options (otherwise every rank raises
+    ``ValueError``). ``options`` are the fields of OkTopk's ``Options`` (user guide), for
+    instance ``density=0.01, threshold_period=32, warmup_iterations=10, balancing="adaptive",
+    s2_error_feedback=True``; booleans become on/off. The handle works on a duplicate of
+    ``comm``. It keeps state between calls (error feedback residual, thresholds): reduce each
+    gradient stream with its own handle.
+
+    Arrays: numpy arrays or CPU torch tensors of n float32 values, C-contiguous. A wrong kind
+    of array is ``TypeError``, a wrong length ``ValueError``, on this rank; the peers' call then
+    fails with ``ValueError`` instead of waiting for it.
+    """
+
+    def __init__(self, comm=None, algorithm="oktopk", n=None, **options):
+        where = "oktopk.Handle"
+        if comm is None:
+            comm = _MPI.COMM_WORLD
+        if not isinstance(comm, _MPI.Comm):
+            raise TypeError(f"{where}: comm must be an mpi4py communicator, "
+                            f"not {type(comm).__name__}")
+        if comm == _MPI.COMM_NULL:
+            raise ValueError(f"{where}: comm is MPI.COMM_NULL")
+        if not isinstance(algorithm, str):
+            raise TypeError(f"{where}: algorithm must be a str, not {type(algorithm).__name__}")
+        if n is None:
+            raise TypeError(f"{where}: missing the gradient length n")
+        if isinstance(n, bool) or not isinstance(n, _numbers.Integral):
+            raise TypeError(f"{where}: n must be an int, not {type(n).__name__}")
+        text = _options_string(where, options)
+        self._comm = comm
+        self._options = dict(options)
+        with _Prefixed(where):
+            self._handle = _oktopk.Handle(comm.py2f(), algorithm, int(n), text)
+
+    # ---- reduces
+
+    def reduce(self, grad, out=None):
+        """Collective. Writes into ``out`` the average over ranks of the sparsified ``grad``
+        (mostly zeros; the same bits on every rank) and returns ``out``.
+
+        ``grad`` is only read. ``out`` defaults to a new numpy array (a new tensor if ``grad``
+        is a tensor); ``out`` may be ``grad`` itself (see :meth:`reduce_`), with the same
+        result as separate arrays. Releases the GIL while it runs.
+        """
+        where = "oktopk.Handle.reduce"
+        out = self._default_out(grad, out)
+        g, o = self._arrays(where, grad, out, False)
+        with _Prefixed(where):
+            self._handle.reduce(g, o)
+        return out
+
+    def reduce_(self, array):
+        """Collective. :meth:`reduce` in place: ``array`` is replaced by the reduced gradient.
+        Returns ``array``."""
+        where = "oktopk.Handle.reduce_"
+        a, _ = self._arrays(where, array, array, False)
+        with _Prefixed(where):
+            self._handle.reduce(a, a)
+        return array
+
+    def reduce_async(self, grad, out=None):
+        """Collective. Launches ``reduce(grad, out)`` (in place if ``out`` is omitted) and
+        returns a :class:`Request` at once; ``request.wait()`` returns ``out``.
+
+        Calls run one at a time on OkTopk's progress thread, in launch order over every handle
+        of this process, while Python goes on. Every rank must launch its calls in the same
+        order. ``grad`` and ``out`` must stay untouched until the request completes.
+        """
+        where = "oktopk.Handle.reduce_async"
+        if out is None:
+            out = grad
+        g, o = self._arrays(where, grad, out, True)
+        with _Prefixed(where):
+            request = self._handle.reduce_async(g, o)
+        return Request(request, out, "oktopk.Request")
+
+    def _default_out(self, grad, out):
+        if out is not None:
+            return out
+        if _is_torch_tensor(grad):
+            torch = _sys.modules["torch"]
+            return torch.empty(grad.shape, dtype=torch.float32)
+        return _np.empty(_np.shape(grad), dtype=_np.float32)
+
+    def _arrays(self, where, grad, out, asynchronous):
+        """numpy views of grad and out; on a torch tensor that cannot be one, fails the
+        collective call (so that peers do not wait) and raises TypeError."""
+        g, problem = _as_array(grad, "grad")
+        if problem is None:
+            o, problem = (g, None) if out is grad else _as_array(out, "out")
+        if problem is not None:
+            with _Prefixed(where):
+                self._handle.fail_reduce(problem, asynchronous)
+        return g, o
+
+    # ---- information and state
+
+    def stats(self):
+        """Statistics of this rank's last reduce (all zero before the first), as a dict:
+        iteration, k, local_selected, global_selected, bytes_sent, bytes_received,
+        messages_sent, messages_received, seconds, local_threshold, global_threshold, dense.
+        Call it once the reduce has completed."""
+        with _Prefixed("oktopk.Handle.stats"):
+            return self._handle.stats()
+
+    def state_dict(self):
+        """This rank's state (residual, thresholds, region boundaries, call counter), as
+        bytes. Not collective; each rank has its own. Call it when no request is in flight."""
+        with _Prefixed("oktopk.Handle.state_dict"):
+            return self._handle.save_state()
+
+    def load_state_dict(self, state):
+        """Collective. Restores what :meth:`state_dict` returned on this rank, into a handle
+        made with the same communicator size, algorithm, n and options; later reduces then
+        return exactly what the saved handle's would have. A bad state on any rank raises on
+        every rank (ValueError: another handle's; RuntimeError: damaged) and leaves the handle
+        unchanged."""
+        where = "oktopk.Handle.load_state_dict"
+        if not isinstance(state, (bytes, bytearray, memoryview)):
+            # An empty state fails on every rank, so the peers do not wait for this one.
+            try:
+                self._handle.restore_state(b"")
+            except (ValueError, RuntimeError):
+                pass
+            raise TypeError(f"{where}: state must be bytes, not {type(state).__name__}")
+        with _Prefixed(where):
+            self._handle.restore_state(bytes(state))
+
+    def close(self):
+        """Destroys the handle now (after its requests in flight complete). Not collective.
+        Later calls raise ValueError. Handles are also destroyed when garbage collected and,
+        at the latest, at exit."""
+        self._handle.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    @property
+    def closed(self):
+        """Whether :meth:`close` was called."""
+        return self._handle.closed
+
+    @property
+    def algorithm(self):
+        """The method's name."""
+        return self._handle.algorithm
+
+    @property
+    def n(self):
+        """The gradient length."""
+        return self._handle.n
+
+    @property
+    def k(self):
+        """The number of entries each call aims at: floor(density * n)."""
+        return self._handle.k
+
+    @property
+    def comm(self):
+        """The communicator the handle was made from (it works on a duplicate)."""
+        return self._comm
+
+    @property
+    def options(self):
+        """The options given at construction."""
+        return dict(self._options)
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"n={self.n} k={self.k}"
+        return f"<oktopk.Handle {self.algorithm} {state} on {self._comm.Get_size()} ranks>"

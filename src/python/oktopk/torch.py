@@ -1,0 +1,423 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""A PyTorch DistributedDataParallel communication hook that runs OkTopk's sparse allreduce.
+
+    import torch.distributed as dist
+    from mpi4py import MPI
+    from oktopk.torch import OkTopkHookState, oktopk_hook
+
+    dist.init_process_group("gloo", rank=MPI.COMM_WORLD.rank, world_size=MPI.COMM_WORLD.size,
+                            init_method="file:///shared/path")
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    state = OkTopkHookState(algorithm="oktopk", density=0.01)
+    model.register_comm_hook(state, oktopk_hook)
+
+DDP hands the hook its gradient buckets one at a time during backward. For each, the hook
+launches ``Handle.reduce_async`` on the bucket's buffer (in place) and returns a
+``torch.futures.Future`` at once; a completion thread sets the future's result when OkTopk's
+progress thread has finished the call, so communication overlaps with the rest of backprop.
+The result is the average over ranks of the sparsified gradients, the same bits on every rank,
+so the replicas stay identical.
+
+Handles are OkTopk handles over mpi4py's ``MPI.COMM_WORLD``; the process group DDP uses (gloo)
+must span the same processes. Launch with mpiexec (``python -m torch.distributed.run`` starts
+no MPI job).
+
+Two modes:
+
+* per bucket (default): one handle per DDP bucket, each selecting its own top-k entries.
+* ``whole_model=True``: the buckets of an iteration are gathered until the last one, and one
+  handle reduces their concatenation (the paper's global selection over the whole model);
+  every bucket's future then completes together, so there is no overlap with backprop.
+
+DDP builds its buckets anew after the first iteration (one bucket over every parameter in
+iteration 0, smaller ones after). A handle carries state between calls (error feedback
+residual, thresholds) for one layout of parameters, so in per-bucket mode a bucket whose
+parameters change gets a new handle, with a warning, and its residual starts from zero; a
+``start_iter`` of 2 or more (dense allreduces before it) avoids the loss. In whole-model mode the
+handle's layout never changes: each iteration's buckets are permuted into it.
+"""
+
+import queue as _queue
+import threading as _threading
+import warnings as _warnings
+import weakref as _weakref
+
+import numpy as _np
+import torch as _torch
+import torch.distributed as _dist
+from mpi4py import MPI as _MPI
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as _default_hooks
+
+from . import Handle as _Handle
+
+__all__ = ["OkTopkHookState", "oktopk_hook"]
+
+# The key of the whole-model handle among the per-bucket ones (bucket indices are ints).
+_WHOLE_MODEL = "model"
+_STATE_VERSION = 1
+
+
+class _Slot:
+    """A handle and the parameter layout it reduces: the tuple of the parameters' indices
+    (see ``OkTopkHookState._layout``) in the order their gradients lie in the array."""
+
+    __slots__ = ("handle", "layout")
+
+    def __init__(self, handle, layout):
+        self.handle = handle
+        self.layout = layout
+
+
+class _Completer:
+    """Completes torch futures as OkTopk requests finish, on a daemon thread of its own, so that
+    the hook returns at once. Requests complete in launch order, so one FIFO suffices."""
+
+    def __init__(self):
+        self._queue = _queue.Queue()
+        self._thread = None
+
+    def submit(self, requests, finish, futures):
+        """After every request of ``requests`` completed, runs ``finish()`` (which sets the
+        futures' results); if either raises, every future gets the exception."""
+        if self._thread is None:
+            self._thread = _threading.Thread(target=self._run, name="oktopk-hook-completer",
+                                             daemon=True)
+            self._thread.start()
+        self._queue.put((requests, finish, futures))
+
+    def drain(self):
+        """Waits until everything submitted has completed."""
+        self._queue.join()
+
+    def _run(self):
+        while True:
+            requests, finish, futures = self._queue.get()
+            try:
+                for request in requests:
+                    request.wait()  # releases the GIL while it waits
+                finish()
+            except BaseException as error:  # noqa: B902 -- the futures must hear of anything
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(error)
+            finally:
+                self._queue.task_done()
+
+
+class OkTopkHookState:
+    """The state of :func:`oktopk_hook`: settings, iteration counter, and OkTopk handles.
+
+    Args:
+        process_group: the process group DDP reduces over (None: the default group). It must
+            have as many ranks as ``MPI.COMM_WORLD``, over which the handles work. The dense
+            iterations before ``start_iter`` run over it (DDP's own allreduce hook).
+        algorithm: OkTopk's method: ``oktopk``, ``topka``, ``topkdsa``, ``gtopk``,
+            ``gaussiank``, ``s2`` or ``dense``.
+        density: k / n, the fraction of each gradient's entries kept.
+        start_iter: iterations 0 .. start_iter - 1 are dense allreduces, as DDP's default
+            hook makes them; iterations are counted by the last bucket of each.
+        whole_model: one handle over all buckets of an iteration (see the module's notes).
+        **options: further fields of OkTopk's Options (``threshold_period=32``, ...).
+
+    :meth:`state_dict` and :meth:`load_state_dict` save and restore the iteration counter and
+    every handle's state, so that training resumed from a checkpoint (model, optimizer and this
+    state) continues bit-identically. Handles belong to layouts of parameters, which are told
+    apart by the order in which the first iteration the state sees lists them. So load the
+    state either into a fresh state registered on a fresh DDP model (a restart: DDP's first
+    iteration, whose single bucket does not match the saved buckets, is then reduced through
+    the saved handles, without overlap, and the next ones match again), or back into the
+    state in use with the same model (a roll-back). Anything else raises RuntimeError in the
+    hook, when the parameters' sizes show it.
+    """
+
+    def __init__(self, process_group=None, algorithm="oktopk", density=0.01, start_iter=0,
+                 whole_model=False, **options):
+        where = "oktopk.torch.OkTopkHookState"
+        if not isinstance(start_iter, int) or start_iter < 0:
+            raise ValueError(f"{where}: start_iter must be an int >= 0, not {start_iter!r}")
+        self.process_group = process_group
+        self.algorithm = algorithm
+        self.density = density
+        self.start_iter = start_iter
+        self.whole_model = bool(whole_model)
+        self.options = dict(options)
+        self.iteration = 0
+        self._reset()
+        if _dist.is_available() and _dist.is_initialized():
+            self._check_group(where)
+
+    def _reset(self):
+        """The process-local part: handles, parameter indices, buckets in flight."""
+        self._comm = _MPI.COMM_WORLD
+        self._slots = {}        # bucket index (or _WHOLE_MODEL) -> _Slot
+        # A parameter's data_ptr -> (its index, in first-seen order; a weak reference to it).
+        self._param_index = {}
+        self._numels = []       # index -> the parameter's number of elements
+        self._pending = None    # restored, not yet made: key -> (layout, handle state)
+        self._saved_numels = None
+        self._remap = False     # this iteration goes through the restored layouts
+        self._gathered = []     # (buffer, layout, future) of this iteration, whole model/remap
+        self._permutations = {}
+        self._checked = False
+        if getattr(self, "_completer", None) is None:
+            self._completer = _Completer()
+
+    def _check_group(self, where):
+        group_size = _dist.get_world_size(self.process_group)
+        if group_size != self._comm.Get_size():
+            raise RuntimeError(f"{where}: the process group has {group_size} ranks, "
+                               f"MPI.COMM_WORLD {self._comm.Get_size()}: OkTopk's handles work "
+                               "over MPI.COMM_WORLD, so the group must span the same processes")
+        self._checked = True
+
+    # ---- pickling and checkpoints
+
+    def __getstate__(self):
+        """The settings and the iteration counter; not the process group and not the handles
+        (use :meth:`state_dict` for a checkpoint)."""
+        return {"algorithm": self.algorithm, "density": self.density,
+                "start_iter": self.start_iter, "whole_model": self.whole_model,
+                "options": dict(self.options), "iteration": self.iteration}
+
+    def __setstate__(self, state):
+        self.process_group = None
+        self.algorithm = state["algorithm"]
+        self.density = state["density"]
+        self.start_iter = state["start_iter"]
+        self.whole_model = state["whole_model"]
+        self.options = dict(state["options"])
+        self.iteration = state["iteration"]
+        self._reset()
+
+    def _settings(self):
+        return {"algorithm": self.algorithm, "density": self.density,
+                "whole_model": self.whole_model, "options": dict(self.options)}
+
+    def state_dict(self):
+        """This rank's state, for ``torch.save``: the settings, the iteration counter, the
+        parameters' sizes and, per handle, its layout and OkTopk state (bytes; every rank has
+        its own). Waits for the reduces in flight (there are none between optimizer steps)."""
+        self._completer.drain()
+        slots = {}
+        if self._pending is not None:
+            slots.update({key: {"layout": list(layout), "state": state}
+                          for key, (layout, state) in self._pending.items()})
+        for key, slot in self._slots.items():
+            slots[key] = {"layout": list(slot.layout), "state": slot.handle.state_dict()}
+        numels = self._numels if self._saved_numels is None else self._saved_numels
+        return {"version": _STATE_VERSION, "settings": self._settings(),
+                "iteration": self.iteration, "numels": list(numels), "slots": slots}
+
+    def load_state_dict(self, state_dict):
+        """Restores what :meth:`state_dict` returned on this rank. The handles are made, and
+        their states restored (collective), when the hook next needs them. The settings must
+        be those of the saved state (ValueError otherwise)."""
+        where = "oktopk.torch.OkTopkHookState.load_state_dict"
+        if not isinstance(state_dict, dict) or state_dict.get("version") != _STATE_VERSION:
+            raise ValueError(f"{where}: not a state_dict of this OkTopkHookState version")
+        if state_dict["settings"] != self._settings():
+            raise ValueError(f"{where}: the state was saved with {state_dict['settings']}, "
+                             f"this state has {self._settings()}")
+        self._completer.drain()
+        for slot in self._slots.values():
+            slot.handle.close()
+        # The parameters keep their numbers if they are all still alive (a roll-back within
+        # the same model); otherwise they are numbered anew by the next iteration.
+        numbering = (self._param_index, self._numels)
+        alive = all(ref() is not None for _, ref in self._param_index.values())
+        self._reset()
+        if alive:
+            self._param_index, self._numels = numbering
+        self.iteration = state_dict["iteration"]
+        self._saved_numels = list(state_dict["numels"])
+        self._pending = {key: (tuple(entry["layout"]), entry["state"])
+                         for key, entry in state_dict["slots"].items()} or None
+
+    # ---- introspection
+
+    def stats(self):
+        """Each handle's statistics of its last reduce on this rank: {bucket index (or
+        "model"): dict as oktopk.Handle.stats()}."""
+        self._completer.drain()
+        return {key: slot.handle.stats() for key, slot in self._slots.items()}
+
+    def bytes_sent_last_iteration(self):
+        """The bytes this rank sent in the last iteration's reduces, over every handle (0 in
+        the dense warm-up, which the process group does)."""
+        return sum(s["bytes_sent"] for s in self.stats().values())
+
+    # ---- the hook's work
+
+    def _layout(self, bucket):
+        """The tuple of the bucket's parameters' indices, numbering parameters in the order the
+        hook first sees them (DDP's first iteration lists all, in a fixed order)."""
+        layout = []
+        for parameter in bucket.parameters():
+            key = parameter.data_ptr()
+            entry = self._param_index.get(key)
+            # A dead reference: the memory of a freed parameter, now another one's.
+            if entry is None or entry[1]() is not parameter:
+                entry = (len(self._numels), _weakref.ref(parameter))
+                self._param_index[key] = entry
+                self._numels.append(parameter.numel())
+            layout.append(entry[0])
+        return tuple(layout)
+
+    def _new_slot(self, layout, state=None):
+        """Collective: a handle for the parameters of ``layout`` (restored from ``state``)."""
+        n = sum(self._numels[i] for i in layout)
+        handle = _Handle(self._comm, self.algorithm, n, density=self.density, **self.options)
+        if state is not None:
+            handle.load_state_dict(state)
+        return _Slot(handle, layout)
+
+    def _permutation(self, target, layouts):
+        """Element indices p such that ``target``'s array is ``concat(layouts)[p]``."""
+        key = (target, layouts)
+        permutation = self._permutations.get(key)
+        if permutation is None:
+            offsets = {}
+            offset = 0
+            for index in layouts:
+                offsets[index] = offset
+                offset += self._numels[index]
+            permutation = _np.concatenate(
+                [_np.arange(offsets[i], offsets[i] + self._numels[i], dtype=_np.int64)
+                 for i in target] or [_np.zeros(0, _np.int64)])
+            self._permutations[key] = permutation
+        return permutation
+
+    def _restore_pending(self, where):
+        """Makes the restored handles (collective, in key order on every rank)."""
+        if self._saved_numels is not None and self._numels != self._saved_numels[:len(
+                self._numels)]:
+            raise RuntimeError(f"{where}: the model's parameters (sizes {self._numels}) are not "
+                               f"those of the checkpoint ({self._saved_numels}); register the "
+                               "restored state before the first backward of the same model")
+        for key in sorted(self._pending, key=str):
+            layout, state = self._pending[key]
+            self._slots[key] = self._new_slot(layout, state)
+        self._pending = None
+
+    def hook(self, bucket):
+        """The body of :func:`oktopk_hook`."""
+        where = "oktopk.torch.oktopk_hook"
+        if not self._checked:
+            self._check_group(where)
+        index = bucket.index()
+        last = bucket.is_last()
+        iteration = self.iteration
+        if last:
+            self.iteration += 1
+        # Every bucket of every iteration, warm-up included: parameters are numbered by the
+        # first iteration, whatever it does.
+        layout = self._layout(bucket)
+        if iteration < self.start_iter:
+            return _default_hooks.allreduce_hook(self.process_group, bucket)
+        if index == 0:
+            self._gathered = []
+            if self._pending is not None:
+                # The first sparse iteration after load_state_dict. A fresh DDP's first
+                # iteration lays its buckets out otherwise than the saved run's later ones did:
+                # then this iteration reduces through the restored layouts.
+                first = self._pending.get(0)
+                self._remap = not self.whole_model and (first is None or first[0] != layout)
+                if not self._remap:
+                    self._restore_pending(where)
+        if self.whole_model or self._remap:
+            return self._gather(where, bucket, layout, last)
+        return self._reduce_bucket(where, bucket, index, layout, last)
+
+    def _reduce_bucket(self, where, bucket, index, layout, last):
+        slot = self._slots.get(index)
+        if slot is None or slot.layout != layout:
+            if slot is not None:
+                n_before = slot.handle.n
+                slot.handle.close()
+                _warnings.warn(
+                    f"{where}: DDP bucket {index} changed (now {bucket.buffer().numel()} "
+                    f"elements of {len(layout)} parameters, before {n_before}): a new OkTopk "
+                    "handle replaces its handle, and the error feedback residual restarts from "
+                    "zero (DDP rebuilds its buckets after the first iteration; start_iter >= 2 "
+                    "avoids this)", RuntimeWarning, stacklevel=3)
+            slot = self._new_slot(layout)
+            self._slots[index] = slot
+        if last:
+            # Buckets DDP no longer has (it may make fewer after its rebuild).
+            for key in [k for k in self._slots if k > index]:
+                self._slots.pop(key).handle.close()
+        buffer = bucket.buffer()
+        request = slot.handle.reduce_async(buffer.numpy())
+        future = _torch.futures.Future()
+        self._completer.submit([request], lambda: future.set_result(buffer), [future])
+        return future
+
+    def _gather(self, where, bucket, layout, last):
+        """Whole model, or a remapped iteration: keeps the bucket until the last one, then
+        reduces them together and completes every bucket's future."""
+        future = _torch.futures.Future()
+        self._gathered.append((bucket.buffer(), layout, future))
+        if not last:
+            return future
+        gathered, self._gathered = self._gathered, []
+        buffers = [b for b, _, _ in gathered]
+        futures = [f for _, _, f in gathered]
+        layouts = tuple(i for _, lay, _ in gathered for i in lay)
+        if self._remap:
+            self._remap = False
+            pending = set(i for lay, _ in self._pending.values() for i in lay)
+            if pending != set(layouts):
+                raise RuntimeError(f"{where}: the buckets hold other parameters than the "
+                                   "checkpoint's handles")
+            self._restore_pending(where)
+            targets = [slot for key, slot in sorted(self._slots.items(), key=lambda kv: str(
+                kv[0]))]
+        else:
+            slot = self._slots.get(_WHOLE_MODEL)
+            if slot is not None and sorted(slot.layout) != sorted(layouts):
+                slot.handle.close()
+                _warnings.warn(f"{where}: the model's parameters changed: a new OkTopk handle "
+                               "replaces the whole-model handle", RuntimeWarning, stacklevel=3)
+                slot = None
+            if slot is None:
+                slot = self._new_slot(layouts)
+                self._slots[_WHOLE_MODEL] = slot
+            targets = [slot]
+        # The iteration's gradient, in bucket order, then each handle's part of it in the
+        # handle's own layout (a copy; none needed when the layouts agree).
+        flat = _np.concatenate([b.numpy() for b in buffers])
+        parts = []
+        requests = []
+        for slot in targets:
+            if slot.layout == layouts:
+                part, permutation = flat, None
+            else:
+                permutation = self._permutation(slot.layout, layouts)
+                part = flat[permutation]
+            parts.append((part, permutation))
+            requests.append(slot.handle.reduce_async(part))
+
+        def finish():
+            for part, permutation in parts:
+                if permutation is not None:
+                    flat[permutation] = part
+            offset = 0
+            for buffer, future in zip(buffers, futures):
+                count = buffer.numel()
+                buffer.copy_(_torch.from_numpy(flat[offset:offset + count]))
+                offset += count
+                future.set_result(buffer)
+
+        self._completer.submit(requests, finish, futures)
+        return futures[-1]
+
+
+def oktopk_hook(state: OkTopkHookState, bucket: _dist.GradBucket) -> _torch.futures.Future[
+        _torch.Tensor]:
+    """DDP communication hook: reduces ``bucket`` with OkTopk, as ``state`` says.
+
+    Register with ``ddp_model.register_comm_hook(state, oktopk_hook)``. Returns a future that
+    completes with the bucket's buffer, now holding the average over ranks of the sparsified
+    gradients (identical on every rank).
+    """
+    return state.hook(bucket)

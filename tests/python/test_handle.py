@@ -1,0 +1,294 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""oktopk.Handle from Python at any number of ranks: every method's result is the same bits on
+every rank, in place equals out of place, dense is the mean, errors are exceptions (the same
+kind on every rank where the library agrees on them, and never a hang when one rank alone passes
+a bad array), torch tensors are reduced in place, states round-trip, and asynchronous calls on
+four handles at once, completed out of order, equal the same calls made blocking.
+
+Run: mpiexec -n P python3 -m mpi4py test_handle.py (PYTHONPATH: the build's python folder)."""
+
+import array
+import gc
+import math
+
+import numpy as np
+from mpi4py import MPI
+
+import oktopk
+from harness import check, comm, finish, identical_on_all_ranks, raises, rank, size
+
+OPTIONS = {"density": 0.02, "threshold_period": 4, "repartition_period": 8}
+
+
+def gradient(r, n, call):
+    """Rank r's gradient for a call: small noise over a few large entries, distinct per rank
+    and call (deterministic)."""
+    rng = np.random.default_rng([r, call, n])
+    g = rng.uniform(-0.5, 0.5, n).astype(np.float32)
+    big = rng.random(n) < 1.0 / 37
+    g[big] = (8.0 * g[big] + np.sign(g[big]) * 4.0).astype(np.float32)
+    return g
+
+
+def test_method(method, n):
+    a = oktopk.Handle(comm, method, n, **OPTIONS)
+    b = oktopk.Handle(comm, method, n, **OPTIONS)
+    check(a.algorithm == method and a.n == n and a.k == math.floor(0.02 * n),
+          f"{method}: algorithm, n, k")
+    check(repr(a).startswith(f"<oktopk.Handle {method} n={n}"), f"{method}: repr")
+    same = identical = mean_ok = sparse_ok = True
+    calls = 6
+    for call in range(calls):
+        grad = gradient(rank, n, call)
+        kept = grad.copy()
+        out = a.reduce(grad)
+        inplace = grad.copy()
+        returned = b.reduce_(inplace)
+        same &= returned is inplace and np.array_equal(out.view(np.uint32),
+                                                       inplace.view(np.uint32))
+        same &= np.array_equal(grad, kept)  # grad only read
+        identical &= identical_on_all_ranks(out)
+        if method == "dense":
+            mean = np.mean([gradient(r, n, call).astype(np.float64) for r in range(size)], 0)
+            mean_ok &= bool(np.all(np.abs(out - mean) <= 1e-5 * (1 + np.abs(mean))))
+        elif method != "s2":
+            nonzeros = int(np.count_nonzero(out))
+            sparse_ok &= 0 < nonzeros <= 2 * size * a.k
+    check(same, f"{method}: in place equals out of place, grad unchanged")
+    check(identical, f"{method}: the same bits on every rank")
+    check(mean_ok and sparse_ok, f"{method}: dense is the mean, sparse keeps at most 2 P k")
+
+    stats = a.stats()
+    keys = {"iteration", "k", "local_selected", "global_selected", "bytes_sent",
+            "bytes_received", "messages_sent", "messages_received", "seconds",
+            "local_threshold", "global_threshold", "dense"}
+    check(set(stats) == keys and stats["iteration"] == calls and stats["k"] == a.k
+          and (size == 1 or stats["bytes_sent"] > 0) and stats["seconds"] >= 0
+          and isinstance(stats["dense"], bool) and stats["dense"] == (method == "dense"),
+          f"{method}: stats {stats}")
+
+    # Save, reduce, restore, reduce the same gradient: the same output; then into the twin.
+    grad = gradient(rank, n, calls)
+    state = a.state_dict()
+    first = a.reduce(grad)
+    a.load_state_dict(state)
+    again = a.reduce(grad)
+    check(isinstance(state, bytes) and len(state) > 0 and np.array_equal(first, again),
+          f"{method}: state_dict, reduce, load_state_dict, reduce gives the same output")
+    b.load_state_dict(bytearray(a.state_dict()))
+    grad = gradient(rank, n, calls + 1)
+    check(np.array_equal(a.reduce(grad), b.reduce(grad)),
+          f"{method}: a state moves to another handle")
+    a.close()
+    b.close()
+    check(a.closed and raises(ValueError, a.reduce_, grad) is not None,
+          f"{method}: a closed handle raises ValueError")
+
+
+def test_arguments():
+    n = 1000
+    h = oktopk.Handle(n=n, algorithm="topka", density=0.05)  # comm defaults to COMM_WORLD
+    check(h.comm is MPI.COMM_WORLD and h.n == n, "comm defaults to MPI.COMM_WORLD")
+    good = gradient(rank, n, 0)
+
+    # The wrong kind of array: TypeError, on every rank.
+    for what, bad in [("float64", good.astype(np.float64)),
+                      ("non-contiguous", np.repeat(good, 2)[::2]),
+                      ("a list", list(good)),
+                      ("big-endian float32", good.astype(">f4"))]:
+        e = raises(TypeError, h.reduce_, bad)
+        check(e is not None and str(e).startswith("oktopk.Handle.reduce_: "),
+              f"reduce_ of {what} raises TypeError ({e})")
+    e = raises(TypeError, h.reduce, good, good.astype(np.float64))
+    check(e is not None and "out" in str(e), f"reduce into a float64 out raises TypeError ({e})")
+    e = raises(ValueError, h.reduce_, good[:-1])
+    check(e is not None and "elements" in str(e), f"a short array raises ValueError ({e})")
+    readonly = good.copy()
+    readonly.flags.writeable = False
+    check(raises(ValueError, h.reduce_, readonly) is not None, "a read-only array: ValueError")
+    out = h.reduce(readonly, np.empty((10, n // 10), np.float32))
+    check(out.shape == (10, n // 10) and identical_on_all_ranks(out),
+          "a read-only grad reduces into a 2-D out of n elements")
+    buffer = array.array("f", good)
+    h.reduce_(buffer)
+    check(identical_on_all_ranks(np.asarray(buffer)) and np.count_nonzero(buffer) > 0,
+          "an array.array of floats is reduced in place")
+    overlap = np.zeros(n + 1, np.float32)
+    check(raises(ValueError, h.reduce, overlap[1:], overlap[:-1]) is not None,
+          "overlapping grad and out: ValueError")
+
+    # One rank alone with a bad array: it gets TypeError, its peers ValueError, nobody hangs.
+    if size > 1:
+        bad = good.astype(np.float64) if rank == 0 else good.copy()
+        kind = TypeError if rank == 0 else ValueError
+        e = raises(kind, h.reduce_, bad)
+        check(e is not None, f"rank 0 alone passing float64: {kind.__name__} here ({e})")
+        bad = good[:-1].copy() if rank == size - 1 else good.copy()
+        check(raises(ValueError, h.reduce_, bad) is not None,
+              "the last rank alone passing a short array: ValueError everywhere")
+        req = None
+        bad = good.astype(np.float64) if rank == 0 else good.copy()
+        try:
+            req = h.reduce_async(bad)
+            req.wait()
+            ok = False
+        except (TypeError, ValueError):
+            ok = True
+        check(ok, "reduce_async: rank 0 alone passing float64 fails everywhere")
+
+    # NaN on one rank: ValueError on every rank, and the handle stays usable.
+    grad = good.copy()
+    if rank == size - 1:
+        grad[n // 2] = np.nan
+    e = raises(ValueError, h.reduce_, grad)
+    check(e is not None and str(e).startswith("oktopk.Handle.reduce_: "),
+          f"NaN on the last rank: ValueError on every rank ({e})")
+    check(identical_on_all_ranks(h.reduce(good)), "the handle works after the NaN")
+    grad = good.copy()
+    if rank == 0:
+        grad[3] = np.inf
+    req = h.reduce_async(grad)
+    e = raises(ValueError, req.wait)
+    check(e is not None and str(e).startswith("oktopk.Request: "),
+          f"Inf through reduce_async: ValueError from wait() on every rank ({e})")
+    check(raises(ValueError, req.test) is not None and req.done,
+          "test() of a failed request raises too")
+
+    # Bad handles: ValueError on every rank.
+    e = raises(ValueError, oktopk.Handle, comm, "nosuch", n)
+    check(e is not None and str(e).startswith("oktopk.Handle: "), f"unknown method ({e})")
+    check(raises(ValueError, oktopk.Handle, comm, "topka", n, no_such_option=1) is not None,
+          "unknown option: ValueError")
+    check(raises(ValueError, oktopk.Handle, comm, "topka", n, density=2.0) is not None,
+          "density out of range: ValueError")
+    if size > 1:
+        e = raises(ValueError, oktopk.Handle, comm, "oktopk", n + rank)
+        check(e is not None, f"n differing between ranks: ValueError on every rank ({e})")
+        e = raises(ValueError, oktopk.Handle, comm, "topka", n, density=0.01 * (1 + rank))
+        check(e is not None, f"options differing between ranks: ValueError ({e})")
+    check(raises(TypeError, oktopk.Handle, comm, "topka") is not None, "n missing: TypeError")
+    check(raises(TypeError, oktopk.Handle, "COMM_WORLD", "topka", n) is not None,
+          "comm not a communicator: TypeError")
+    check(raises(ValueError, oktopk.Handle, comm, "topka", n, balancing="on off") is not None,
+          "an option value with a space: ValueError")
+    s2 = oktopk.Handle(comm, "s2", n, density=0.1, s2_error_feedback=True, seed=7)
+    check(s2.algorithm == "s2", "a bool option becomes on/off")
+    s2.close()
+
+    # Bad states: an error on every rank, the handle unchanged.
+    saved = h.state_dict()
+    check(raises((ValueError, RuntimeError), h.load_state_dict, b"not a state") is not None,
+          "a damaged state raises on every rank")
+    check(raises(TypeError, h.load_state_dict, "text") is not None, "a str state: TypeError")
+    if size > 1:
+        state = b"garbage" if rank == 1 else saved
+        check(raises((ValueError, RuntimeError), h.load_state_dict, state) is not None,
+              "rank 1 alone with a damaged state: every rank raises")
+    other = oktopk.Handle(comm, "topka", n + 1, density=0.05)
+    check(raises(ValueError, other.load_state_dict, saved) is not None,
+          "another handle's state: ValueError")
+    h.load_state_dict(saved)
+    other.close()
+    h.close()
+
+
+def test_torch():
+    try:
+        import torch
+    except ImportError:
+        if rank == 0:
+            print("torch not importable: tensor checks skipped")
+        return
+    n = 3000
+    a = oktopk.Handle(comm, "oktopk", n, **OPTIONS)
+    b = oktopk.Handle(comm, "oktopk", n, **OPTIONS)
+    ok = True
+    for call in range(4):
+        grad = gradient(rank, n, call)
+        t = torch.from_numpy(grad.copy()).requires_grad_(False)
+        returned = a.reduce_(t)
+        expected = b.reduce(grad)
+        ok &= returned is t and np.array_equal(t.numpy(), expected)
+    check(ok, "a float32 CPU tensor is reduced in place, as its numpy twin")
+    grad = gradient(rank, n, 9)
+    t = torch.from_numpy(grad.copy())
+    out = a.reduce(t)
+    check(isinstance(out, torch.Tensor) and identical_on_all_ranks(out),
+          "reduce of a tensor returns a new tensor")
+    e = raises(TypeError, a.reduce_, t.double())
+    check(e is not None and "torch.float32" in str(e), f"a float64 tensor: TypeError ({e})")
+    e = raises(TypeError, a.reduce_, torch.zeros(2 * n)[::2])
+    check(e is not None and "contiguous" in str(e), f"a non-contiguous tensor: TypeError ({e})")
+    req = a.reduce_async(torch.from_numpy(grad.copy()))
+    check(isinstance(req.wait(), torch.Tensor), "reduce_async of a tensor returns the tensor")
+    a.close()
+    b.close()
+
+
+def test_async():
+    """Four handles with calls in flight at once, completed out of order; their results equal
+    the same calls made blocking on twin handles."""
+    sizes = [4096, 1000, 2500, 777]
+    methods = ["oktopk", "topka", "gaussiank", "dense"]
+    handles = [oktopk.Handle(comm, m, n, **OPTIONS) for m, n in zip(methods, sizes)]
+    twins = [oktopk.Handle(comm, m, n, **OPTIONS) for m, n in zip(methods, sizes)]
+    equal = True
+    order_ok = True
+    for call in range(5):
+        grads = [gradient(rank, n, call + 10 * i) for i, n in enumerate(sizes)]
+        outs = [np.empty(n, np.float32) for n in sizes]
+        inplace = [g.copy() for g in grads]
+        reqs = [h.reduce_async(g, o) for h, g, o in zip(handles, grads, outs)]
+        reqs.append(handles[0].reduce_async(inplace[0]))  # a second call on one handle
+        # Out of order: the last first by wait(), one by polling test(), then the rest.
+        order_ok &= reqs[4].wait() is inplace[0]
+        while not reqs[2].test():
+            pass
+        order_ok &= reqs[2].done and reqs[2].test()
+        for i in (3, 0, 1):
+            order_ok &= reqs[i].wait() is outs[i]
+        blocking = [t.reduce(g) for t, g in zip(twins, grads)]
+        second = twins[0].reduce(grads[0])
+        for o, e in zip(outs, blocking):
+            equal &= np.array_equal(o.view(np.uint32), e.view(np.uint32))
+        equal &= np.array_equal(inplace[0].view(np.uint32), second.view(np.uint32))
+    check(order_ok, "requests complete out of order through test() and wait()")
+    check(equal, "asynchronous results equal the blocking ones bit for bit")
+    check(all(h.stats()["iteration"] == t.stats()["iteration"] for h, t in zip(handles, twins)),
+          "the asynchronous handles counted the same calls")
+
+    # A request keeps its array alive: nothing else refers to it here.
+    req = handles[1].reduce_async(gradient(rank, sizes[1], 99))
+    gc.collect()
+    result = req.wait()
+    expected = twins[1].reduce(gradient(rank, sizes[1], 99))
+    check(np.array_equal(result, expected), "a request holds its array until it completes")
+    # A request dropped unfinished completes anyway (its destructor waits).
+    handles[2].reduce_async(gradient(rank, sizes[2], 98))
+    twins[2].reduce(gradient(rank, sizes[2], 98))
+    check(handles[2].state_dict() == twins[2].state_dict(),
+          "a request dropped in flight completes (the handles' states agree)")
+    for h in handles + twins:
+        h.close()
+
+
+def main():
+    check(oktopk.version().count(".") == 2, "version")
+    # Kokkos' arguments go before the first handle, and only then.
+    oktopk.initialize("--kokkos-disable-warnings")
+    e = raises(RuntimeError, oktopk.initialize, "--kokkos-num-threads=1")
+    check(e is not None and str(e).startswith("oktopk.initialize: "),
+          f"Kokkos arguments once Kokkos runs: RuntimeError ({e})")
+    for method in oktopk.ALGORITHMS:
+        test_method(method, 5000)
+    test_arguments()
+    test_torch()
+    test_async()
+    # A handle left open: destroyed at exit, before MPI_Finalize.
+    global leftover
+    leftover = oktopk.Handle(comm, "topka", 100, density=0.1)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
