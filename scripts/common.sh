@@ -15,6 +15,16 @@ export OMP_PROC_BIND=${OMP_PROC_BIND:-false}
 
 oktopk_log() { echo "[oktopk] $*"; }
 
+# Compiler cache (ccache, installed with the other packages) under the dependency prefix, keyed
+# on paths relative to the source tree: a rerun, or a fresh clone elsewhere, recompiles only
+# what changed, also for nvcc and hipcc. OKTOPK_CCACHE=0 turns it off.
+if [ "${OKTOPK_CCACHE:-1}" != 0 ]; then
+  export CCACHE_DIR=${CCACHE_DIR:-$(dirname "$OKTOPK_DEPS_PREFIX")/ccache}
+  export CCACHE_BASEDIR=$OKTOPK_SOURCE_DIR CCACHE_NOHASHDIR=true
+  export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
+fi
+
 # oktopk_install_missing PACKAGE...: installs those of the Debian packages that are not yet
 # installed (apt-get update first); needs root only when something is missing.
 oktopk_install_missing() {
@@ -31,7 +41,8 @@ oktopk_install_missing() {
 
 oktopk_install_packages() {
   oktopk_install_missing cmake ninja-build g++ make libopenmpi-dev openmpi-bin libopenblas-dev \
-    libgtest-dev zlib1g-dev dataset-fashion-mnist ca-certificates gfortran
+    libgtest-dev zlib1g-dev dataset-fashion-mnist ca-certificates gfortran ccache \
+    python3-dev python3-numpy python3-mpi4py python3-torch pybind11-dev
 }
 
 oktopk_codename() { (. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}"); }
@@ -197,7 +208,8 @@ oktopk_build_kokkos() {
 oktopk_configure_and_build() {
   cmake -S "$OKTOPK_SOURCE_DIR" -B "$OKTOPK_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DKokkos_ROOT="$OKTOPK_DEPS_PREFIX" -DKokkosKernels_ROOT="$OKTOPK_DEPS_PREFIX" \
-    -DOKTOPK_ENABLE_TESTS=ON -DOKTOPK_ENABLE_APPS=ON
+    -DOKTOPK_ENABLE_TESTS=ON -DOKTOPK_ENABLE_APPS=ON \
+    -DOKTOPK_ENABLE_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
   local targets=()
   for t in "$@"; do targets+=(--target "$t"); done
   cmake --build "$OKTOPK_BUILD_DIR" -j "$OKTOPK_JOBS" "${targets[@]}"
