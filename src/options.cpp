@@ -6,14 +6,14 @@
 #include <oktopk/options.hpp>
 
 #include <algorithm>
-#include <cerrno>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -75,38 +75,27 @@ constexpr const char* set_where = "oktopk::Options::set";
                               std::string(value) + "' is not " + expected);
 }
 
+// std::from_chars: the same result whatever the program's locale, and no leading blanks or '+'.
 double parse_double(std::string_view key, std::string_view value) {
-  const std::string text(value);
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
+  double v = 0.0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (value.empty() || error != std::errc() || end != value.data() + value.size() ||
+      !std::isfinite(v))
     bad_value(key, value, "a finite number");
   return v;
 }
 
 template <class Int>
 Int parse_integer(std::string_view key, std::string_view value) {
-  const std::string text(value);
-  char* end = nullptr;
-  errno = 0;
-  if constexpr (std::is_unsigned_v<Int>) {
-    // strtoull accepts "-1" as 2^64 - 1: refuse a sign instead.
-    const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-    if (text.empty() || text.find('-') != std::string::npos ||
-        end != text.c_str() + text.size() || errno == ERANGE ||
-        v > std::numeric_limits<Int>::max())
-      bad_value(key, value, "a non-negative integer that fits in 64 bits");
-    return static_cast<Int>(v);
-  } else {
-    const long long v = std::strtoll(text.c_str(), &end, 10);
-    if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE ||
-        v < std::numeric_limits<Int>::min() || v > std::numeric_limits<Int>::max())
-      bad_value(key, value,
-                sizeof(Int) == 8 ? "an integer that fits in 64 bits"
-                                 : "an integer that fits in 32 bits");
-    return static_cast<Int>(v);
+  Int v = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (value.empty() || error != std::errc() || end != value.data() + value.size()) {
+    bad_value(key, value,
+              std::is_unsigned_v<Int> ? "a non-negative integer that fits in 64 bits"
+              : sizeof(Int) == 8      ? "an integer that fits in 64 bits"
+                                      : "an integer that fits in 32 bits");
   }
+  return v;
 }
 
 bool parse_bool(std::string_view key, std::string_view value) {

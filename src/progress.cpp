@@ -60,6 +60,10 @@ class ProgressQueue {
     return queue;
   }
 
+  // A program that ends without finalize_kokkos_on_progress_thread still exits cleanly (a
+  // joinable std::thread would call std::terminate here).
+  ~ProgressQueue() { stop_thread(); }
+
   std::shared_ptr<ProgressTask> enqueue(std::function<void()> work) {
     auto task = std::make_shared<ProgressTask>();
     task->work = std::move(work);
@@ -74,7 +78,7 @@ class ProgressQueue {
   // Without a progress thread, the waiting thread works the queue in launch order until
   // `task` is done; one thread at a time, so that launch order is also execution order.
   void work_until(ProgressTask& task) {
-    if (threaded()) return;
+    if (is_done(task) || threaded()) return;
     std::lock_guard<std::mutex> working(worker_mutex_);
     while (!is_done(task)) {
       std::shared_ptr<ProgressTask> next;
@@ -88,9 +92,11 @@ class ProgressQueue {
     }
   }
 
+  // True from the start of the thread until it has drained the queue and ended, so that no
+  // other thread works the queue meanwhile.
   bool threaded() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return thread_.joinable();
+    return running_;
   }
 
   void start_thread() {
@@ -98,20 +104,27 @@ class ProgressQueue {
     if (thread_.joinable())
       throw std::runtime_error("oktopk::initialize_kokkos_on_progress_thread: the progress "
                                "thread already runs");
+    // Calls queued before would run on the new thread before Kokkos is initialised there.
+    if (!pending_.empty())
+      throw std::runtime_error("oktopk::initialize_kokkos_on_progress_thread: " +
+                               std::to_string(pending_.size()) +
+                               " asynchronous call(s) are still queued; wait for them first");
     stopping_ = false;
+    running_ = true;
     thread_ = std::thread([this] { serve(); });
   }
 
   // Stops the thread once everything queued before has run.
   void stop_thread() {
-    std::thread thread;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (!thread_.joinable()) return;
       stopping_ = true;
-      thread = std::move(thread_);
     }
     queued_cv_.notify_all();
-    if (thread.joinable()) thread.join();
+    thread_.join();
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
   }
 
  private:
@@ -134,6 +147,7 @@ class ProgressQueue {
   std::deque<std::shared_ptr<ProgressTask>> pending_;
   std::thread thread_;
   bool stopping_ = false;
+  bool running_ = false;
   std::mutex worker_mutex_;
 };
 
@@ -143,12 +157,24 @@ std::shared_ptr<ProgressTask> enqueue(std::function<void()> work) {
   return ProgressQueue::instance().enqueue(std::move(work));
 }
 
+// A queued call that waits for another can only wait for one that has finished: the queue
+// runs one call at a time, so any other would wait for it forever.
+static void refuse_waiting_inside_a_task(ProgressTask& task, const char* where) {
+  if (running_a_task && !is_done(task))
+    throw std::logic_error(std::string(where) +
+                           ": a queued call cannot wait for another one that has not run yet "
+                           "(calls run one at a time, in launch order)");
+}
+
 bool finished(ProgressTask& task) {
+  if (running_a_task) return is_done(task);
   if (!is_done(task)) ProgressQueue::instance().work_until(task);
   return is_done(task);
 }
 
 void wait(ProgressTask& task) {
+  refuse_waiting_inside_a_task(task, "oktopk::ReduceRequest::wait");
+  if (running_a_task) return;
   ProgressQueue::instance().work_until(task);
   std::unique_lock<std::mutex> lock(task.mutex);
   task.finished_cv.wait(lock, [&task] { return task.done; });
@@ -217,7 +243,12 @@ void initialize_kokkos_on_progress_thread(int argc, char** argv) {
 
 void finalize_kokkos_on_progress_thread() {
   if (!progress_thread_running()) return;
-  run_on_progress_thread([] { Kokkos::finalize(); });
+  try {
+    run_on_progress_thread([] { Kokkos::finalize(); });
+  } catch (...) {
+    impl::ProgressQueue::instance().stop_thread();
+    throw;
+  }
   impl::ProgressQueue::instance().stop_thread();
 }
 

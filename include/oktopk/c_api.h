@@ -10,7 +10,11 @@
  * a gradient, mismatched n or options; the message may add details on the rank at fault), and
  * a failure on some ranks only ends the job with MPI_Abort instead of leaving the others
  * waiting (user guide, "Failures"). A NULL array counts as an array of length 0: a NULL on
- * some ranks only is the length error, on every rank. */
+ * some ranks only is the length error, on every rank. A NULL handle or request, or
+ * MPI_COMM_NULL, is reported on that rank alone: it has no communicator to tell the others.
+ * Without the progress thread (see oktopk_reduce_async), every call that waits for the calls
+ * launched before it (oktopk_test, oktopk_wait, oktopk_get_stats, the state functions,
+ * oktopk_destroy) runs them first, collectively: make those calls on every rank. */
 #ifndef OKTOPK_C_API_H
 #define OKTOPK_C_API_H
 

@@ -31,10 +31,12 @@ bool in_progress_task();
 
 }  // namespace impl
 
-/// \brief An asynchronous reduce (SparseAllreduce::reduce_async). The call's Views must stay
-/// alive and untouched until it has completed. Copies share the request; destroying the last
-/// copy of an unfinished request does not cancel it (the call is collective and runs to its
-/// end).
+/// \brief An asynchronous reduce (SparseAllreduce::reduce_async). The call's Views, and its
+/// handle, must stay alive and untouched until it has completed. Copies share the request;
+/// destroying the last copy of an unfinished request does not cancel it: the call is
+/// collective and still runs, on the progress thread, or without one when the queue is next
+/// worked (by any later test(), wait() or blocking call), so wait for it before destroying
+/// what it uses. A queued call may not wait for a call queued after it (std::logic_error).
 class ReduceRequest {
  public:
   ReduceRequest() = default;
@@ -63,8 +65,10 @@ ReduceRequest launch_in_order(std::function<void()> work);
 /// the caller goes on, and every OkTopk call that runs Kokkos work from another thread must go
 /// through run_on_progress_thread (the C, Fortran and Python interfaces do; with Kokkos's
 /// OpenMP backend before 4.0 only the thread that initialised Kokkos may launch its parallel
-/// reductions). Needs MPI initialised with MPI_THREAD_MULTIPLE, since the progress thread and
-/// the caller may then both call MPI, and Kokkos not initialised yet: std::runtime_error
+/// reductions). So must everything else that uses a handle or its Communicator (making,
+/// saving, restoring), since two threads may not run collectives on one communicator at once.
+/// Needs MPI initialised with MPI_THREAD_MULTIPLE, since the progress thread and the caller may
+/// then both call MPI, Kokkos not initialised yet, and no call queued: std::runtime_error
 /// otherwise. Not collective.
 void initialize_kokkos_on_progress_thread(int argc, char** argv);
 

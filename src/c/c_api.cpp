@@ -132,22 +132,47 @@ oktopk_handle* create(MPI_Comm comm, const char* algorithm, std::int64_t n, cons
                              local_code};
   communicator.allreduce_in_place(failure, 2, MPI_MAX);
   if (failure[0] != 0) {
-    // Every rank reports the failing rank's own reason.
+    // Every rank reports the failing rank's own reason and code.
     const int failing_rank = static_cast<int>(failure[0] - 1);
-    std::int64_t length = static_cast<std::int64_t>(local_error.size());
-    communicator.bcast(&length, 1, failing_rank);
+    std::int64_t head[2] = {static_cast<std::int64_t>(local_error.size()), local_code};
+    communicator.bcast(head, 2, failing_rank);
+    const std::int64_t length = head[0];
     std::string reason(static_cast<std::size_t>(length), '\0');
     if (communicator.rank() == failing_rank) reason = local_error;
     communicator.bcast(reason.data(), length, failing_rank);
     const std::string message =
         std::string(where) + ": rank " + std::to_string(failing_rank) + ": " + reason;
-    if (failure[1] == OKTOPK_ERROR_INVALID_ARGUMENT) throw std::invalid_argument(message);
+    if (head[1] == OKTOPK_ERROR_INVALID_ARGUMENT) throw std::invalid_argument(message);
+    if (head[1] == OKTOPK_ERROR_OUT_OF_MEMORY) throw std::bad_alloc();
     throw std::runtime_error(message);
   }
   auto handle = std::make_unique<oktopk_handle>();
   handle->sparse_allreduce =
       oktopk::make_sparse_allreduce(Exec(), method, communicator, n, settings);
   handle->algorithm = oktopk::to_string(method);
+  if constexpr (!host_reads_device_memory) {
+    // The copies of host arrays are made now, where the ranks agree on failures: allocated in
+    // the first reduce, a failure on one rank would leave the others waiting in it.
+    std::string cause;
+    try {
+      const Exec exec;
+      handle->staged_grad = DeviceVector(
+          Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::c_api::staged_grad"),
+          static_cast<std::size_t>(n));
+      handle->staged_out = DeviceVector(
+          Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::c_api::staged_out"),
+          static_cast<std::size_t>(n));
+      exec.fence();
+    } catch (const std::exception& e) {
+      cause = e.what();
+    }
+    std::int64_t failed = cause.empty() ? 0 : communicator.rank() + 1;
+    communicator.allreduce_in_place(&failed, 1, MPI_MAX);
+    if (failed != 0)
+      throw std::runtime_error(std::string(where) + ": rank " + std::to_string(failed - 1) +
+                               " could not allocate the copies of host arrays" +
+                               (cause.empty() ? std::string() : ": " + cause));
+  }
   return handle.release();
 }
 
@@ -172,14 +197,6 @@ void reduce_host(oktopk_handle& h, const float* grad, float* out) {
   } else {
     const Exec exec;
     const std::int64_t n = h.sparse_allreduce->size();
-    if (static_cast<std::int64_t>(h.staged_grad.extent(0)) != n) {
-      h.staged_grad = DeviceVector(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                                                      "OkTopk::c_api::staged_grad"),
-                                   static_cast<std::size_t>(n));
-      h.staged_out = DeviceVector(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                                                     "OkTopk::c_api::staged_out"),
-                                  static_cast<std::size_t>(n));
-    }
     using HostConst = Kokkos::View<const float*, Kokkos::HostSpace, Unmanaged>;
     using Host = Kokkos::View<float*, Kokkos::HostSpace, Unmanaged>;
     const auto host_grad = wrap<HostConst>(grad, n);
