@@ -146,7 +146,10 @@ oktopk_handle* create(MPI_Comm comm, const char* algorithm, std::int64_t n, cons
     if (head[1] == OKTOPK_ERROR_OUT_OF_MEMORY) throw std::bad_alloc();
     throw std::runtime_error(message);
   }
-  auto handle = std::make_unique<oktopk_handle>();
+  // Default-initialised (every member has a default constructor): GCC 12 value-initialising
+  // this struct leaves out the definition of a Kokkos develop View member's constructor and
+  // the link fails (docs/kokkos-develop-gcc12/README.md).
+  std::unique_ptr<oktopk_handle> handle(new oktopk_handle);
   handle->sparse_allreduce =
       oktopk::make_sparse_allreduce(Exec(), method, communicator, n, settings);
   handle->algorithm = oktopk::to_string(method);
