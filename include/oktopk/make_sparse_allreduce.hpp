@@ -14,6 +14,7 @@
 #include <oktopk/impl/algorithms/s2.hpp>
 #include <oktopk/impl/algorithms/topka.hpp>
 #include <oktopk/impl/algorithms/topkdsa.hpp>
+#include <oktopk/impl/explicit_instantiation.hpp>
 #include <oktopk/impl/fault_injection.hpp>
 #include <oktopk/impl/gpu_aware_mpi.hpp>
 #include <oktopk/impl/kokkos_ext.hpp>
@@ -26,6 +27,16 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+
+// Every method is compiled once, in liboktopk (src/instantiate/), for the execution spaces of
+// this Kokkos build: programs that make handles do not compile the methods again.
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::DenseAllreduce)
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::TopkAllgather)
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::TopkDSA)
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::GTopk)
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::GaussianK)
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::OkTopkAllreduce)
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::S2Reducer)
 
 namespace oktopk {
 

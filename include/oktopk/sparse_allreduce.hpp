@@ -12,6 +12,7 @@
 #include <oktopk/select.hpp>
 #include <oktopk/stats.hpp>
 #include <oktopk/topk.hpp>
+#include <oktopk/impl/explicit_instantiation.hpp>
 #include <oktopk/impl/failure.hpp>
 #include <oktopk/impl/fault_injection.hpp>
 #include <oktopk/impl/kokkos_compat.hpp>
@@ -556,3 +557,6 @@ SparseResult<typename ExecSpace::memory_space> SparseAllreduce<ExecSpace>::resul
 }
 
 }  // namespace oktopk
+
+// Compiled once, in liboktopk (src/instantiate/).
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::SparseAllreduce)

@@ -52,6 +52,13 @@ KOKKOS_INLINE_FUNCTION float bits_to_float(std::uint32_t u) {
 #endif
 }
 
+/// Kokkos's HIP execution space, where the build has one (it left Kokkos::Experimental in 4.0).
+#if defined(KOKKOS_ENABLE_HIP) && KOKKOS_VERSION >= 40000
+using HipSpace = Kokkos::HIP;
+#elif defined(KOKKOS_ENABLE_HIP)
+using HipSpace = Kokkos::Experimental::HIP;
+#endif
+
 /// Host memory that GPUs copy from and to at full speed and without an extra staging copy by
 /// the driver (page-locked), where the build has a GPU backend; plain HostSpace otherwise.
 /// The HIP space left Kokkos::Experimental in 4.0.

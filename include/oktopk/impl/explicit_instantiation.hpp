@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The execution spaces liboktopk instantiates every method for, as an X-macro.
+//
+// Each method is a class template on the execution space with several thousand lines of
+// kernels behind it. Instantiated once in the library (src/instantiate/) and declared extern
+// in the headers, a program that makes handles compiles none of it again: under nvcc that is
+// most of the build time of every test and app. Spaces this list does not name (a backend
+// enabled later, a user-defined space) still work, by implicit instantiation as before.
+#pragma once
+
+#include <oktopk/impl/kokkos_compat.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#define OKTOPK_IMPL_ON_CUDA(M, Class) M(Class, Kokkos::Cuda)
+#else
+#define OKTOPK_IMPL_ON_CUDA(M, Class)
+#endif
+#if defined(KOKKOS_ENABLE_HIP)
+#define OKTOPK_IMPL_ON_HIP(M, Class) M(Class, oktopk::impl::HipSpace)
+#else
+#define OKTOPK_IMPL_ON_HIP(M, Class)
+#endif
+#if defined(KOKKOS_ENABLE_OPENMP)
+#define OKTOPK_IMPL_ON_OPENMP(M, Class) M(Class, Kokkos::OpenMP)
+#else
+#define OKTOPK_IMPL_ON_OPENMP(M, Class)
+#endif
+#if defined(KOKKOS_ENABLE_THREADS)
+#define OKTOPK_IMPL_ON_THREADS(M, Class) M(Class, Kokkos::Threads)
+#else
+#define OKTOPK_IMPL_ON_THREADS(M, Class)
+#endif
+#if defined(KOKKOS_ENABLE_SERIAL)
+#define OKTOPK_IMPL_ON_SERIAL(M, Class) M(Class, Kokkos::Serial)
+#else
+#define OKTOPK_IMPL_ON_SERIAL(M, Class)
+#endif
+
+/// M(Class, Space) for every execution space of this Kokkos build that the list above knows.
+#define OKTOPK_IMPL_FOR_EACH_EXEC_SPACE(M, Class)                                            \
+  OKTOPK_IMPL_ON_CUDA(M, Class)                                                             \
+  OKTOPK_IMPL_ON_HIP(M, Class)                                                              \
+  OKTOPK_IMPL_ON_OPENMP(M, Class)                                                           \
+  OKTOPK_IMPL_ON_THREADS(M, Class)                                                          \
+  OKTOPK_IMPL_ON_SERIAL(M, Class)
+
+#define OKTOPK_IMPL_EXTERN_TEMPLATE(Class, Space) extern template class Class<Space>;
+#define OKTOPK_IMPL_INSTANTIATE_TEMPLATE(Class, Space) template class Class<Space>;
+
+/// Declares Class<Space> instantiated in liboktopk, for every space of the list. A build of
+/// the headers with a test-only switch (fault injection, host staging) compiles its own copies
+/// instead: the library's are built without those switches.
+#if defined(OKTOPK_FAULT_INJECTION) || defined(OKTOPK_TEST_HOST_STAGING)
+#define OKTOPK_IMPL_DECLARE_INSTANTIATIONS(Class)
+#else
+#define OKTOPK_IMPL_DECLARE_INSTANTIATIONS(Class) \
+  OKTOPK_IMPL_FOR_EACH_EXEC_SPACE(OKTOPK_IMPL_EXTERN_TEMPLATE, Class)
+#endif
+/// Instantiates Class<Space> for every space of the list (in src/instantiate/ only).
+#define OKTOPK_IMPL_DEFINE_INSTANTIATIONS(Class) \
+  OKTOPK_IMPL_FOR_EACH_EXEC_SPACE(OKTOPK_IMPL_INSTANTIATE_TEMPLATE, Class)
