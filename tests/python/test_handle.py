@@ -171,6 +171,17 @@ def test_arguments():
           "comm not a communicator: TypeError")
     check(raises(ValueError, oktopk.Handle, comm, "topka", n, balancing="on off") is not None,
           "an option value with a space: ValueError")
+    if size > 1:
+        # Argument errors Python finds itself, on the last rank only: every rank raises.
+        last = rank == size - 1
+        e = raises(ValueError, oktopk.Handle, comm, "topka", n,
+                   balancing="on off" if last else "adaptive")
+        check(e is not None and (last or f"rank {size - 1}" in str(e)),
+              f"an option value with a space on rank {size - 1} alone: ValueError everywhere ({e})")
+        e = raises((TypeError, ValueError), oktopk.Handle, comm, "topka", "n" if last else n)
+        check(e is not None and isinstance(e, TypeError) == last,
+              f"n of the wrong type on rank {size - 1} alone: TypeError there, ValueError "
+              f"elsewhere ({e!r})")
     s2 = oktopk.Handle(comm, "s2", n, density=0.1, s2_error_feedback=True, seed=7)
     check(s2.algorithm == "s2", "a bool option becomes on/off")
     s2.close()

@@ -209,13 +209,26 @@ class Handle:
                             f"not {type(comm).__name__}")
         if comm == _MPI.COMM_NULL:
             raise ValueError(f"{where}: comm is MPI.COMM_NULL")
-        if not isinstance(algorithm, str):
-            raise TypeError(f"{where}: algorithm must be a str, not {type(algorithm).__name__}")
-        if n is None:
-            raise TypeError(f"{where}: missing the gradient length n")
-        if isinstance(n, bool) or not isinstance(n, _numbers.Integral):
-            raise TypeError(f"{where}: n must be an int, not {type(n).__name__}")
-        text = _options_string(where, options)
+        # Past this point comm works: an argument error on some ranks is agreed on before the
+        # collective create, so that every rank raises instead of the others waiting in it.
+        problem = None
+        try:
+            if not isinstance(algorithm, str):
+                raise TypeError(f"{where}: algorithm must be a str, "
+                                f"not {type(algorithm).__name__}")
+            if n is None:
+                raise TypeError(f"{where}: missing the gradient length n")
+            if isinstance(n, bool) or not isinstance(n, _numbers.Integral):
+                raise TypeError(f"{where}: n must be an int, not {type(n).__name__}")
+            text = _options_string(where, options)
+        except (TypeError, ValueError) as error:
+            problem = error
+        failing = comm.allreduce(comm.Get_rank() if problem is not None else -1, op=_MPI.MAX)
+        if problem is not None:
+            raise problem
+        if failing >= 0:
+            raise ValueError(f"{where}: rank {failing} passed an invalid argument "
+                             "(its own error says which)")
         self._comm = comm
         self._options = dict(options)
         with _Prefixed(where):
