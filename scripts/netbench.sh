@@ -87,7 +87,7 @@ nb_clear() {
     ip netns delete "$n"
   done
   rm -rf /etc/netns/"$NB"-* /tmp/"$NB".*
-  rmdir /etc/netns 2>/dev/null || true  # only when empty: ip netns exec needs it for nothing else
+  rmdir /etc/netns 2>/dev/null || true  # once empty: it only ever holds per-namespace files
 }
 if ip netns list 2>/dev/null | grep -q "^$NB-"; then
   oktopk_log "netbench: removing a bed a previous run left behind"
