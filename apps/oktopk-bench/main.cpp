@@ -65,6 +65,8 @@ bytes: per rank per iteration, max(bytes sent, bytes received) from the method's
 words_per_rank_max_over_k = bytes_per_rank_max / 4 / k ('-' when k = 0).
 nnz_out: non-zeros of the last output. wrong: output elements that differ from the oracle,
   summed over the timed iterations ('-' without --check).
+With --mpi-baseline, a last row mpi_allreduce times a bare MPI_Allreduce of the same
+  gradients (host memory, separate send and receive buffers, no averaging; wrong is '-').
 
 Options (--flag value or --flag=value; a later flag overrides an earlier one):
   --algo LIST            comma-separated methods, or all (default all):
@@ -88,6 +90,8 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
                          method sees the same data.
   --seed S               seed of the gradients and of the methods' Options (default 1)
   --check                compare every output element with the oracle (oktopk/oracle.hpp)
+  --mpi-baseline         also time a bare MPI_Allreduce of the same gradients (row
+                         mpi_allreduce), the floor the dense method is measured against
   --format F             table, csv or json (default table)
   --phases               also print, per method and phase, the time (median over iterations
                          of the max over ranks) and bytes (mean over iterations of the max
@@ -148,6 +152,7 @@ struct Args {
   std::uint64_t seed = 1;
   bool check = false;
   bool phases = false;
+  bool mpi_baseline = false;
   bool help = false;
   std::string format = "table";
   std::string dump_path;
@@ -231,9 +236,9 @@ Args parse(int argc, char* argv[]) {
       flag = flag.substr(0, eq);
       has_value = true;
     }
-    if (flag == "--check" || flag == "--phases") {
+    if (flag == "--check" || flag == "--phases" || flag == "--mpi-baseline") {
       if (has_value) throw UsageError(flag + " takes no value");
-      (flag == "--check" ? a.check : a.phases) = true;
+      (flag == "--check" ? a.check : flag == "--phases" ? a.phases : a.mpi_baseline) = true;
       continue;
     }
     if (!has_value) {
@@ -588,6 +593,7 @@ struct Result {
   double bytes_max = 0.0;
   std::int64_t nnz = 0;
   std::int64_t wrong = 0;
+  bool unchecked = false;  // a row --check does not apply to (mpi_allreduce)
   std::vector<PhaseRow> phases;
 };
 
@@ -764,6 +770,50 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
   return result;
 }
 
+/// The floor for the dense method: MPI_Allreduce (through oktopk::Communicator, which counts
+/// its bytes) of each call's gradient, copied to host memory untimed, into a second buffer.
+Result run_mpi_baseline(const Exec& exec, const oktopk::Communicator& world, const Args& args,
+                        GradientSource& source, Progress& progress) {
+  const auto n = static_cast<std::size_t>(args.n);
+  oktopk::Communicator comm(MPI_COMM_WORLD);
+  Vector grad("oktopk-bench::grad", n);
+  Kokkos::View<float*, Kokkos::HostSpace> send("oktopk-bench::mpi_send", n);
+  Kokkos::View<float*, Kokkos::HostSpace> receive("oktopk-bench::mpi_receive", n);
+  const std::int64_t calls = args.warmup + args.iters;
+  const auto iters = static_cast<std::size_t>(args.iters);
+  std::vector<double> seconds(iters, 0.0);
+  double bytes_sum = 0.0;
+  Result result;
+  result.algo = "mpi_allreduce";
+  result.unchecked = true;
+  result.k = std::min<std::int64_t>(
+      args.n, static_cast<std::int64_t>(std::floor(args.density * static_cast<double>(args.n))));
+  for (std::int64_t call = 0; call < calls; ++call) {
+    source.fill(exec, call, grad);
+    Kokkos::deep_copy(exec, send, grad);
+    exec.fence();
+    comm.reset_traffic();
+    world.barrier();
+    Kokkos::Timer timer;
+    comm.allreduce(send.data(), receive.data(), args.n, MPI_SUM);
+    const double elapsed = timer.seconds();
+    if (call >= args.warmup) {
+      seconds[static_cast<std::size_t>(call - args.warmup)] = elapsed;
+      bytes_sum += max_bytes(comm.total_traffic());
+    }
+    progress.tick(call, calls);
+  }
+  world.allreduce_in_place(seconds.data(), static_cast<std::int64_t>(iters), MPI_MAX);
+  result.time_med = median(seconds);
+  result.time_max = *std::max_element(seconds.begin(), seconds.end());
+  result.bytes_avg = result.bytes_max = bytes_sum / static_cast<double>(iters);
+  world.allreduce_in_place(&result.bytes_avg, 1, MPI_SUM);
+  result.bytes_avg /= world.size();
+  world.allreduce_in_place(&result.bytes_max, 1, MPI_MAX);
+  for (std::size_t i = 0; i < n; ++i) result.nnz += receive(i) != 0.0f ? 1 : 0;
+  return result;
+}
+
 // ---- output ---------------------------------------------------------------------------------
 
 /// Prints on rank 0 only, each row as soon as its method is done.
@@ -799,7 +849,8 @@ class Printer {
     if (rank_ != 0) return;
     const std::string words =
         r.k > 0 ? format("%.4f", r.bytes_max / 4.0 / static_cast<double>(r.k)) : "-";
-    const std::string wrong = args_.check ? std::to_string(r.wrong) : "-";
+    const bool checked = args_.check && !r.unchecked;
+    const std::string wrong = checked ? std::to_string(r.wrong) : "-";
     if (args_.format == "csv") {
       std::printf("%s,%d,%lld,%lld,%g,%lld,%.6e,%.6e,%.1f,%.1f,%s,%lld,%s\n", r.algo.c_str(), P_,
                   static_cast<long long>(args_.n), static_cast<long long>(r.k), args_.density,
@@ -815,7 +866,7 @@ class Printer {
           static_cast<long long>(r.k), args_.density, static_cast<long long>(args_.iters),
           r.time_med, r.time_max, r.bytes_avg, r.bytes_max,
           r.k > 0 ? format("%.17g", r.bytes_max / 4.0 / static_cast<double>(r.k)).c_str() : "null",
-          static_cast<long long>(r.nnz), args_.check ? wrong.c_str() : "null");
+          static_cast<long long>(r.nnz), checked ? wrong.c_str() : "null");
       if (args_.phases) {
         std::printf(", \"phases\": [");
         for (std::size_t p = 0; p < r.phases.size(); ++p) {
@@ -893,9 +944,14 @@ void run_benchmark(const Args& args, const oktopk::Communicator& world, Gradient
   printer.begin(std::min<std::int64_t>(
       args.n, static_cast<std::int64_t>(std::floor(args.density * static_cast<double>(args.n)))));
   Progress progress(world.rank());
+  const std::size_t rows = args.algorithms.size() + (args.mpi_baseline ? 1 : 0);
   for (std::size_t a = 0; a < args.algorithms.size(); ++a) {
-    progress.start(oktopk::to_string(args.algorithms[a]), a, args.algorithms.size());
+    progress.start(oktopk::to_string(args.algorithms[a]), a, rows);
     printer.row(run_algorithm(exec, world, args, args.algorithms[a], source, progress));
+  }
+  if (args.mpi_baseline) {
+    progress.start("mpi_allreduce", rows - 1, rows);
+    printer.row(run_mpi_baseline(exec, world, args, source, progress));
   }
   printer.end();
 }

@@ -68,7 +68,8 @@ class SparseAllreduce {
   /// \brief Collective. Writes into `out` the average over ranks of the sparsified gradients
   /// (mostly zeros), bit-identical on every rank; `grad` is not modified. Every rank throws the
   /// same std::invalid_argument if any rank passes Views whose length is not size(), or if any
-  /// rank's gradient (plus residual) holds NaN or Inf; the handle is then unchanged. Any other
+  /// rank's gradient (plus residual) holds NaN or Inf; the handle is then unchanged (`out` is
+  /// not: it may hold a copy of the gradient). Any other
   /// failure (an allocation, an MPI error, a broken invariant) may happen on some ranks only,
   /// while the others wait inside MPI: the failing rank then prints
   /// "oktopk: rank R: <cause> in phase <phase> of <method> call <t>" to stderr and ends the job
@@ -136,6 +137,11 @@ class SparseAllreduce {
 
   /// Whether the method keeps a residual (the base then zeroes nothing it carries over).
   virtual bool uses_error_feedback() const { return true; }
+
+  /// Whether reduce_step may take its input in `out` itself (acc aliasing out): true for a
+  /// method without a residual that reads all of its input before it writes any output. The
+  /// base then copies the gradient straight into `out`, a pass fewer than through acc.
+  virtual bool reads_input_in_output() const { return false; }
 
   /// Appends the method's own state carried between calls (beyond the residual and the call
   /// counter, which the base saves) to `out`; methods with such state override both hooks.
@@ -293,14 +299,16 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
   // MPI_MAX also gives the smallest serial, so a mismatch of handles shows on every rank.
   std::int64_t bad_rank[4] = {0, 0, serial_, -serial_};
   const std::int64_t call = iteration_ + 1;
+  // Where the call's input (residual + gradient) goes: acc_, or `out` for methods that read it
+  // there. A rejected call may then have overwritten `out`, never the handle's state.
+  const vector_type input = reads_input_in_output() ? out : acc_;
   run_or_abort(call, [&] {
     if (length_ok) {
       auto timer = phase(exec, "accumulate");
       if (uses_error_feedback()) {
         nonfinite = impl::accumulate_counting_nonfinite(exec, residual_, grad, acc_);
       } else {
-        Kokkos::deep_copy(exec, acc_, grad);
-        nonfinite = impl::count_nonfinite(exec, acc_);
+        nonfinite = impl::copy_counting_nonfinite(exec, grad, input);
       }
     }
     bad_rank[0] = length_ok ? 0 : comm_.rank() + 1;
@@ -332,10 +340,10 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
     ++iteration_;
     stats_.iteration = iteration_;
     if (iteration_ <= options_.warmup_iterations) {
-      dense_step(exec, acc_, out);
+      dense_step(exec, input, out);
       Kokkos::deep_copy(exec, residual_, 0.0f);
     } else {
-      reduce_step(exec, acc_, out);
+      reduce_step(exec, input, out);
       if (uses_error_feedback()) std::swap(residual_, acc_);
     }
     for (const auto& [name, traffic] : comm_.traffic()) stats_.phases[name].traffic = traffic;

@@ -36,13 +36,16 @@ std::int64_t accumulate_counting_nonfinite(const ExecSpace& exec, const Residual
   return bad;
 }
 
-template <class ExecSpace, class X>
-std::int64_t count_nonfinite(const ExecSpace& exec, const X& x) {
+/// to = from, returning how many entries are not finite (one pass; from may be to).
+template <class ExecSpace, class From, class To>
+std::int64_t copy_counting_nonfinite(const ExecSpace& exec, const From& from, const To& to) {
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::count_nonfinite", RangeOf<ExecSpace>(exec, 0, x.extent(0)),
+      "OkTopk::copy_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, from.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
-        if (!is_finite(x(i))) ++count;
+        const float x = from(i);
+        to(i) = x;
+        if (!is_finite(x)) ++count;
       },
       bad);
   return bad;

@@ -16,6 +16,8 @@ class DenseAllreduce final : public SparseAllreduce<ExecSpace> {
 
  protected:
   bool uses_error_feedback() const override { return false; }
+  // MPI sums the input where it lies: no copy into a separate buffer first.
+  bool reads_input_in_output() const override { return true; }
 
   void reduce_step(const ExecSpace& exec, const typename Base::vector_type& acc,
                    const typename Base::vector_type& out) override {
