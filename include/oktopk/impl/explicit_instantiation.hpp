@@ -3,8 +3,8 @@
 //
 // Each method is a class template on the execution space with several thousand lines of
 // kernels behind it. Instantiated once in the library (src/instantiate/) and declared extern
-// in the headers, a program that makes handles compiles none of it again: under nvcc that is
-// most of the build time of every test and app. Spaces this list does not name (a backend
+// in the headers, a program that makes handles compiles none of it again (nvcc is slow on
+// kernels: each is compiled for the device as well). Spaces this list does not name (a backend
 // enabled later, a user-defined space) still work, by implicit instantiation as before.
 #pragma once
 
