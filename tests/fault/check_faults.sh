@@ -2,27 +2,34 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Fault injection for one method: makes rank 1 fail at every fault point of every phase that
 # fault_program reaches (OKTOPK_FAULT=list), with every kind (alloc, mpi, invariant), and checks
-# that the job ends within 10 s (beyond what a run without a fault takes: starting MPI alone
-# can take seconds on a loaded or unnamed host), with a non-zero status and the failing rank's
-# line
+# that the job ends within 10 s of the failure (the failing rank stamps the moment it fails:
+# OKTOPK_FAULT_STAMP), with a non-zero status and the failing rank's line
 #   oktopk: rank 1: <cause> in phase <phase> of <method> call <t>
-# Then the same for kill (SIGKILL, as kill -9): ends within 10 s, non-zero.
+# Then the same for kill (SIGKILL, as kill -9): ends within 10 s of it, non-zero. A run that
+# has not ended by what a run without a fault took plus 10 s (starting MPI alone can take
+# seconds on a loaded host) is stopped and counted as a hang.
 #
-#   check_faults.sh METHOD NP -- MPIEXEC_COMMAND... FAULT_PROGRAM
+#   check_faults.sh METHOD NP [KEY=VALUE...] -- MPIEXEC_COMMAND... FAULT_PROGRAM
+# KEY=VALUE are options for fault_program (to reach branches the defaults do not take).
 # Ends with "N passed, M failed".
 set -uo pipefail
 method=$1 np=$2
 shift 2
+settings=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do settings+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 launch=("$@")
 calls=3
 grace=10
+scratch=$(mktemp -d) || exit 1
+trap 'rm -rf "$scratch"' EXIT
+stamp="$scratch/stamp"
 
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 passed=0 failed=0
 
 t0=$(date +%s.%N)
-listing=$(OKTOPK_FAULT=list timeout 300 "${launch[@]}" "$method" "$calls" 2>&1 </dev/null)
+listing=$(OKTOPK_FAULT=list timeout 300 "${launch[@]}" "$method" "$calls" "${settings[@]}" 2>&1 </dev/null)
 rc=$?
 # A faulty run may take what a whole run without a fault takes, plus the grace.
 limit=$(awk -v a="$t0" -v b="$(date +%s.%N)" -v g="$grace" 'BEGIN { printf "%d", b - a + g + 0.999 }')
@@ -32,17 +39,18 @@ if [ "$rc" -ne 0 ] || [ -z "$points" ] || ! grep -q "^fault_program: ok" <<<"$li
   echo "0 passed, 1 failed"
   exit 1
 fi
-echo "$method at P = $np: a run without a fault took $((limit - grace)) s or less; each faulty run gets $limit s"
+echo "$method${settings[*]:+ (${settings[*]})} at P = $np: a run without a fault took $((limit - grace)) s or less; each faulty run gets $limit s"
 echo "fault points (phase point first-call):"
 printf '  %s\n' "$points"
 
 # one_case PHASE POINT CALL KIND: one faulty run and its checks.
 one_case() {
   local phase=$1 point=$2 call=$3 kind=$4 start end out rc
+  rm -f "$stamp"
   start=$(date +%s.%N)
   # stdin closed: mpiexec would otherwise read the rest of the list this loop reads.
-  out=$(OKTOPK_FAULT="1:$phase:$call:$kind:$point" timeout -k 5 "$limit" "${launch[@]}" \
-          "$method" "$calls" 2>&1 </dev/null)
+  out=$(OKTOPK_FAULT="1:$phase:$call:$kind:$point" OKTOPK_FAULT_STAMP="$stamp" \
+          timeout -k 5 "$limit" "${launch[@]}" "$method" "$calls" "${settings[@]}" 2>&1 </dev/null)
   rc=$?
   end=$(date +%s.%N)
   local took; took=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
@@ -54,6 +62,14 @@ one_case() {
   fi
   if [ "$rc" -eq 0 ]; then
     fail "$what: exit status 0"; printf '%s\n' "$out" | tail -n 5; return
+  fi
+  if [ ! -s "$stamp" ]; then
+    fail "$what: the fault was not injected (no stamp)"; printf '%s\n' "$out" | tail -n 5; return
+  fi
+  local after
+  after=$(awk -v s="$(cat "$stamp")" -v e="$end" 'BEGIN { printf "%.1f", e - s / 1e9 }')
+  if awk -v t="$after" -v g="$grace" 'BEGIN { exit !(t > g) }'; then
+    fail "$what: the job ended ${after} s after the failure (more than ${grace} s)"; return
   fi
   if [ "$kind" != kill ]; then
     local cause
@@ -70,7 +86,7 @@ one_case() {
       return
     fi
   fi
-  echo "ok: $what: exit $rc after ${took} s"
+  echo "ok: $what: exit $rc ${after} s after the failure (${took} s in all)"
   passed=$((passed + 1))
 }
 
@@ -92,7 +108,7 @@ fi
 # (make_sparse_allreduce agrees on it), the program prints it on every rank and exits 1.
 start=$(date +%s)
 out=$(OKTOPK_FAULT="1:other:0:alloc:construct" timeout -k 5 "$limit" "${launch[@]}" "$method" \
-        "$calls" 2>&1 </dev/null)
+        "$calls" "${settings[@]}" 2>&1 </dev/null)
 rc=$?
 expected="fault_program: oktopk::make_sparse_allreduce: rank 1 could not build the handle"
 if [ "$rc" -eq 124 ] || (( $(date +%s) - start >= limit )); then

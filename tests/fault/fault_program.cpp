@@ -3,10 +3,11 @@
 // make one rank fail in a chosen phase of a chosen call (include/oktopk/impl/fault_injection.hpp).
 // check_faults.sh runs it under mpiexec for every phase it lists.
 //
-//   fault_program ALGORITHM CALLS      prints "fault_program: ok" on rank 0 after CALLS calls;
-//                                      with OKTOPK_FAULT=list, rank 1 (rank 0 on one rank)
-//                                      prints first "point PHASE POINT CALL" for each fault point
-//                                      it passed
+//   fault_program ALGORITHM CALLS [KEY=VALUE...]
+//       prints "fault_program: ok" on rank 0 after CALLS calls; with OKTOPK_FAULT=list, rank 1
+//       (rank 0 on one rank) prints first "point PHASE POINT CALL" for each fault point it
+//       passed. KEY=VALUE sets an option (Options::set_from_string) over the defaults below,
+//       to reach branches they do not take (balancing=on, TopkDSA's dense switch).
 #include <oktopk/oktopk.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -17,15 +18,17 @@
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <vector>
 
 namespace {
 
-int run(const std::string& name, int calls) {
+int run(const std::string& name, int calls, const std::vector<std::string>& settings) {
   using Exec = Kokkos::DefaultExecutionSpace;
   const oktopk::Communicator comm(MPI_COMM_WORLD);
   const std::int64_t n = 6000;
   // One dense warm-up call, then sparse calls: every phase of the method is reached by call 3.
-  const auto options = oktopk::Options().set_density(0.02).set_warmup_iterations(1);
+  auto options = oktopk::Options().set_density(0.02).set_warmup_iterations(1);
+  for (const auto& setting : settings) options.set_from_string(setting);
   Exec exec;
   auto allreduce =
       oktopk::make_sparse_allreduce(exec, oktopk::algorithm_from_string(name), comm, n, options);
@@ -61,13 +64,13 @@ int run(const std::string& name, int calls) {
 int main(int argc, char* argv[]) {
   MPI_Init(&argc, &argv);
   int status = 0;
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: fault_program ALGORITHM CALLS\n");
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: fault_program ALGORITHM CALLS [KEY=VALUE...]\n");
     status = 2;
   } else {
     Kokkos::ScopeGuard kokkos(argc, argv);
     try {
-      status = run(argv[1], std::atoi(argv[2]));
+      status = run(argv[1], std::atoi(argv[2]), std::vector<std::string>(argv + 3, argv + argc));
     } catch (const std::exception& e) {
       // Errors every rank sees alike (a bad name, a bad OKTOPK_FAULT) land here on every rank.
       std::fprintf(stderr, "fault_program: %s\n", e.what());

@@ -10,7 +10,9 @@
 //   invariant  throw std::logic_error (an internal invariant found broken)
 //   kill       raise SIGKILL (the process dies without a word, as under kill -9)
 // OKTOPK_FAULT=list records instead every (phase, point) passed and the first call that passed
-// it, for fault_injection::passed().
+// it, for fault_injection::passed(). With OKTOPK_FAULT_STAMP=FILE, the failing rank first writes
+// the time of the failure (nanoseconds since the epoch, system clock) to FILE, so a test can
+// measure how long the job takes to end after it.
 #pragma once
 
 #ifdef OKTOPK_FAULT_INJECTION
@@ -20,8 +22,10 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <new>
@@ -84,6 +88,19 @@ inline std::map<std::pair<std::string, std::string>, std::int64_t>& passed() {
   return points;
 }
 
+/// Writes the current time to $OKTOPK_FAULT_STAMP, if set (best effort: a test without the
+/// stamp reports the fault as not reached).
+inline void write_stamp() {
+  const char* file = std::getenv("OKTOPK_FAULT_STAMP");
+  if (file == nullptr || *file == '\0') return;
+  const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  if (std::FILE* f = std::fopen(file, "w")) {
+    std::fprintf(f, "%lld\n", static_cast<long long>(now.count()));
+    std::fclose(f);
+  }
+}
+
 inline void point(const Communicator& comm, const char* point_name) {
   const Spec& s = spec();
   const std::string& phase = comm.current_phase();
@@ -95,6 +112,7 @@ inline void point(const Communicator& comm, const char* point_name) {
       s.point != point_name) {
     return;
   }
+  write_stamp();
   if (s.kind == "alloc") throw std::bad_alloc();
   if (s.kind == "invariant") {
     throw std::logic_error("oktopk: internal invariant broken (injected)");
