@@ -396,7 +396,13 @@ int oktopk_save_state(const oktopk_handle* handle, const char* path) {
     {
       std::ofstream os(temporary, std::ios::binary | std::ios::trunc);
       if (!os) throw std::runtime_error(std::string(where) + ": cannot write " + temporary);
-      oktopk::run_on_progress_thread([&] { write_state(*handle, os); });
+      try {
+        oktopk::run_on_progress_thread([&] { write_state(*handle, os); });
+      } catch (...) {
+        os.close();
+        std::remove(temporary.c_str());  // never leave a partial file behind
+        throw;
+      }
       os.close();
       if (!os) {
         std::remove(temporary.c_str());
