@@ -66,6 +66,22 @@ Balancing balancing_from_string(const char* name) {
                               "' (valid: off on adaptive)");
 }
 
+std::ostream& operator<<(std::ostream& os, DenseAllreduce algorithm) {
+  switch (algorithm) {
+    case DenseAllreduce::Mpi: return os << "mpi";
+    case DenseAllreduce::Ring: return os << "ring";
+  }
+  return os << "invalid";
+}
+
+DenseAllreduce dense_allreduce_from_string(const char* name) {
+  const std::string text = name == nullptr ? "" : name;
+  if (text == "mpi") return DenseAllreduce::Mpi;
+  if (text == "ring") return DenseAllreduce::Ring;
+  throw std::invalid_argument("oktopk::dense_allreduce_from_string: unknown dense allreduce '" +
+                              text + "' (valid: mpi ring)");
+}
+
 namespace {
 
 constexpr const char* set_where = "oktopk::Options::set";
@@ -119,6 +135,12 @@ Setter setter(Field Options::*field) {
       } catch (const std::invalid_argument&) {
         bad_value(key, value, "off, on or adaptive");
       }
+    } else if constexpr (std::is_same_v<Field, DenseAllreduce>) {
+      try {
+        o.*field = dense_allreduce_from_string(std::string(value).c_str());
+      } catch (const std::invalid_argument&) {
+        bad_value(key, value, "mpi or ring");
+      }
     } else {
       o.*field = parse_integer<Field>(key, value);
     }
@@ -131,6 +153,7 @@ const std::vector<std::pair<std::string_view, Setter>>& option_setters() {
       {"density", setter(&Options::density)},
       {"warmup_iterations", setter(&Options::warmup_iterations)},
       {"seed", setter(&Options::seed)},
+      {"dense_allreduce", setter(&Options::dense_allreduce)},
       {"threshold_period", setter(&Options::threshold_period)},
       {"repartition_period", setter(&Options::repartition_period)},
       {"throttle", setter(&Options::throttle)},
@@ -196,6 +219,8 @@ void Options::validate() const {
                  "density must be in [0, 1], got " << density);
   OKTOPK_REQUIRE(warmup_iterations >= 0, std::invalid_argument, where,
                  "warmup_iterations must be >= 0, got " << warmup_iterations);
+  OKTOPK_REQUIRE(dense_allreduce == DenseAllreduce::Mpi || dense_allreduce == DenseAllreduce::Ring,
+                 std::invalid_argument, where, "dense_allreduce is not a DenseAllreduce value");
   OKTOPK_REQUIRE(threshold_period >= 1 && repartition_period >= 1, std::invalid_argument, where,
                  "threshold_period and repartition_period must be >= 1, got "
                      << threshold_period << " and " << repartition_period);
@@ -239,7 +264,8 @@ std::int64_t Options::digest() const {
 
 std::ostream& operator<<(std::ostream& os, const Options& o) {
   return os << "density=" << o.density << " warmup_iterations=" << o.warmup_iterations
-            << " seed=" << o.seed << " threshold_period=" << o.threshold_period
+            << " seed=" << o.seed << " dense_allreduce=" << o.dense_allreduce
+            << " threshold_period=" << o.threshold_period
             << " repartition_period=" << o.repartition_period << " throttle=" << o.throttle
             << " balancing=" << o.balancing << " balance_threshold=" << o.balance_threshold
             << " guard=" << o.guard_factor << "/" << o.guard_step << "/" << o.guard_loops

@@ -16,6 +16,15 @@ enum class Balancing {
   Adaptive   ///< when the largest rank's share exceeds balance_threshold times the mean
 };
 
+/// \brief How dense allreduces (method dense, and every method's warm-up calls) sum the ranks'
+/// gradients.
+enum class DenseAllreduce {
+  Mpi,   ///< MPI_Allreduce (the MPI library's own algorithm choice)
+  Ring   ///< OkTopk's ring: a reduce-scatter, then an allgather, P - 1 steps each; the division
+         ///< by P and the finiteness check ride on the last reduce step. For networks where
+         ///< MPI's default algorithm is poor; on GPUs each step waits for the device.
+};
+
 /// \brief Options of every method; each method reads the fields that concern it.
 struct Options {
   // ---- all sparse methods
@@ -25,6 +34,8 @@ struct Options {
   std::int64_t warmup_iterations = 0;
   /// Seed of every pseudo-random choice (sampling, S2's hashes); must match across ranks.
   std::uint64_t seed = 42;
+  /// The algorithm of dense allreduces.
+  DenseAllreduce dense_allreduce = DenseAllreduce::Mpi;
 
   // ---- Ok-Topk
   /// tau': the local and the global threshold are recomputed exactly every this many calls.
@@ -74,6 +85,7 @@ struct Options {
   Options& set_density(double v) { density = v; return *this; }
   Options& set_warmup_iterations(std::int64_t v) { warmup_iterations = v; return *this; }
   Options& set_seed(std::uint64_t v) { seed = v; return *this; }
+  Options& set_dense_allreduce(DenseAllreduce v) { dense_allreduce = v; return *this; }
   Options& set_threshold_period(std::int64_t v) { threshold_period = v; return *this; }
   Options& set_repartition_period(std::int64_t v) { repartition_period = v; return *this; }
   Options& set_throttle(int v) { throttle = v; return *this; }
@@ -86,9 +98,10 @@ struct Options {
 
   /// \brief Sets the field named `key` (a field name above: "density", "balancing",
   /// "s2_error_feedback", ...) from text: numbers as C writes them, balancing as off, on or
-  /// adaptive, booleans as on, off, true, false, 1 or 0. Range checks are validate()'s. Throws
-  /// std::invalid_argument("oktopk::Options::set: ...") for an unknown key (the message lists
-  /// the valid ones) or a value that is not a number of the field's type.
+  /// adaptive, dense_allreduce as mpi or ring, booleans as on, off, true, false, 1 or 0. Range
+  /// checks are validate()'s. Throws std::invalid_argument("oktopk::Options::set: ...") for an
+  /// unknown key (the message lists the valid ones) or a value that is not a number of the
+  /// field's type.
   Options& set(std::string_view key, std::string_view value);
   /// \brief set() for each `key=value` in `settings`, separated by spaces, tabs, newlines or
   /// commas (an empty string sets nothing). Throws as set() does, or for an item without '='.
@@ -101,10 +114,13 @@ struct Options {
 };
 
 std::ostream& operator<<(std::ostream& os, Balancing balancing);
+std::ostream& operator<<(std::ostream& os, DenseAllreduce algorithm);
 /// One line, `key=value` pairs, for logs.
 std::ostream& operator<<(std::ostream& os, const Options& options);
 
 /// "off", "on" or "adaptive"; std::invalid_argument otherwise.
 Balancing balancing_from_string(const char* name);
+/// "mpi" or "ring"; std::invalid_argument otherwise.
+DenseAllreduce dense_allreduce_from_string(const char* name);
 
 }  // namespace oktopk

@@ -17,6 +17,7 @@
 #include <oktopk/impl/fault_injection.hpp>
 #include <oktopk/impl/kokkos_compat.hpp>
 #include <oktopk/impl/mpi_mirror.hpp>
+#include <oktopk/impl/ring_allreduce.hpp>
 #include <oktopk/impl/state_io.hpp>
 #include <oktopk/impl/vector_ops.hpp>
 
@@ -67,9 +68,10 @@ class SparseAllreduce {
 
   /// \brief Collective. Writes into `out` the average over ranks of the sparsified gradients
   /// (mostly zeros), bit-identical on every rank; `grad` is not modified. Every rank throws the
-  /// same std::invalid_argument if any rank passes Views whose length is not size(), or if any
-  /// rank's gradient (plus residual) holds NaN or Inf; the handle is then unchanged (`out` is
-  /// not: it may hold a copy of the gradient). Any other
+  /// same std::invalid_argument if any rank passes Views whose length is not size(), if any
+  /// rank's gradient (plus residual) holds NaN or Inf, or (method dense, which checks the
+  /// average rather than its input) if the sum over ranks overflows; the handle is then
+  /// unchanged (`out` is not: it may hold a copy of the gradient or the average). Any other
   /// failure (an allocation, an MPI error, a broken invariant) may happen on some ranks only,
   /// while the others wait inside MPI: the failing rank then prints
   /// "oktopk: rank R: <cause> in phase <phase> of <method> call <t>" to stderr and ends the job
@@ -138,10 +140,10 @@ class SparseAllreduce {
   /// Whether the method keeps a residual (the base then zeroes nothing it carries over).
   virtual bool uses_error_feedback() const { return true; }
 
-  /// Whether reduce_step may take its input in `out` itself (acc aliasing out): true for a
-  /// method without a residual that reads all of its input before it writes any output. The
-  /// base then copies the gradient straight into `out`, a pass fewer than through acc.
-  virtual bool reads_input_in_output() const { return false; }
+  /// Whether every call is a dense average of the gradient as it is (the Dense method): the
+  /// base then reduces `grad` straight into `out`, without reduce_step and without a copy,
+  /// and checks the average for NaN and Inf instead of the input, passes fewer.
+  virtual bool averages_gradient_as_is() const { return false; }
 
   /// Appends the method's own state carried between calls (beyond the residual and the call
   /// counter, which the base saves) to `out`; methods with such state override both hooks.
@@ -192,11 +194,15 @@ class SparseAllreduce {
   };
   PhaseTimer phase(const ExecSpace& exec, const char* name) { return PhaseTimer(*this, exec, name); }
 
-  /// Dense allreduce of `in` (SUM) into `out`, then out /= P. `in` and `out` may be the same.
-  void dense_average(const ExecSpace& exec, const vector_type& in, const vector_type& out);
+  /// Dense allreduce of `in` (SUM) into `out`, then out /= P, by options_.dense_allreduce.
+  /// `in` and `out` may be the same. Returns how many averages this rank found not finite:
+  /// all of them with MPI_Allreduce, those of the chunk it finished with the ring.
+  template <class In>
+  std::int64_t dense_average(const ExecSpace& exec, const In& in, const vector_type& out);
 
   /// A whole dense call (warm-up calls, and the Dense method): dense_average plus its stats.
-  void dense_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out);
+  template <class In>
+  std::int64_t dense_step(const ExecSpace& exec, const In& in, const vector_type& out);
 
   /// Stream-compacts {i : |x(i)| > threshold} into (indices, values), growing them if needed;
   /// returns the count.
@@ -238,6 +244,7 @@ class SparseAllreduce {
   /// make_sparse_allreduce): calls check it to detect ranks that launch in different orders.
   std::int64_t serial_ = 0;
   vector_type last_out_;
+  vector_type ring_received_{"OkTopk::SparseAllreduce::ring_received", 0};
   std::string failed_phase_;  // set by PhaseTimer when a failure leaves a phase
 };
 
@@ -299,16 +306,16 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
   // MPI_MAX also gives the smallest serial, so a mismatch of handles shows on every rank.
   std::int64_t bad_rank[4] = {0, 0, serial_, -serial_};
   const std::int64_t call = iteration_ + 1;
-  // Where the call's input (residual + gradient) goes: acc_, or `out` for methods that read it
-  // there. A rejected call may then have overwritten `out`, never the handle's state.
-  const vector_type input = reads_input_in_output() ? out : acc_;
+  // The call's input (residual + gradient) goes into acc_, checked on the way, unless the
+  // method averages the gradient as it is: then the average is checked instead (below).
+  const bool as_is = averages_gradient_as_is();
   run_or_abort(call, [&] {
-    if (length_ok) {
+    if (length_ok && !as_is) {
       auto timer = phase(exec, "accumulate");
       if (uses_error_feedback()) {
         nonfinite = impl::accumulate_counting_nonfinite(exec, residual_, grad, acc_);
       } else {
-        nonfinite = impl::copy_counting_nonfinite(exec, grad, input);
+        nonfinite = impl::copy_counting_nonfinite(exec, grad, acc_);
       }
     }
     bad_rank[0] = length_ok ? 0 : comm_.rank() + 1;
@@ -336,18 +343,47 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
                              ? " (" + std::to_string(nonfinite) + " entries)"
                              : std::string()));
 
+  // Non-finite averages of an as-is call, counted over all ranks: NaN or Inf in some rank's
+  // gradient, or a sum that overflows. The same on every rank, so all throw below.
+  std::int64_t nonfinite_averages = 0;
   run_or_abort(call, [&] {
     ++iteration_;
     stats_.iteration = iteration_;
-    if (iteration_ <= options_.warmup_iterations) {
-      dense_step(exec, input, out);
+    if (as_is) {
+      nonfinite_averages = dense_step(exec, grad, out);
+      auto timer = phase(exec, "check");
+      // MPI_Allreduce leaves every rank the whole average, the ring each rank its own chunk.
+      comm_.allreduce_in_place(&nonfinite_averages, 1,
+                               options_.dense_allreduce == DenseAllreduce::Ring ? MPI_SUM : MPI_MAX);
+    } else if (iteration_ <= options_.warmup_iterations) {
+      dense_step(exec, acc_, out);
       Kokkos::deep_copy(exec, residual_, 0.0f);
     } else {
-      reduce_step(exec, input, out);
+      reduce_step(exec, acc_, out);
       if (uses_error_feedback()) std::swap(residual_, acc_);
     }
     for (const auto& [name, traffic] : comm_.traffic()) stats_.phases[name].traffic = traffic;
   });
+  if (nonfinite_averages != 0) {
+    // Rejected, as a non-finite input is: the handle stays as it was. Which rank's gradient is
+    // to blame takes one more pass and allreduce, on this error path only.
+    --iteration_;
+    stats_ = previous_stats;
+    std::int64_t bad_input = 0;
+    run_or_abort(call, [&] {
+      nonfinite = impl::count_nonfinite(exec, grad);
+      bad_input = nonfinite == 0 ? 0 : comm_.rank() + 1;
+      comm_.allreduce_in_place(&bad_input, 1, MPI_MAX);
+    });
+    OKTOPK_REQUIRE(bad_input == 0, std::invalid_argument, where,
+                   "the gradient holds NaN or Inf on rank " << bad_input - 1
+                       << (comm_.rank() + 1 == bad_input
+                               ? " (" + std::to_string(nonfinite) + " entries)"
+                               : std::string()));
+    OKTOPK_REQUIRE(false, std::invalid_argument, where,
+                   "the sum over ranks overflows to Inf at " << nonfinite_averages
+                       << " entries (every gradient is finite)");
+  }
   last_out_ = out;
 }
 
@@ -505,21 +541,33 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
 }
 
 template <class ExecSpace>
-void SparseAllreduce<ExecSpace>::dense_average(const ExecSpace& exec, const vector_type& in,
-                                               const vector_type& out) {
-  if (in.data() != out.data()) Kokkos::deep_copy(exec, out, in);
-  impl::mpi_allreduce_in_place(exec, comm_, out, MPI_SUM);
-  impl::divide(exec, out, out, static_cast<float>(comm_.size()));
+template <class In>
+std::int64_t SparseAllreduce<ExecSpace>::dense_average(const ExecSpace& exec, const In& in,
+                                                       const vector_type& out) {
+  if (options_.dense_allreduce == DenseAllreduce::Ring) {
+    return impl::ring_allreduce_average(exec, comm_, in, out, ring_received_);
+  }
+  if (in.data() == out.data()) {
+    impl::mpi_allreduce_in_place(exec, comm_, out, MPI_SUM);
+  } else {
+    // Out of place: MPI reads `in` where it lies, no copy into `out` first.
+    const auto send = impl::mpi_send_view(exec, in);
+    auto receive = impl::mpi_receive_view(exec, out);
+    comm_.allreduce(send.data(), receive.data(), n_, MPI_SUM);
+    impl::mpi_received(exec, receive, out, 0, n_);
+  }
+  return impl::divide_counting_nonfinite(exec, out, out, static_cast<float>(comm_.size()));
 }
 
 template <class ExecSpace>
-void SparseAllreduce<ExecSpace>::dense_step(const ExecSpace& exec, const vector_type& acc,
-                                            const vector_type& out) {
+template <class In>
+std::int64_t SparseAllreduce<ExecSpace>::dense_step(const ExecSpace& exec, const In& in,
+                                                    const vector_type& out) {
   stats_.dense = true;
   stats_.local_threshold = stats_.global_threshold = -std::numeric_limits<float>::infinity();
   stats_.local_selected = stats_.global_selected = n_;
   auto timer = phase(exec, "dense_allreduce");
-  dense_average(exec, acc, out);
+  return dense_average(exec, in, out);
 }
 
 template <class ExecSpace>

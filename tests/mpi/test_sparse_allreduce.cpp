@@ -517,6 +517,19 @@ TEST(AlgorithmNames, UnknownNameThrowsListingTheValidOnes) {
   }
 }
 
+TEST(DenseAllreduceNames, RoundTrip) {
+  for (const auto d : {oktopk::DenseAllreduce::Mpi, oktopk::DenseAllreduce::Ring}) {
+    std::ostringstream os;
+    os << d;
+    EXPECT_EQ(oktopk::dense_allreduce_from_string(os.str().c_str()), d);
+    EXPECT_EQ(Options{}.set("dense_allreduce", os.str()).dense_allreduce, d);
+  }
+  expect_invalid_argument([] { oktopk::dense_allreduce_from_string("tree"); },
+                          "oktopk::dense_allreduce_from_string");
+  expect_invalid_argument([] { Options{}.set("dense_allreduce", "tree"); },
+                          "oktopk::Options::set");
+}
+
 TEST(BalancingNames, RoundTrip) {
   for (const Balancing b : {Balancing::Off, Balancing::On, Balancing::Adaptive}) {
     std::ostringstream os;
@@ -535,6 +548,7 @@ std::vector<std::pair<std::string, std::function<void(Options&)>>> field_changes
       {"density", [](Options& o) { o.density = 0.375; }},
       {"warmup_iterations", [](Options& o) { o.warmup_iterations = 7; }},
       {"seed", [](Options& o) { o.seed = 123456789; }},
+      {"dense_allreduce", [](Options& o) { o.dense_allreduce = oktopk::DenseAllreduce::Ring; }},
       {"threshold_period", [](Options& o) { o.threshold_period = 11; }},
       {"repartition_period", [](Options& o) { o.repartition_period = 13; }},
       {"throttle", [](Options& o) { o.throttle = 3; }},
@@ -619,6 +633,8 @@ TEST(OptionsTest, ValidateRejectsEachOutOfRangeField) {
       {"repartition_period -4", [](Options& o) { o.repartition_period = -4; }},
       {"throttle 0", [](Options& o) { o.throttle = 0; }},
       {"balancing 7", [](Options& o) { o.balancing = static_cast<Balancing>(7); }},
+      {"dense_allreduce 5",
+       [](Options& o) { o.dense_allreduce = static_cast<oktopk::DenseAllreduce>(5); }},
       {"balance_threshold 0.5", [](Options& o) { o.balance_threshold = 0.5; }},
       {"balance_threshold Inf", [&](Options& o) { o.balance_threshold = inf; }},
       {"guard_factor 0", [](Options& o) { o.guard_factor = 0.0; }},
@@ -663,7 +679,8 @@ TEST(OptionsTest, PrintsEveryFieldOnOneLine) {
   for (const auto& field : field_changes()) field.second(all);
   const std::string text = printed(all);
   for (const char* expected : {"density=0.375", "warmup_iterations=7", "seed=123456789",
-                               "threshold_period=11", "repartition_period=13", "throttle=3",
+                               "dense_allreduce=ring", "threshold_period=11",
+                               "repartition_period=13", "throttle=3",
                                "balancing=on", "balance_threshold=1.5", "1.75", "1.0625", "9",
                                "1.125", "0.25", "2.5", "1.25", "0.625", "1.375", "1.03125", "17",
                                "s2_row_width=33", "77"}) {
@@ -1207,6 +1224,109 @@ TEST(OkTopk, ScheduleCountsFromTheEndOfTheWarmup) {
   run.calls = 20;
   run.dist = [](int t) { return t < 9 ? Dist::Heavy : Dist::Uniform; };
   run_oktopk(run);
+}
+
+// ---- dense allreduce algorithms -------------------------------------------------------------
+
+Options ring_options() { return Options{}.set_dense_allreduce(oktopk::DenseAllreduce::Ring); }
+
+TEST(DenseRing, MatchesMpiAllreduceBitForBitAtEverySize) {
+  const int P = world_size();
+  // Empty, one entry, fewer entries than ranks, chunks of unequal length, many entries.
+  for (const std::int64_t n : std::vector<std::int64_t>{0, 1, std::max(1, P - 1), P + 1, 3001}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    Runner ring(Algorithm::Dense, n, ring_options());
+    Runner mpi(Algorithm::Dense, n, Options{});
+    for (const Dist d : {Dist::Uniform, Dist::Heavy, Dist::Wide}) {
+      SCOPED_TRACE(name_of(d));
+      const auto grad = make_gradient(d, 11, world_rank(), ring.calls(), n);
+      const Call r = ring.reduce(grad);
+      const Call m = mpi.reduce(grad);
+      check_call(ring, r);  // the dense oracle: (Σ grad) / P, bit for bit, the same on every rank
+      Diff diff;
+      for (std::size_t j = 0; j < r.out.size(); ++j) {
+        if (bits_of(r.out[j]) != bits_of(m.out[j])) diff.note(j, m.out[j], r.out[j]);
+      }
+      EXPECT_EQ(diff.count, 0) << "ring vs MPI_Allreduce: " << diff;
+      if (P > 1 && n >= P) {
+        // The bandwidth optimum: 2(P-1) chunks of about n/P floats leave every rank.
+        const auto sent = r.stats.phases.at("dense_allreduce").traffic.bytes_sent;
+        const std::int64_t chunks = 2 * (P - 1);
+        EXPECT_GE(sent, chunks * (n / P) * 4);
+        EXPECT_LE(sent, chunks * (n / P + 1) * 4);
+      }
+    }
+  }
+}
+
+TEST(DenseRing, WarmupCallsOfASparseMethodUseItToo) {
+  Runner runner(Algorithm::OkTopk, 2000, ring_options().set_warmup_iterations(2).set_density(0.05));
+  for (int call = 0; call < 3; ++call) {
+    const Call c = runner.reduce(make_gradient(Dist::Heavy, 13, world_rank(), call, 2000));
+    const Checked checked = check_call(runner, c);
+    EXPECT_EQ(checked.dense, call < 2);
+  }
+}
+
+/// A dense call checks the average rather than its input: NaN or Inf on one rank, and finite
+/// gradients whose sum overflows, throw on every rank, and the handle goes on as if the call
+/// had never been made.
+void expect_dense_rejects_nonfinite(const Options& options) {
+  const std::int64_t n = 500;
+  const int P = world_size();
+  const int me = world_rank();
+  Runner runner(Algorithm::Dense, n, options);
+  Runner fresh(Algorithm::Dense, n, options);
+  const auto g1 = make_gradient(Dist::Uniform, 17, me, 0, n);
+  runner.reduce(g1);
+  fresh.reduce(g1);
+  Exec exec;
+  Vector out("test::out", static_cast<std::size_t>(n));
+  {
+    auto bad = g1;
+    if (me == P - 1) bad[n / 2] = std::numeric_limits<float>::quiet_NaN();
+    const Vector g = to_device(bad);
+    const std::string message = expect_invalid_argument(
+        [&] { runner.handle().reduce(exec, g, out); }, "oktopk::SparseAllreduce::reduce");
+    EXPECT_NE(message.find("NaN or Inf on rank " + std::to_string(P - 1)), std::string::npos)
+        << message;
+    EXPECT_TRUE(same_text_on_all_ranks(message.substr(0, message.find(" ("))));
+  }
+  {
+    auto bad = g1;  // +Inf on rank 0, -Inf on the last: their sum is NaN
+    if (me == 0) bad[0] = kInf;
+    if (me == P - 1) bad[n - 1] = -kInf;
+    const Vector g = to_device(bad);
+    expect_invalid_argument([&] { runner.handle().reduce(exec, g, out); },
+                            "oktopk::SparseAllreduce::reduce");
+  }
+  if (P > 1) {
+    // Finite everywhere, but 0.75 of the largest float on every rank sums past it.
+    auto big = g1;
+    big[7] = 0.75f * std::numeric_limits<float>::max();
+    const Vector g = to_device(big);
+    const std::string message = expect_invalid_argument(
+        [&] { runner.handle().reduce(exec, g, out); }, "oktopk::SparseAllreduce::reduce");
+    EXPECT_NE(message.find("overflows"), std::string::npos) << message;
+  }
+  const auto g2 = make_gradient(Dist::Uniform, 17, me, 1, n);
+  const Call c = runner.reduce(g2);
+  const Call f = fresh.reduce(g2);
+  EXPECT_EQ(c.stats.iteration, 2);
+  check_call(runner, c);
+  Diff diff;
+  for (std::size_t j = 0; j < c.out.size(); ++j) {
+    if (bits_of(f.out[j]) != bits_of(c.out[j])) diff.note(j, f.out[j], c.out[j]);
+  }
+  EXPECT_EQ(diff.count, 0) << "after rejected calls vs a fresh handle: " << diff;
+}
+
+TEST(DenseRing, NonFiniteAverageThrowsOnEveryRankAndChangesNothing) {
+  expect_dense_rejects_nonfinite(ring_options());
+}
+
+TEST(DenseMpi, NonFiniteAverageThrowsOnEveryRankAndChangesNothing) {
+  expect_dense_rejects_nonfinite(Options{});
 }
 
 TEST(TopkDSA, SparseAndDenseSwitchBothMatchTheOracle) {

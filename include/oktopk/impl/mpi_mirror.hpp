@@ -99,8 +99,9 @@ using mpi_memory_space_t = std::conditional_t<mpi_uses_view_memory_v<ExecSpace>,
 /// A View MPI may send from, holding `view`'s contents: `view` itself when MPI can read it, a
 /// host copy otherwise. Fences `exec` either way, since MPI does not wait for Kokkos work.
 /// Pass only the part that is sent (a subview), so a staging copy moves no unused capacity.
+/// The result's entries are const when `view`'s are.
 template <class ExecSpace, class View>
-Kokkos::View<typename View::non_const_value_type*, mpi_memory_space_t<ExecSpace>> mpi_send_view(
+Kokkos::View<typename View::value_type*, mpi_memory_space_t<ExecSpace>> mpi_send_view(
     const ExecSpace& exec, const View& view) {
   if constexpr (mpi_uses_view_memory_v<ExecSpace>) {
     fence(exec, "OkTopk::mpi_send_view");

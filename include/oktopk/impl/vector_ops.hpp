@@ -51,6 +51,36 @@ std::int64_t copy_counting_nonfinite(const ExecSpace& exec, const From& from, co
   return bad;
 }
 
+/// How many entries of x are not finite (one pass).
+template <class ExecSpace, class X>
+std::int64_t count_nonfinite(const ExecSpace& exec, const X& x) {
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::count_nonfinite", RangeOf<ExecSpace>(exec, 0, x.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
+        if (!is_finite(x(i))) ++count;
+      },
+      bad);
+  return bad;
+}
+
+/// out = in / divisor as divide() does, returning how many results are not finite (one pass;
+/// in may be out).
+template <class ExecSpace, class In, class Out>
+std::int64_t divide_counting_nonfinite(const ExecSpace& exec, const In& in, const Out& out,
+                                       float divisor) {
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::divide_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, out.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
+        const float average = in(i) / divisor;
+        out(i) = average;
+        if (!is_finite(average)) ++count;
+      },
+      bad);
+  return bad;
+}
+
 /// out = in / divisor (a division, not a multiplication by 1/divisor, so that every method
 /// rounds its average exactly like the dense reference).
 template <class ExecSpace, class In, class Out>

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Dense: MPI_Allreduce of the whole gradient, then /P. The reference every method is held to.
+// Dense: an allreduce of the whole gradient (MPI_Allreduce, or OkTopk's ring: Options::
+// dense_allreduce), then /P. The reference every method is held to.
 #pragma once
 
 #include <oktopk/sparse_allreduce.hpp>
@@ -16,9 +17,11 @@ class DenseAllreduce final : public SparseAllreduce<ExecSpace> {
 
  protected:
   bool uses_error_feedback() const override { return false; }
-  // MPI sums the input where it lies: no copy into a separate buffer first.
-  bool reads_input_in_output() const override { return true; }
+  // The allreduce reads the gradient where it lies: no copy into a separate buffer first, and
+  // the finiteness check rides on the division by P.
+  bool averages_gradient_as_is() const override { return true; }
 
+  // Not called (the base averages the gradient itself), but the same thing on acc.
   void reduce_step(const ExecSpace& exec, const typename Base::vector_type& acc,
                    const typename Base::vector_type& out) override {
     this->dense_step(exec, acc, out);
