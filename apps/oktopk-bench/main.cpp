@@ -105,6 +105,9 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
 Method options (oktopk::Options, defaults are the library's):
   --dense-warmup N       the first N calls of each handle are dense allreduces ()"
      << d.warmup_iterations << R"()
+  --dense-allreduce A    dense allreduces (method dense, warm-up calls): mpi (MPI_Allreduce)
+                         or ring (OkTopk's, the division fused in) ()"
+     << d.dense_allreduce << R"()
   --threshold-period N   Ok-Topk: thresholds recomputed exactly every N calls ()"
      << d.threshold_period << R"()
   --repartition-period N Ok-Topk: region boundaries recomputed every N calls ()"
@@ -268,6 +271,12 @@ Args parse(int argc, char* argv[]) {
       a.dump_path = value;
     } else if (flag == "--dense-warmup") {
       o.set_warmup_iterations(parse_number<std::int64_t>(flag, value));
+    } else if (flag == "--dense-allreduce") {
+      try {
+        o.set_dense_allreduce(oktopk::dense_allreduce_from_string(value.c_str()));
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
     } else if (flag == "--threshold-period") {
       o.set_threshold_period(parse_number<std::int64_t>(flag, value));
     } else if (flag == "--repartition-period") {

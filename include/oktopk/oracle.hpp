@@ -70,8 +70,10 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 ///   a + b == b + a exactly; u = 2^-24); S2: per sketch cell of load L (entries with a non-zero
 ///   on some rank) and mass M (sum over them and over ranks of |acc|), both ways of summing
 ///   are within (L + P)·u·M of the exact cell, and the median moves no more than its inputs, so
-///   4·max over the entry's cells of (L + P)·u·M / P; dense calls and gTopk: 0 (the same
-///   MPI_Allreduce as the library's dense path; the same a + b additions as the tree).
+///   4·max over the entry's cells of (L + P)·u·M / P; dense calls with dense_allreduce = ring
+///   (which sums in ring order): 2(P-1)·u·sum over ranks of |acc| / P for P >= 3; other dense
+///   calls and gTopk: 0 (the same MPI_Allreduce as the library's dense path; the same a + b
+///   additions as the tree).
 ///   Without `slack`, entries whose slack exceeds rel_tol·|expected| / 2 are set to NaN instead
 ///   (they cannot be checked to rel_tol), which for S2 is most of them.
 ///
@@ -388,11 +390,24 @@ void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& ha
                   : impl::make_uninitialized<float>(exec, "OkTopk::expected_result::slack", n);
 
   if (stats.dense || handle.algorithm() == Algorithm::Dense) {
-    // The library's dense path, step by step: copy, SUM allreduce in place, divide by P.
+    // The library's MPI path: a SUM allreduce, then a division by P.
+    const int P = comm.size();
     Kokkos::deep_copy(exec, expected, acc);
     impl::mpi_allreduce_in_place(exec, comm, expected, MPI_SUM);
-    impl::divide(exec, expected, expected, static_cast<float>(comm.size()));
-    Kokkos::deep_copy(exec, bound, 0.0f);
+    impl::divide(exec, expected, expected, static_cast<float>(P));
+    if (handle.options().dense_allreduce == DenseAllreduce::Ring && P > 2) {
+      // The ring adds the same P floats in another order: first-order bound, doubled.
+      Kokkos::parallel_for(
+          "OkTopk::expected_result::abs", impl::RangeOf<ExecSpace>(exec, 0, n),
+          KOKKOS_LAMBDA(std::int64_t i) { bound(i) = impl::abs(acc(i)); });
+      impl::mpi_allreduce_in_place(exec, comm, bound, MPI_SUM);
+      const float scale = 2.0f * static_cast<float>(P - 1) * 0x1p-24f / static_cast<float>(P);
+      Kokkos::parallel_for(
+          "OkTopk::expected_result::ring_slack", impl::RangeOf<ExecSpace>(exec, 0, n),
+          KOKKOS_LAMBDA(std::int64_t i) { bound(i) *= scale; });
+    } else {
+      Kokkos::deep_copy(exec, bound, 0.0f);
+    }
   } else {
     switch (handle.algorithm()) {
       case Algorithm::TopkA:
