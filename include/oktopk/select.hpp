@@ -129,6 +129,57 @@ std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold
   return count;
 }
 
+/// \brief select_above() when each chunk's count of entries above the threshold is already
+/// known: `chunk_counts` has chunk_count<ExecSpace>(n) entries, as impl::accumulate_counting()
+/// stores them for the same x and threshold. A scan over the counts and one pass over x, where
+/// select_above() reads x twice (a counting scan pass, then the writing pass). Same results.
+template <class ExecSpace, class XView, class CountView, class IdxView, class ValView>
+std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float threshold,
+                                  const CountView& chunk_counts, const IdxView& indices,
+                                  const ValView& values) {
+  constexpr const char* where = "oktopk::select_above_counted";
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::select_above_counted: x");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type,
+                           "oktopk::select_above_counted: indices");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, ValView, value_type,
+                           "oktopk::select_above_counted: values");
+  OKTOPK_STATIC_CHECK_WRITABLE(IdxView, "oktopk::select_above_counted: indices");
+  OKTOPK_STATIC_CHECK_WRITABLE(ValView, "oktopk::select_above_counted: values");
+  impl::check_length(where, x.extent(0));
+  impl::ScopedRegion region("OkTopk::select_above_counted");
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t chunks = impl::chunk_count<ExecSpace>(n);
+  OKTOPK_REQUIRE(static_cast<std::int64_t>(chunk_counts.extent(0)) == chunks,
+                 std::invalid_argument, where,
+                 "chunk_counts has " << chunk_counts.extent(0) << " entries for " << chunks
+                                     << " chunks of x");
+  const auto capacity =
+      static_cast<std::int64_t>(indices.extent(0) < values.extent(0) ? indices.extent(0)
+                                                                      : values.extent(0));
+  const auto first_slot =
+      impl::make_uninitialized<std::int64_t>(exec, "OkTopk::select_above_counted::first_slot",
+                                             static_cast<std::size_t>(chunks));
+  std::int64_t count = 0;
+  Kokkos::parallel_scan(
+      "OkTopk::select_above_counted::offsets",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, chunks),
+      KOKKOS_LAMBDA(std::int64_t c, std::int64_t& slot, bool final) {
+        if (final) first_slot(c) = slot;
+        slot += chunk_counts(c);
+      },
+      count);
+  const impl::SelectAboveFunctor<XView, IdxView, ValView> compact{
+      x, threshold, indices, values, capacity, n, impl::chunk_length_v<ExecSpace>};
+  Kokkos::parallel_for(
+      "OkTopk::select_above_counted::compact",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, chunks),
+      KOKKOS_LAMBDA(std::int64_t c) {
+        std::int64_t slot = first_slot(c);
+        compact(c, slot, true);
+      });
+  return count;
+}
+
 /// \brief Threshold selection split into P contiguous regions, in one pass over x.
 ///
 /// Region r is [offsets(r), offsets(r+1)); `region_offsets` has P+1 non-decreasing entries
@@ -139,11 +190,16 @@ std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold
 ///
 /// Returns the total count. When it exceeds the capacity, the contents of indices, values and
 /// region_counts are unspecified: grow the buffers and call again.
+///
+/// `chunk_counts`, when not empty, holds x's counts above the threshold per chunk (see
+/// select_above_counted()), and the selection then reads x once.
 template <class ExecSpace, class XView, class OffsetView, class IdxView, class ValView,
-          class CountView>
+          class CountView, class ChunkCountView = Kokkos::View<const count_type*,
+                                                               typename ExecSpace::memory_space>>
 std::int64_t select_above_by_region(const ExecSpace& exec, const XView& x, float threshold,
                                     const OffsetView& region_offsets, const IdxView& indices,
-                                    const ValView& values, const CountView& region_counts) {
+                                    const ValView& values, const CountView& region_counts,
+                                    const ChunkCountView& chunk_counts = ChunkCountView()) {
   constexpr const char* where = "oktopk::select_above_by_region";
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::select_above_by_region: x");
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, OffsetView, count_type,
@@ -179,7 +235,10 @@ std::int64_t select_above_by_region(const ExecSpace& exec, const XView& x, float
   OKTOPK_REQUIRE(bad_offsets == 0, std::invalid_argument, where,
                  "region_offsets must rise from 0 to the length of x (" << n << ")");
 
-  const std::int64_t total = select_above(exec, x, threshold, indices, values);
+  const std::int64_t total =
+      chunk_counts.extent(0) != 0
+          ? select_above_counted(exec, x, threshold, chunk_counts, indices, values)
+          : select_above(exec, x, threshold, indices, values);
   const auto capacity =
       static_cast<std::int64_t>(indices.extent(0) < values.extent(0) ? indices.extent(0)
                                                                       : values.extent(0));

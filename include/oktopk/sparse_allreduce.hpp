@@ -140,6 +140,14 @@ class SparseAllreduce {
   /// Whether the method keeps a residual (the base then zeroes nothing it carries over).
   virtual bool uses_error_feedback() const { return true; }
 
+  /// A threshold the method wants the call's accumulate pass to count |acc| above, for free
+  /// (the pass reads acc anyway): the result lands in accumulated_above_, and on host
+  /// execution spaces per chunk in accumulated_chunk_counts_. NaN (the default): none. Asked
+  /// before the call counter moves, so the call it is for is iteration_ + 1.
+  virtual float accumulate_count_threshold() const {
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+
   /// Whether every call is a dense average of the gradient as it is (the Dense method): the
   /// base then reduces `grad` straight into `out`, without reduce_step and without a copy,
   /// and checks the average for NaN and Inf instead of the input, passes fewer.
@@ -218,6 +226,12 @@ class SparseAllreduce {
   /// k entries when magnitudes are distinct (-Inf when k >= n keeps all, +Inf when k == 0).
   float topk_threshold(const ExecSpace& exec, const vector_type& x, std::int64_t k);
 
+  /// What this call's accumulate pass counted: the threshold (NaN when it counted nothing),
+  /// the entries of acc above it, and their counts per chunk (empty on GPUs).
+  float accumulated_threshold_ = std::numeric_limits<float>::quiet_NaN();
+  std::int64_t accumulated_above_ = 0;
+  Kokkos::View<count_type*, memory_space> accumulated_chunk_counts_;
+
   Algorithm algorithm_;
   Communicator comm_;
   std::int64_t n_;
@@ -292,6 +306,7 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
   constexpr const char* where = "oktopk::SparseAllreduce::reduce";
   impl::ScopedRegion region("OkTopk::SparseAllreduce::reduce");
   const ReduceStats previous_stats = stats_;  // restored if the call is rejected
+  accumulated_threshold_ = std::numeric_limits<float>::quiet_NaN();
   comm_.reset_traffic();
   stats_ = ReduceStats{};
   stats_.k = k_;
@@ -313,7 +328,21 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
     if (length_ok && !as_is) {
       auto timer = phase(exec, "accumulate");
       if (uses_error_feedback()) {
-        nonfinite = impl::accumulate_counting_nonfinite(exec, residual_, grad, acc_);
+        const float count_at = accumulate_count_threshold();
+        if (impl::runs_on_host_v<ExecSpace> && !std::isnan(count_at) &&
+            accumulated_chunk_counts_.extent(0) == 0) {
+          accumulated_chunk_counts_ = Kokkos::View<count_type*, memory_space>(
+              Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                 "OkTopk::SparseAllreduce::accumulated_chunk_counts"),
+              static_cast<std::size_t>(impl::chunk_count<ExecSpace>(n_)));
+        }
+        const auto counts = impl::accumulate_counting(
+            exec, residual_, grad, acc_, count_at,
+            std::isnan(count_at) ? Kokkos::View<count_type*, memory_space>()
+                                 : accumulated_chunk_counts_);
+        nonfinite = counts.nonfinite;
+        accumulated_threshold_ = count_at;
+        accumulated_above_ = counts.above;
       } else {
         nonfinite = impl::copy_counting_nonfinite(exec, grad, acc_);
       }

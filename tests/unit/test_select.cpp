@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// count_above, select_above and select_above_by_region against host references, per space.
+// count_above, select_above, select_above_counted (after impl::accumulate_counting) and
+// select_above_by_region against host references, per space.
 #include "exec_spaces.hpp"
 #include "host_reference.hpp"
 #include "test_data.hpp"
 
 #include <oktopk/select.hpp>
+#include <oktopk/impl/vector_ops.hpp>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -82,6 +86,92 @@ TYPED_TEST(Select, SelectAboveMatchesReference) {
         EXPECT_TRUE(same_entries(to_vector(exec, values), expected.values));
       }
     }
+  }
+}
+
+/// impl::accumulate_counting (acc = residual + grad with its counts, per chunk too) followed
+/// by select_above_counted, against the host reference of the same sum.
+TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
+  using Memory = typename TypeParam::memory_space;
+  const TypeParam exec;
+  for (const auto kind : all_data_kinds) {
+    for (const auto n : test_sizes) {
+      const auto& grad = cached_data(kind, n);
+      // A residual of small multiples of 1/4: the sums differ from grad, stay exact for
+      // ordinary values, and keep NaN and Inf where grad has them.
+      std::vector<float> residual(n);
+      for (std::size_t i = 0; i < n; ++i) residual[i] = static_cast<float>(i % 5) * 0.25f - 0.5f;
+      std::vector<float> acc(n);
+      for (std::size_t i = 0; i < n; ++i) acc[i] = residual[i] + grad[i];
+      const auto grad_view = to_view<TypeParam>(grad, "grad");
+      const auto residual_view = to_view<TypeParam>(residual, "residual");
+      Kokkos::View<float*, Memory> acc_view("acc", n);
+      const auto chunks = oktopk::impl::chunk_count<TypeParam>(static_cast<std::int64_t>(n));
+      Kokkos::View<count_type*, Memory> chunk_counts("chunk_counts", chunks);
+      for (const float t : thresholds_for(acc)) {
+        SCOPED_TRACE(case_name(kind, n, t));
+        const auto counts = oktopk::impl::accumulate_counting(exec, residual_view, grad_view,
+                                                              acc_view, t, chunk_counts);
+        EXPECT_TRUE(same_entries(to_vector(exec, acc_view), acc));
+        const auto expected_nonfinite =
+            std::count_if(acc.begin(), acc.end(), [](float v) { return !std::isfinite(v); });
+        EXPECT_EQ(counts.nonfinite, expected_nonfinite);
+        EXPECT_EQ(counts.above, ref::count_above(acc, t));
+        // Each chunk's count: the reference over that chunk's entries.
+        const auto chunk = oktopk::impl::chunk_length_v<TypeParam>;
+        const auto got = to_vector(exec, chunk_counts);
+        std::int64_t wrong_chunks = 0;
+        for (std::int64_t c = 0; c < chunks; ++c) {
+          const auto begin = static_cast<std::size_t>(c * chunk);
+          const auto end = std::min(n, static_cast<std::size_t>((c + 1) * chunk));
+          const std::vector<float> part(acc.begin() + begin, acc.begin() + end);
+          if (got[c] != ref::count_above(part, t)) ++wrong_chunks;
+        }
+        EXPECT_EQ(wrong_chunks, 0);
+
+        auto expected = ref::select_above(acc, t);
+        const auto count = static_cast<std::int64_t>(expected.indices.size());
+        const auto capacity = static_cast<std::size_t>(count) + 3;
+        auto indices = filled_view<TypeParam>(capacity, index_sentinel, "indices");
+        auto values = filled_view<TypeParam>(capacity, value_sentinel, "values");
+        EXPECT_EQ(oktopk::select_above_counted(exec, acc_view, t, chunk_counts, indices, values),
+                  count);
+        expected.indices.resize(capacity, index_sentinel);
+        expected.values.resize(capacity, value_sentinel);
+        EXPECT_TRUE(same_entries(to_vector(exec, indices), expected.indices));
+        EXPECT_TRUE(same_entries(to_vector(exec, values), expected.values));
+        // Too little room: the count still, and only what fits written.
+        if (count >= 2) {
+          auto small_indices = filled_view<TypeParam>(1, index_sentinel, "small_indices");
+          auto small_values = filled_view<TypeParam>(1, value_sentinel, "small_values");
+          EXPECT_EQ(oktopk::select_above_counted(exec, acc_view, t, chunk_counts, small_indices,
+                                                 small_values),
+                    count);
+          EXPECT_EQ(to_vector(exec, small_indices)[0], expected.indices[0]);
+        }
+      }
+      // Without counts to record, none are written; a NaN threshold counts nothing.
+      Kokkos::View<count_type*, Memory> none;
+      const auto plain = oktopk::impl::accumulate_counting(
+          exec, residual_view, grad_view, acc_view, std::numeric_limits<float>::quiet_NaN(), none);
+      EXPECT_EQ(plain.above, 0);
+    }
+  }
+}
+
+TYPED_TEST(Select, SelectAboveCountedRejectsCountsOfAnotherLength) {
+  const TypeParam exec;
+  const std::vector<float> x(10000, 1.0f);
+  const auto x_view = to_view<TypeParam>(x, "x");
+  const auto chunks = oktopk::impl::chunk_count<TypeParam>(10000);
+  Kokkos::View<count_type*, typename TypeParam::memory_space> wrong("wrong", chunks + 1);
+  auto indices = filled_view<TypeParam>(x.size(), index_sentinel, "indices");
+  auto values = filled_view<TypeParam>(x.size(), value_sentinel, "values");
+  try {
+    oktopk::select_above_counted(exec, x_view, 0.5f, wrong, indices, values);
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("oktopk::select_above_counted: ", 0), 0u) << e.what();
   }
 }
 

@@ -20,20 +20,50 @@ KOKKOS_INLINE_FUNCTION bool is_finite(float x) {
   return (float_to_bits(x) & 0x7f800000u) != 0x7f800000u;
 }
 
-/// acc = residual + grad, returning how many entries of acc are not finite (one pass).
-template <class ExecSpace, class Residual, class Grad, class Acc>
-std::int64_t accumulate_counting_nonfinite(const ExecSpace& exec, const Residual& residual,
-                                           const Grad& grad, const Acc& acc) {
-  std::int64_t bad = 0;
+/// What accumulate_counting() found in acc.
+struct AccumulateCounts {
+  std::int64_t nonfinite = 0;  ///< entries that are NaN or +-Inf
+  std::int64_t above = 0;      ///< entries with |acc| > the threshold
+};
+
+/// \brief acc = residual + grad in one pass, counting the entries of acc that are not finite
+/// and those with |acc| > threshold (none when threshold is NaN).
+///
+/// The pass goes by chunks of chunk_length_v entries (on the host a loop the compiler
+/// vectorizes, on GPUs one entry per thread). When `chunk_counts` has one entry per chunk
+/// (chunk_count<ExecSpace>(n)), each chunk's count above the threshold is stored there, so that
+/// select_above_counted() compacts at that threshold in one pass instead of two.
+template <class ExecSpace, class Residual, class Grad, class Acc, class ChunkCounts>
+AccumulateCounts accumulate_counting(const ExecSpace& exec, const Residual& residual,
+                                     const Grad& grad, const Acc& acc, float threshold,
+                                     const ChunkCounts& chunk_counts) {
+  const auto n = static_cast<std::int64_t>(grad.extent(0));
+  const std::int64_t chunks = chunk_count<ExecSpace>(n);
+  const std::int64_t chunk = chunk_length_v<ExecSpace>;
+  const bool record = static_cast<std::int64_t>(chunk_counts.extent(0)) == chunks;
+  // Both counts in one sum: above in the low 32 bits (it never reaches 2^31), non-finite above.
+  std::int64_t packed = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::accumulate_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, grad.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
-        const float a = residual(i) + grad(i);
-        acc(i) = a;
-        if (!is_finite(a)) ++count;
+      "OkTopk::accumulate_counting", RangeOf<ExecSpace>(exec, 0, chunks),
+      KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
+        const std::int64_t begin = c * chunk;
+        const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+        std::int64_t above = 0;
+        std::int64_t bad = 0;
+        for (std::int64_t i = begin; i < end; ++i) {
+          const float a = residual(i) + grad(i);
+          acc(i) = a;
+          above += abs(a) > threshold ? 1 : 0;
+          bad += is_finite(a) ? 0 : 1;
+        }
+        if (record) chunk_counts(c) = above;
+        sum += above + (bad << 32);
       },
-      bad);
-  return bad;
+      packed);
+  AccumulateCounts counts;
+  counts.nonfinite = packed >> 32;
+  counts.above = packed & 0xffffffff;
+  return counts;
 }
 
 /// to = from, returning how many entries are not finite (one pass; from may be to).

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,19 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     };
   }
 
+  // A call that reuses the local threshold counts at it while accumulating: the guard's first
+  // count, and the split's selection in one pass instead of two, when the guard keeps it.
+  float accumulate_count_threshold() const override {
+    const Options& o = this->options_;
+    const std::int64_t call = this->iteration_ + 1;
+    const bool reused = call > o.warmup_iterations &&
+                        (call - o.warmup_iterations - 1) % o.threshold_period != 0;
+    if (!reused || !(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) {
+      return std::numeric_limits<float>::quiet_NaN();
+    }
+    return local_threshold_;
+  }
+
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
     const Options& o = this->options_;
     auto& stats = this->stats_;
@@ -122,8 +136,13 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
       stats.repartitioned = true;
     }
 
-    split_and_reduce(exec, this->comm_, acc, local_threshold_, offsets_, offsets_device_,
-                     o.throttle, split_, this->timed(exec));
+    // The accumulate pass's chunk counts hold for the threshold it counted at (host spaces).
+    const bool counted = this->accumulated_threshold_ == local_threshold_ &&
+                         this->accumulated_chunk_counts_.extent(0) != 0;
+    split_and_reduce(exec, this->comm_, acc, local_threshold_,
+                     counted ? this->accumulated_chunk_counts_
+                             : Kokkos::View<count_type*, Memory>(),
+                     offsets_, offsets_device_, o.throttle, split_, this->timed(exec));
     stats.local_selected = split_.selected;
     nudge(local_threshold_, split_.selected, o.local_low, o.local_high, o.local_step);
 
@@ -168,7 +187,10 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     const Options& o = this->options_;
     if (!(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return;
     for (int loop = 0; loop < o.guard_loops; ++loop) {
-      const std::int64_t passing = count_above(exec, acc, local_threshold_);
+      // The accumulate pass already counted at the threshold this call started with.
+      const std::int64_t passing = loop == 0 && this->accumulated_threshold_ == local_threshold_
+                                       ? this->accumulated_above_
+                                       : count_above(exec, acc, local_threshold_);
       if (static_cast<double>(passing) <= o.guard_factor * static_cast<double>(this->k_)) break;
       local_threshold_ = static_cast<float>(local_threshold_ * o.guard_step);
     }

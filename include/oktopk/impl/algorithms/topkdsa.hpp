@@ -56,7 +56,7 @@ class TopkDSA final : public SparseAllreduce<ExecSpace> {
       stats.local_threshold_exact = true;
     }
     stats.global_threshold = -std::numeric_limits<float>::infinity();
-    split_and_reduce(exec, comm, acc, stats.local_threshold, offsets_, offsets_device_,
+    split_and_reduce(exec, comm, acc, stats.local_threshold, {}, offsets_, offsets_device_,
                      this->options_.throttle, state_, this->timed(exec));
     stats.local_selected = state_.selected;
     {
