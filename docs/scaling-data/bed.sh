@@ -3,7 +3,7 @@
 # The bed runs behind docs/scaling.md, as run (as root, about 6 minutes). The P = 1 compute
 # runs were repeated by hand with the OMPI_ALLOW_* variables, which the first pass lacked.
 set -u
-cd /work/wt-alphabeta
+cd "$(dirname "$0")/../.."
 B=build/apps/oktopk-bench/oktopk-bench
 D=docs/scaling-data
 export OMP_NUM_THREADS=1 OMP_PROC_BIND=false OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
