@@ -20,6 +20,8 @@ struct Communicator::State {
   MPI_Comm comm = MPI_COMM_NULL;
   std::string phase = "other";
   std::map<std::string, PhaseTraffic> traffic;
+  bool log_messages = false;
+  std::vector<MessageRecord> message_log;
   std::atomic<std::int64_t> serials{0};
 
   State() = default;
@@ -36,12 +38,16 @@ struct Communicator::State {
     }
   }
 
-  void charge(const std::string& to, const PhaseTraffic& t) {
-    // Zero charges (every collective when P == 1) leave no empty phase behind.
+  void charge(const std::string& to, const char* operation, int peer, const PhaseTraffic& t) {
+    // Zero charges (every collective when P == 1) leave no empty phase behind, and no record.
     if (t == PhaseTraffic{}) {
       return;
     }
     traffic[to] += t;
+    if (log_messages) {
+      message_log.push_back(MessageRecord{to, operation, peer, t.bytes_sent, t.bytes_received,
+                                          t.messages_sent, t.messages_received});
+    }
   }
 };
 
@@ -291,11 +297,29 @@ PhaseTraffic Communicator::total_traffic() const {
   return total;
 }
 
-void Communicator::reset_traffic() { state_->traffic.clear(); }
+void Communicator::reset_traffic() {
+  state_->traffic.clear();
+  state_->message_log.clear();
+}
 
-void Communicator::charge(std::int64_t bytes_sent, std::int64_t bytes_received,
-                          std::int64_t messages_sent, std::int64_t messages_received) const {
-  state_->charge(state_->phase,
+void Communicator::set_message_log(bool enabled) {
+  state_->log_messages = enabled;
+  if (!enabled) {
+    // Keeps "empty while the log is off" true, and gives the memory back.
+    std::vector<MessageRecord>().swap(state_->message_log);
+  }
+}
+
+bool Communicator::message_log_enabled() const { return state_->log_messages; }
+
+const std::vector<MessageRecord>& Communicator::message_log() const {
+  return state_->message_log;
+}
+
+void Communicator::charge(const char* operation, int peer, std::int64_t bytes_sent,
+                          std::int64_t bytes_received, std::int64_t messages_sent,
+                          std::int64_t messages_received) const {
+  state_->charge(state_->phase, operation, peer,
                  PhaseTraffic{bytes_sent, bytes_received, messages_sent, messages_received});
 }
 
@@ -378,7 +402,8 @@ void Communicator::Requests::wait_all() {
     OKTOPK_MPI_CHECK(kWaitAll, MPI_Get_count(&statuses[receive.request], receive.type, &count));
     OKTOPK_REQUIRE(count != MPI_UNDEFINED, std::runtime_error, kWaitAll,
                    "a received message is not a whole number of its datatype");
-    state_->charge(receive.phase, PhaseTraffic{0, count * type_size(kWaitAll, receive.type), 0, 1});
+    state_->charge(receive.phase, "recv", receive.source,
+                   PhaseTraffic{0, count * type_size(kWaitAll, receive.type), 0, 1});
   }
   requests_.clear();
   receives_.clear();
@@ -396,7 +421,7 @@ void Communicator::isend_bytes(const void* buffer, count_type count, MPI_Datatyp
   requests.state_ = state_;
   requests.requests_.push_back(request);
   if (destination != rank_) {
-    charge(bytes, 0, 1, 0);
+    charge("send", destination, bytes, 0, 1, 0);
   }
 }
 
@@ -411,8 +436,8 @@ void Communicator::irecv_bytes(void* buffer, count_type count, MPI_Datatype type
   requests.state_ = state_;
   requests.requests_.push_back(request);
   // Charged at completion with the actual size, but to the phase it was posted in.
-  requests.receives_.push_back(
-      Requests::Receive{requests.requests_.size() - 1, type, state_->phase, source != rank_});
+  requests.receives_.push_back(Requests::Receive{requests.requests_.size() - 1, type,
+                                                 state_->phase, source, source != rank_});
 }
 
 // ---- collectives ------------------------------------------------------------------------------
@@ -429,7 +454,7 @@ void Communicator::allreduce_impl(const void* send, void* receive, count_type co
   // allgather: the reverse.
   const std::int64_t own = block_bytes(bytes, size_, rank_);
   const std::int64_t volume = (bytes - own) + (size_ - 1) * own;
-  charge(volume, volume, 2 * (size_ - 1), 2 * (size_ - 1));
+  charge("allreduce", -1, volume, volume, 2 * (size_ - 1), 2 * (size_ - 1));
 }
 
 void Communicator::alltoall_impl(const void* send, void* receive, count_type count,
@@ -438,7 +463,7 @@ void Communicator::alltoall_impl(const void* send, void* receive, count_type cou
   const std::int64_t bytes = count * type_size(kAlltoall, type);
   OKTOPK_MPI_CHECK(kAlltoall, MPI_Alltoall(send, n, type, receive, n, type, state_->comm));
   // Exact: one block to and from every other rank; the block to ourselves is a local copy.
-  charge((size_ - 1) * bytes, (size_ - 1) * bytes, size_ - 1, size_ - 1);
+  charge("alltoall", -1, (size_ - 1) * bytes, (size_ - 1) * bytes, size_ - 1, size_ - 1);
 }
 
 void Communicator::allgather_impl(const void* send, count_type count, void* receive,
@@ -447,7 +472,7 @@ void Communicator::allgather_impl(const void* send, count_type count, void* rece
   const std::int64_t bytes = count * type_size(kAllgather, type);
   OKTOPK_MPI_CHECK(kAllgather, MPI_Allgather(send, n, type, receive, n, type, state_->comm));
   // allgatherv with equal counts: c_r = bytes, T = P * bytes.
-  charge((size_ - 1) * bytes, (size_ - 1) * bytes, size_ - 1, size_ - 1);
+  charge("allgather", -1, (size_ - 1) * bytes, (size_ - 1) * bytes, size_ - 1, size_ - 1);
 }
 
 void Communicator::allgatherv_impl(const void* send, count_type count, void* receive,
@@ -470,7 +495,7 @@ void Communicator::allgatherv_impl(const void* send, count_type count, void* rec
   OKTOPK_MPI_CHECK(kAllgatherv, MPI_Allgatherv(send, n, type, receive, counts, displacements, type,
                                                state_->comm));
   const std::int64_t own = count * size;
-  charge((size_ - 1) * own, total * size - own, size_ - 1, size_ - 1);
+  charge("allgatherv", -1, (size_ - 1) * own, total * size - own, size_ - 1, size_ - 1);
 }
 
 void Communicator::bcast_impl(void* buffer, count_type count, MPI_Datatype type, int root) const {
@@ -481,9 +506,10 @@ void Communicator::bcast_impl(void* buffer, count_type count, MPI_Datatype type,
   // Scatter from the root, then allgather of the scattered blocks.
   const std::int64_t own = block_bytes(bytes, size_, rank_);
   if (rank_ == root) {
-    charge((bytes - own) + (size_ - 1) * own, bytes - own, 2 * (size_ - 1), size_ - 1);
+    charge("bcast", -1, (bytes - own) + (size_ - 1) * own, bytes - own, 2 * (size_ - 1),
+           size_ - 1);
   } else {
-    charge((size_ - 1) * own, bytes, size_ - 1, size_);
+    charge("bcast", -1, (size_ - 1) * own, bytes, size_ - 1, size_);
   }
 }
 

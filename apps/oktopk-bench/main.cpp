@@ -45,6 +45,8 @@ using Vector = Handle::vector_type;
 constexpr const char* csv_header =
     "algo,P,n,k,density,iters,time_s_med,time_s_max,bytes_per_rank_avg,bytes_per_rank_max,"
     "words_per_rank_max_over_k,nnz_out,wrong";
+constexpr const char* trace_header =
+    "algo,call,rank,phase,operation,peer,bytes_sent,bytes_received";
 constexpr char file_magic[8] = {'O', 'K', 'T', 'O', 'P', 'K', 'G', '1'};
 constexpr std::int64_t file_header_bytes = 24;
 constexpr std::int64_t rows_width = 64;  // entries per row of --dist rows:R
@@ -100,6 +102,16 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
   --dump-gradients PATH  write the gradients of every call (warm-up and timed, every rank) to
                          PATH; --dist file:PATH with the same P, --warmup and --iters
                          replays exactly these calls
+  --trace PATH           write every message of the timed calls, of every rank, to PATH (one
+                         CSV file, written by rank 0), as the traffic accounting charges them:
+                           )" << trace_header << R"(
+                         call: timed iteration from 0; operation: send or recv (peer = the
+                         other rank; a receive is logged when it completes, with its actual
+                         size) or a collective, allreduce alltoall allgather allgatherv bcast
+                         (peer -1, bytes = its charged per-rank volume); messages to self are
+                         not counted and not listed. Rows are ordered by method, rank, call;
+                         per (algo, call, rank) they sum to the bytes behind bytes_per_rank_*
+                         and --phases. The mpi_allreduce row is traced too.
   --help                 print this text
 
 Method options (oktopk::Options, defaults are the library's):
@@ -159,6 +171,7 @@ struct Args {
   bool help = false;
   std::string format = "table";
   std::string dump_path;
+  std::string trace_path;
   oktopk::Options options;
 };
 
@@ -269,6 +282,9 @@ Args parse(int argc, char* argv[]) {
     } else if (flag == "--dump-gradients") {
       if (value.empty()) throw UsageError("--dump-gradients needs a path");
       a.dump_path = value;
+    } else if (flag == "--trace") {
+      if (value.empty()) throw UsageError("--trace needs a path");
+      a.trace_path = value;
     } else if (flag == "--dense-warmup") {
       o.set_warmup_iterations(parse_number<std::int64_t>(flag, value));
     } else if (flag == "--dense-allreduce") {
@@ -700,12 +716,87 @@ class Progress {
   Kokkos::Timer since_print_;
 };
 
+/// --trace: each rank keeps the CSV rows of its messages; after every method rank 0 collects
+/// them (point to point, rank by rank, so the file is ordered by method, then rank, then call)
+/// and appends them to the one file. Nothing is recorded without --trace.
+class Trace {
+ public:
+  /// Collective: rank 0 creates the file and writes the header; every rank learns whether it
+  /// could, so all throw together rather than some waiting later.
+  Trace(const oktopk::Communicator& world, const std::string& path) : world_(world), path_(path) {
+    if (path_.empty()) return;
+    std::int64_t ok = 1;
+    if (world_.rank() == 0) {
+      out_.open(path_, std::ios::trunc);
+      out_ << trace_header << '\n';
+      out_.flush();
+      ok = out_ ? 1 : 0;
+    }
+    world_.bcast(&ok, 1, 0);
+    if (ok == 0) throw std::runtime_error("cannot write trace file '" + path_ + "'");
+  }
+
+  bool enabled() const { return !path_.empty(); }
+
+  /// Appends the records `comm` logged in one call (its log holds exactly that call: the
+  /// handle resets the accounting at the start of every call).
+  void add_call(const std::string& algo, std::int64_t call, const oktopk::Communicator& comm) {
+    for (const oktopk::MessageRecord& m : comm.message_log()) {
+      rows_ << algo << ',' << call << ',' << world_.rank() << ',' << m.phase << ',' << m.operation
+            << ',' << m.peer << ',' << m.bytes_sent << ',' << m.bytes_received << '\n';
+    }
+  }
+
+  /// Collective: moves every rank's rows to the file and clears them.
+  void flush() {
+    if (path_.empty()) return;
+    const std::string mine = rows_.str();
+    rows_.str(std::string());
+    const int P = world_.size();
+    std::int64_t ok = 1;
+    if (world_.rank() == 0) {
+      out_ << mine;
+      for (int r = 1; r < P; ++r) {
+        std::int64_t length = 0;
+        {
+          oktopk::Communicator::Requests requests;
+          world_.irecv(&length, 1, r, 11, requests);
+          requests.wait_all();
+        }
+        std::string text(static_cast<std::size_t>(length), '\0');
+        oktopk::Communicator::Requests requests;
+        world_.irecv(text.data(), length, r, 12, requests);
+        requests.wait_all();
+        out_ << text;
+      }
+      out_.flush();
+      ok = out_ ? 1 : 0;
+    } else {
+      const auto length = static_cast<std::int64_t>(mine.size());
+      oktopk::Communicator::Requests requests;
+      world_.isend(&length, 1, 0, 11, requests);
+      world_.isend(mine.data(), length, 0, 12, requests);
+      requests.wait_all();
+    }
+    world_.bcast(&ok, 1, 0);
+    if (ok == 0) throw std::runtime_error("writing trace file '" + path_ + "' failed");
+  }
+
+ private:
+  oktopk::Communicator world_;
+  std::string path_;
+  std::ofstream out_;
+  std::ostringstream rows_;
+};
+
 Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const Args& args,
-                     oktopk::Algorithm algorithm, GradientSource& source, Progress& progress) {
+                     oktopk::Algorithm algorithm, GradientSource& source, Progress& progress,
+                     Trace& trace) {
   const int P = world.size();
   const auto n = static_cast<std::size_t>(args.n);
   // The handle gets its own duplicate, so the benchmark's own calls never mix with its traffic.
-  const oktopk::Communicator comm(MPI_COMM_WORLD);
+  oktopk::Communicator comm(MPI_COMM_WORLD);
+  // The log only in the timed calls: the warm-up's messages would be kept and dropped unread.
   const auto handle = oktopk::make_sparse_allreduce<Exec>(algorithm, comm, args.n, args.options);
   Vector grad("oktopk-bench::grad", n);
   Vector out("oktopk-bench::out", n);
@@ -738,6 +829,7 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
           KOKKOS_LAMBDA(std::int64_t i) { a(i) = residual(i) + g(i); });
     }
     exec.fence();
+    if (trace.enabled()) comm.set_message_log(timed);
     world.barrier();
     Kokkos::Timer timer;
     handle->reduce(exec, grad, out);
@@ -748,6 +840,7 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
       const oktopk::ReduceStats& stats = handle->stats();
       seconds[j] = elapsed;
       bytes_sum += max_bytes(stats.total_traffic());
+      trace.add_call(result.algo, call - args.warmup, comm);
       if (args.phases) {
         for (const auto& [name, phase] : stats.phases) {
           phase_log[j][name] = {phase.seconds, max_bytes(phase.traffic)};
@@ -776,13 +869,14 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) { count += out(i) != 0.0f ? 1 : 0; },
       result.nnz);
   if (args.phases) result.phases = aggregate_phases(world, phase_log);
+  trace.flush();
   return result;
 }
 
 /// The floor for the dense method: MPI_Allreduce (through oktopk::Communicator, which counts
 /// its bytes) of each call's gradient, copied to host memory untimed, into a second buffer.
 Result run_mpi_baseline(const Exec& exec, const oktopk::Communicator& world, const Args& args,
-                        GradientSource& source, Progress& progress) {
+                        GradientSource& source, Progress& progress, Trace& trace) {
   const auto n = static_cast<std::size_t>(args.n);
   oktopk::Communicator comm(MPI_COMM_WORLD);
   Vector grad("oktopk-bench::grad", n);
@@ -802,6 +896,7 @@ Result run_mpi_baseline(const Exec& exec, const oktopk::Communicator& world, con
     Kokkos::deep_copy(exec, send, grad);
     exec.fence();
     comm.reset_traffic();
+    if (trace.enabled()) comm.set_message_log(call >= args.warmup);
     world.barrier();
     Kokkos::Timer timer;
     comm.allreduce(send.data(), receive.data(), args.n, MPI_SUM);
@@ -809,6 +904,7 @@ Result run_mpi_baseline(const Exec& exec, const oktopk::Communicator& world, con
     if (call >= args.warmup) {
       seconds[static_cast<std::size_t>(call - args.warmup)] = elapsed;
       bytes_sum += max_bytes(comm.total_traffic());
+      trace.add_call(result.algo, call - args.warmup, comm);
     }
     progress.tick(call, calls);
   }
@@ -820,6 +916,7 @@ Result run_mpi_baseline(const Exec& exec, const oktopk::Communicator& world, con
   result.bytes_avg /= world.size();
   world.allreduce_in_place(&result.bytes_max, 1, MPI_MAX);
   for (std::size_t i = 0; i < n; ++i) result.nnz += receive(i) != 0.0f ? 1 : 0;
+  trace.flush();
   return result;
 }
 
@@ -953,14 +1050,15 @@ void run_benchmark(const Args& args, const oktopk::Communicator& world, Gradient
   printer.begin(std::min<std::int64_t>(
       args.n, static_cast<std::int64_t>(std::floor(args.density * static_cast<double>(args.n)))));
   Progress progress(world.rank());
+  Trace trace(world, args.trace_path);
   const std::size_t rows = args.algorithms.size() + (args.mpi_baseline ? 1 : 0);
   for (std::size_t a = 0; a < args.algorithms.size(); ++a) {
     progress.start(oktopk::to_string(args.algorithms[a]), a, rows);
-    printer.row(run_algorithm(exec, world, args, args.algorithms[a], source, progress));
+    printer.row(run_algorithm(exec, world, args, args.algorithms[a], source, progress, trace));
   }
   if (args.mpi_baseline) {
     progress.start("mpi_allreduce", rows - 1, rows);
-    printer.row(run_mpi_baseline(exec, world, args, source, progress));
+    printer.row(run_mpi_baseline(exec, world, args, source, progress, trace));
   }
   printer.end();
 }

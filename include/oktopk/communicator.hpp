@@ -29,6 +29,20 @@ struct PhaseTraffic {
 
 bool operator==(const PhaseTraffic& a, const PhaseTraffic& b);
 
+/// \brief One charge of the traffic accounting, as the optional message log records it: a
+/// point-to-point message (`peer` >= 0), or one collective call (`peer` = -1) with the
+/// per-rank volume the accounting charges it (formulas at Communicator).
+struct MessageRecord {
+  std::string phase;      ///< the phase it was charged to
+  const char* operation;  ///< "send", "recv", or the collective: "allreduce", "alltoall",
+                          ///< "allgather", "allgatherv", "bcast" (static strings)
+  int peer;               ///< destination (send), source (recv), or -1 (collective)
+  std::int64_t bytes_sent;
+  std::int64_t bytes_received;
+  std::int64_t messages_sent;
+  std::int64_t messages_received;
+};
+
 /// \brief One named value in Communicator::check_agreement.
 struct AgreementField {
   const char* name;
@@ -113,7 +127,19 @@ class Communicator {
   PhaseTraffic traffic(const std::string& phase) const;
   /// The sum over all phases.
   PhaseTraffic total_traffic() const;
+  /// Clears the traffic counters and the message log.
   void reset_traffic();
+
+  /// \brief Turns the message log on or off (off by default; shared with copies). While on,
+  /// every charge of the accounting above is also appended, in the order it is charged, as one
+  /// MessageRecord: a send when it is posted, a receive when wait_all() completes it, a
+  /// collective when it returns; messages to self are not charged and not logged. It is what
+  /// an alpha-beta model of a run needs (how many messages, how large, to whom), which the
+  /// per-phase sums cannot give. Off, the cost is one untaken branch per charge.
+  void set_message_log(bool enabled);
+  bool message_log_enabled() const;
+  /// The records since the last reset_traffic() (empty while the log is off).
+  const std::vector<MessageRecord>& message_log() const;
 
   // ---- point to point -----------------------------------------------------------------------
 
@@ -143,6 +169,7 @@ class Communicator {
       std::size_t request;  // position in requests_
       MPI_Datatype type;
       std::string phase;
+      int source;    // for the message log
       bool counted;  // false for self-messages
     };
     std::shared_ptr<State> state_;  // of the Communicator that posted them
@@ -184,7 +211,8 @@ class Communicator {
   void check_agreement(const char* caller, std::initializer_list<AgreementField> fields) const;
 
  private:
-  void charge(std::int64_t bytes_sent, std::int64_t bytes_received, std::int64_t messages_sent,
+  void charge(const char* operation, int peer, std::int64_t bytes_sent,
+              std::int64_t bytes_received, std::int64_t messages_sent,
               std::int64_t messages_received) const;
 
   void isend_bytes(const void* buffer, count_type count, MPI_Datatype type, int destination,

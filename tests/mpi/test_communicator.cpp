@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <map>
 #include <cstdint>
 #include <numeric>
 #include <stdexcept>
@@ -667,6 +668,65 @@ TEST(Communicator, ResetTrafficZeroesEverything) {
   EXPECT_TRUE(comm.traffic("before_reset") == PhaseTraffic{});
   EXPECT_TRUE(comm.total_traffic() == PhaseTraffic{});
   EXPECT_EQ(comm.current_phase(), "other");
+}
+
+TEST(Communicator, MessageLogIsOffByDefaultAndEmptyWhileOff) {
+  Communicator comm;
+  EXPECT_FALSE(comm.message_log_enabled());
+  double x = 1.0;
+  comm.allreduce_in_place(&x, 1, MPI_SUM);
+  EXPECT_TRUE(comm.message_log().empty());
+}
+
+TEST(Communicator, MessageLogListsEveryChargeAndSumsToTheTraffic) {
+  Communicator comm;
+  const Communicator copy = comm;  // shares the log
+  comm.set_message_log(true);
+  EXPECT_TRUE(copy.message_log_enabled());
+  const int p = comm.size();
+  const int r = comm.rank();
+  std::vector<float> send(static_cast<std::size_t>(2 + r), 1.0f);
+  std::vector<float> receive(2 + p, 0.0f);
+  {
+    auto ring = comm.phase("ring");
+    Communicator::Requests requests;
+    comm.irecv(receive.data(), 2 + p, (r + p - 1) % p, 5, requests);
+    comm.isend(send.data(), static_cast<oktopk::count_type>(send.size()), (r + 1) % p, 5, requests);
+    requests.wait_all();
+  }
+  {
+    auto sums = comm.phase("sums");
+    double x = 1.0;
+    comm.allreduce_in_place(&x, 1, MPI_SUM);
+    std::vector<std::int64_t> all(p);
+    const std::int64_t mine = r;
+    comm.allgather(&mine, 1, all.data());
+  }
+  const auto& log = copy.message_log();
+  if (p == 1) {
+    EXPECT_TRUE(log.empty());  // self-messages and one-rank collectives are not charged
+    return;
+  }
+  ASSERT_EQ(log.size(), 4u);
+  EXPECT_EQ(std::string(log[0].operation), "send");
+  EXPECT_EQ(log[0].peer, (r + 1) % p);
+  EXPECT_EQ(log[0].bytes_sent, 4 * (2 + r));
+  EXPECT_EQ(std::string(log[1].operation), "recv");
+  EXPECT_EQ(log[1].peer, (r + p - 1) % p);
+  EXPECT_EQ(log[1].bytes_received, 4 * (2 + (r + p - 1) % p));  // the actual size
+  EXPECT_EQ(std::string(log[2].operation), "allreduce");
+  EXPECT_EQ(std::string(log[3].operation), "allgather");
+  std::map<std::string, PhaseTraffic> sums;
+  for (const auto& m : log) {
+    EXPECT_EQ(m.peer == -1, std::string(m.operation) != "send" && std::string(m.operation) != "recv");
+    sums[m.phase] += PhaseTraffic{m.bytes_sent, m.bytes_received, m.messages_sent,
+                                  m.messages_received};
+  }
+  EXPECT_EQ(sums, comm.traffic());
+  comm.reset_traffic();
+  EXPECT_TRUE(copy.message_log().empty());
+  comm.set_message_log(false);
+  EXPECT_FALSE(copy.message_log_enabled());
 }
 
 // ---- errors ------------------------------------------------------------------------------------

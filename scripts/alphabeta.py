@@ -1,0 +1,734 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""alphabeta.py: an alpha-beta model of oktopk's methods, fitted on the emulated network bed
+(scripts/netbench.sh) and replayed at scale.
+
+Subcommands (each has --help):
+  fit       alpha (seconds per message) and beta (seconds per byte) by least squares from
+            oktopk-bench CSV rows of a bare MPI_Allreduce (--mpi-baseline) at several n and P;
+            optionally the compute term from a P = 1 run of every method. Writes a JSON file.
+  predict   time per call of each method at one (P, n, density) from its message schedule.
+  validate  predictions against measured oktopk-bench runs; exit 1 if any error > tolerance.
+  scale     weak-scaling curves, CSV and PNG, for n = 14.7M (VGG-16) and 110M (BERT-base),
+            P = 16..4096, on the network profiles aries, ib100, ib200, eth10.
+
+The model (its assumptions, all of them):
+  * A message of b bytes costs alpha + beta*b. A schedule is a sequence of steps; in a step
+    every rank sends and receives messages that are in flight together (full duplex), and the
+    step costs alpha (one latency: the messages of a step overlap theirs) + beta * the max over
+    ranks of max(bytes out, bytes in). A call's communication time is the sum over its steps:
+    steps do not overlap one another, and computation does not overlap communication.
+  * Collectives are the schedules a tuned MPI would pick, the cheaper of two where it has a
+    choice: allreduce = recursive doubling (ceil(log2 P) steps of the whole buffer) or ring
+    reduce-scatter + allgather (2(P-1) steps of B/P); bcast = binomial tree or scatter + ring
+    allgather; alltoall = P-1 pairwise steps or Bruck's ceil(log2 P) steps of P/2 blocks.
+    allgather(v) = ring (P-1 steps of the largest block) or, for P a power of two, recursive
+    doubling (log2 P steps, step i moving the largest sum of 2^i consecutive blocks);
+    --allgatherv ring or doubling forces one.
+  * Schedules follow the code in include/oktopk/impl (a typical call: Ok-Topk's exact
+    thresholds every 32 calls and its repartition every 64 are reported apart, amortized):
+      every method: the 32-byte agreement allreduce ("check");
+      dense: allreduce of 4n bytes;
+      topka, gaussiank: allgather of counts, allgatherv of indices and of values (4 bytes
+        each per entry); topka's count per rank is k, gaussiank's k * a measured ratio;
+      topkdsa: alltoall of counts, P-1 rotated steps in groups of min(throttle, P-1), each
+        step 2 messages (indices, values) of c(r -> r+s) entries; then the reduced regions'
+        non-zeros: nnz of region q = (n/P)(1 - (1 - k/n)^P) (independent positions), gathered
+        sparse if 2*total < n, else the dense regions (allgatherv of 4n/P bytes);
+      gtopk: ceil(log2 P) tree rounds of (the count message; then indices + values of k
+        entries in one step)
+        and a merge of 2k entries each (compute), then bcast of 16 bytes and of 4k + 4k;
+      oktopk: check, alltoall of counts, the rotated split-and-reduce with per-destination
+        counts c(r -> q) = (k/P) * ratio, ratios drawn from a measured trace's distribution;
+        global threshold: `guard` scalar allreduces (measured mean); allgather of counts;
+        when the measured trace balanced, a balance step (one step, the measured share of
+        8T/P bytes) and an allgatherv of equal blocks, else blocks T/P * the measured
+        max/mean; T = k * the measured mean of global selected / k.
+      s2: allreduce of the sketch (rows * ceil(2 density n) * 4 bytes) and of the row bitmap
+        (n/64 bytes).
+  * Compute per call = passes(method) * 4n / mem_bw: passes are measured (a P = 1 run of the
+    method, no messages, divided by the memory bandwidth of oktopk-kernel-bench's copy row);
+    on the bed, where P ranks share `cores` cores, it is multiplied by max(1, P/cores).
+  * Each sparse entry is an int32 index + a float32 value = 8 bytes.
+Left out: contention inside the network (every link is assumed uncontended, full bisection),
+topology, eager/rendezvous protocol switches, MPI's own progress and copies, overlap of the
+split-and-reduce's additions with its messages, and anything GPU-specific (kernel launches,
+host staging without GPU-aware MPI). Per-destination counts at scale come from the measured
+distribution of the trace given, scaled with k/P: gradients whose top-k positions cluster
+differently at scale are not modelled.
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover
+    sys.exit("alphabeta.py: needs numpy (Debian: apt-get install python3-numpy)")
+
+METHODS = ["dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2"]
+ENTRY_BYTES = 8  # int32 index + float32 value
+CHECK_BYTES = 32  # the per-call agreement allreduce of 4 int64
+
+# Network profiles for `scale`: alpha in seconds, bandwidth in bytes/s per node (one rank per
+# node), mem_bw the device memory bandwidth the compute term uses.
+PROFILES = {
+    "aries": dict(alpha=1.0e-6, bandwidth=10.0e9, note="Cray Aries as in the paper: ~1 us, ~10 GB/s per node"),
+    "ib100": dict(alpha=1.5e-6, bandwidth=100e9 / 8, note="100 Gbit/s InfiniBand (EDR)"),
+    "ib200": dict(alpha=1.5e-6, bandwidth=200e9 / 8, note="200 Gbit/s InfiniBand (HDR)"),
+    "eth10": dict(alpha=20e-6, bandwidth=10e9 / 8, note="10 Gbit/s Ethernet, TCP"),
+}
+MODELS = {"vgg16": dict(n=14_700_000, density=0.02), "bert": dict(n=110_000_000, density=0.01)}
+
+
+class ModelError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+# ---- input files ----------------------------------------------------------------------------
+
+
+def read_bench_csv(path):
+    """The method rows of an oktopk-bench --format csv output (the part before an empty line)."""
+    try:
+        with open(path, newline="") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ModelError(f"cannot read {path}: {e.strerror}")
+    rows = []
+    header = None
+    for line in lines:
+        if line.startswith("["):
+            continue  # scripts/netbench.sh's log lines ("[oktopk] ...") share its stdout
+        if not line.strip():
+            if header is not None:
+                break
+            continue
+        fields = line.split(",")
+        if header is None:
+            if fields[:2] != ["algo", "P"]:
+                continue  # anything before the header (a log line)
+            header = fields
+            continue
+        if len(fields) != len(header):
+            raise ModelError(f"{path}: row with {len(fields)} fields, expected {len(header)}: {line}")
+        row = dict(zip(header, fields))
+        for key in ("P", "n", "k", "iters"):
+            row[key] = int(row[key])
+        for key in ("density", "time_s_med", "time_s_max", "bytes_per_rank_avg", "bytes_per_rank_max"):
+            row[key] = float(row[key])
+        row["file"] = path
+        rows.append(row)
+    if header is None:
+        raise ModelError(f"{path}: no oktopk-bench CSV header (algo,P,...) found")
+    return rows
+
+
+def read_trace(path):
+    """oktopk-bench --trace rows, as dicts with numeric fields."""
+    expected = ["algo", "call", "rank", "phase", "operation", "peer", "bytes_sent", "bytes_received"]
+    try:
+        with open(path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header != expected:
+                raise ModelError(f"{path}: not an oktopk-bench trace (header {header})")
+            rows = []
+            for fields in reader:
+                if len(fields) != len(expected):
+                    raise ModelError(f"{path}: malformed row {fields}")
+                rows.append(dict(algo=fields[0], call=int(fields[1]), rank=int(fields[2]),
+                                 phase=fields[3], op=fields[4], peer=int(fields[5]),
+                                 sent=int(fields[6]), received=int(fields[7])))
+    except OSError as e:
+        raise ModelError(f"cannot read {path}: {e.strerror}")
+    return rows
+
+
+class Distributions:
+    """What the schedules take from a measured run (trace + its bench CSV), per method, as
+    ratios that scale with k/P: per-destination split counts, global selected totals,
+    balancing, guard allreduces, Gaussian-k's selected counts."""
+
+    def __init__(self, trace_path, csv_path):
+        rows = read_trace(trace_path)
+        bench = {r["algo"]: r for r in read_bench_csv(csv_path)}
+        self.source = f"{trace_path} (P, k from {csv_path})"
+        self.split_ratios = {}
+        self.gathered_total_ratio = {}
+        self.gather_imbalance = {}
+        self.balance_fraction = {}
+        self.balance_share = {}
+        self.guard_allreduces = {}
+        self.union_fraction = {}
+        by_algo = {}
+        for r in rows:
+            by_algo.setdefault(r["algo"], []).append(r)
+        for algo, mine in by_algo.items():
+            if algo not in bench:
+                raise ModelError(f"{trace_path}: method {algo} has no row in {csv_path}")
+            P, k, n = bench[algo]["P"], bench[algo]["k"], bench[algo]["n"]
+            calls = sorted({r["call"] for r in mine})
+            # Split-and-reduce: entries per (call, rank, destination), zeros included.
+            split = {}
+            for r in mine:
+                if r["phase"] == "split_reduce" and r["op"] == "send":
+                    key = (r["call"], r["rank"], r["peer"])
+                    split[key] = split.get(key, 0) + r["sent"]
+            if split and k > 0 and P > 1:
+                ratios = []
+                for c in calls:
+                    for rank in range(P):
+                        for s in range(1, P):
+                            peer = (rank + s) % P
+                            ratios.append(split.get((c, rank, peer), 0) / ENTRY_BYTES / (k / P))
+                self.split_ratios[algo] = np.array(ratios)
+            # The gathered entries: each rank's own count from its allgatherv of indices.
+            totals, imbalance, balanced, shares, guards = [], [], 0, [], []
+            for c in calls:
+                own = {}
+                for r in mine:
+                    if r["call"] == c and r["op"] == "allgatherv" and r["phase"] == "allgatherv":
+                        # Two allgatherv rows per call (indices, then values): take the first.
+                        own.setdefault(r["rank"], r["sent"] / max(P - 1, 1) / 4)
+                if own and k > 0:
+                    t = sum(own.values())
+                    totals.append(t / k)
+                    if t > 0:
+                        imbalance.append(max(own.values()) / (t / P))
+                bal = [r for r in mine if r["call"] == c and r["phase"] == "balance"]
+                if bal:
+                    balanced += 1
+                    per_rank = {}
+                    for r in bal:
+                        s_, v_ = per_rank.get(r["rank"], (0, 0))
+                        per_rank[r["rank"]] = (s_ + r["sent"], v_ + r["received"])
+                    t = sum(own.values()) if own else 0
+                    if t > 0:
+                        shares.append(max(max(v) for v in per_rank.values()) / (ENTRY_BYTES * t / P))
+                g = [r for r in mine if r["call"] == c and r["phase"] == "global_select" and r["op"] == "allreduce"]
+                guards.append(len(g) / P)
+            if totals:
+                self.gathered_total_ratio[algo] = float(np.mean(totals))
+                self.gather_imbalance[algo] = float(np.mean(imbalance)) if imbalance else 1.0
+                if algo == "topkdsa" and n > 0:
+                    self.union_fraction[algo] = float(np.mean(totals)) * k / n
+            self.balance_fraction[algo] = balanced / len(calls) if calls else 0.0
+            self.balance_share[algo] = float(np.mean(shares)) if shares else 0.0
+            self.guard_allreduces[algo] = float(np.mean(guards)) if guards else 0.0
+        self.gaussiank_ratios = None
+        if "gaussiank" in by_algo and bench["gaussiank"]["k"] > 0:
+            k = bench["gaussiank"]["k"]
+            P = bench["gaussiank"]["P"]
+            own = [r["sent"] / max(P - 1, 1) / 4 / k for r in by_algo["gaussiank"]
+                   if r["op"] == "allgatherv"]
+            self.gaussiank_ratios = np.array(own[::2]) if own else None
+
+    def describe(self):
+        lines = [f"# count distributions from {self.source}"]
+        for algo, ratios in sorted(self.split_ratios.items()):
+            lines.append(f"#   {algo}: split counts / (k/P): mean {ratios.mean():.3f}, "
+                         f"max {ratios.max():.3f}, {len(ratios)} samples")
+        for algo, t in sorted(self.gathered_total_ratio.items()):
+            lines.append(f"#   {algo}: gathered entries / k {t:.3f}, max/mean per rank "
+                         f"{self.gather_imbalance[algo]:.3f}, balanced in "
+                         f"{100 * self.balance_fraction.get(algo, 0):.0f}% of calls, "
+                         f"guard allreduces {self.guard_allreduces.get(algo, 0):.2f} per call")
+        return "\n".join(lines)
+
+
+# ---- collective schedules -------------------------------------------------------------------
+# Each returns seconds under (alpha, beta).
+
+
+def step(alpha, beta, messages, nbytes):
+    return alpha * messages + beta * nbytes
+
+
+def allreduce(P, nbytes, alpha, beta):
+    if P <= 1 or nbytes <= 0:
+        return 0.0
+    doubling = math.ceil(math.log2(P)) * step(alpha, beta, 1, nbytes)
+    ring = 2 * (P - 1) * step(alpha, beta, 1, math.ceil(nbytes / P))
+    return min(doubling, ring)
+
+
+def alltoall(P, nbytes_per_peer, alpha, beta):
+    if P <= 1:
+        return 0.0
+    pairwise = (P - 1) * step(alpha, beta, 1, nbytes_per_peer)
+    bruck = math.ceil(math.log2(P)) * step(alpha, beta, 1, nbytes_per_peer * P / 2)
+    return min(pairwise, bruck)
+
+
+ALLGATHERV = {"algorithm": "min"}  # set from the command line: ring, doubling or min
+
+
+def allgatherv(blocks, alpha, beta):
+    """blocks: bytes contributed by each rank (numpy array of length P)."""
+    P = len(blocks)
+    if P <= 1 or blocks.sum() <= 0:
+        return 0.0
+    ring = (P - 1) * step(alpha, beta, 1, float(blocks.max()))
+    if ALLGATHERV["algorithm"] != "ring" and P & (P - 1) == 0:
+        doubling, group = 0.0, blocks.astype(float)
+        while len(group) > 1:
+            doubling += step(alpha, beta, 1, float(group.max()))
+            group = group.reshape(-1, 2).sum(axis=1)
+        return doubling if ALLGATHERV["algorithm"] == "doubling" else min(ring, doubling)
+    return ring
+
+
+def bcast(P, nbytes, alpha, beta):
+    if P <= 1 or nbytes <= 0:
+        return 0.0
+    rounds = math.ceil(math.log2(P))
+    binomial = rounds * step(alpha, beta, 1, nbytes)
+    scatter = sum(step(alpha, beta, 1, nbytes / 2 ** (i + 1)) for i in range(rounds))
+    return min(binomial, scatter + (P - 1) * step(alpha, beta, 1, nbytes / P))
+
+
+def split_and_reduce(P, k, ratios, throttle, alpha, beta, rng):
+    """Alltoall of counts, then P-1 rotated steps in groups of `throttle`: step s, rank r sends
+    c(r -> r+s) entries (2 messages) and receives c(r-s -> r). Counts = (k/P) * ratios drawn
+    from the measured distribution (or exactly k/P without one)."""
+    if P <= 1:
+        return 0.0
+    cost = alltoall(P, 8, alpha, beta)
+    group = max(1, min(throttle, P - 1))
+    ranks = np.arange(P)
+    for first in range(1, P, group):
+        steps = np.arange(first, min(P - 1, first + group - 1) + 1)
+        if ratios is None:
+            counts = np.full((P, len(steps)), k / P)
+        else:
+            counts = rng.choice(ratios, size=(P, len(steps))) * (k / P)
+        out = counts.sum(axis=1)
+        # Rank r receives from r - s what that rank sent in step s.
+        into = np.zeros(P)
+        for j, s in enumerate(steps):
+            into[(ranks + s) % P] += counts[:, j]
+        # The group's messages are in flight together: one latency, then the bytes.
+        cost += alpha + beta * ENTRY_BYTES * float(np.maximum(out, into).max())
+    return cost
+
+
+# ---- method schedules -----------------------------------------------------------------------
+
+
+def communication(algo, P, n, k, density, alpha, beta, dist, options):
+    """(typical call seconds, extra seconds amortized over calls) for one method."""
+    rng = np.random.default_rng(options.get("seed", 1))
+    check = allreduce(P, CHECK_BYTES, alpha, beta)
+    extra = 0.0
+    throttle = options.get("throttle", 4)
+    if algo in ("dense", "mpi_allreduce"):
+        t = allreduce(P, 4 * n, alpha, beta)
+        return (t if algo == "mpi_allreduce" else check + t), 0.0
+    if algo in ("topka", "gaussiank"):
+        counts = np.full(P, float(k))
+        if algo == "gaussiank" and dist is not None and dist.gaussiank_ratios is not None:
+            counts = rng.choice(dist.gaussiank_ratios, size=P) * k
+        t = check + allgatherv(np.full(P, 8.0), alpha, beta)
+        t += 2 * allgatherv(4 * counts, alpha, beta)
+        return t, 0.0
+    if algo == "topkdsa":
+        ratios = dist.split_ratios.get("topkdsa") if dist is not None else None
+        t = check + split_and_reduce(P, k, ratios, throttle, alpha, beta, rng)
+        t += allgatherv(np.full(P, 8.0), alpha, beta)
+        region_nnz = (n / P) * (1.0 - (1.0 - k / n) ** P) if n > 0 else 0.0
+        if 2 * region_nnz * P < n:
+            t += 2 * allgatherv(np.full(P, 4 * region_nnz), alpha, beta)
+        else:
+            t += allgatherv(np.full(P, 4 * n / P), alpha, beta)
+        return t, 0.0
+    if algo == "gtopk":
+        rounds = math.ceil(math.log2(P)) if P > 1 else 0
+        # Per round: the count message, then indices and values together.
+        tree = rounds * (step(alpha, beta, 1, 8) + step(alpha, beta, 1, ENTRY_BYTES * k))
+        t = check + tree + bcast(P, 16, alpha, beta) + 2 * bcast(P, 4 * k, alpha, beta)
+        return t, 0.0
+    if algo == "oktopk":
+        ratios = dist.split_ratios.get("oktopk") if dist is not None else None
+        total = k * (dist.gathered_total_ratio.get("oktopk", 1.0) if dist is not None else 1.0)
+        guards = dist.guard_allreduces.get("oktopk", 1.0) if dist is not None else 1.0
+        t = check + split_and_reduce(P, k, ratios, throttle, alpha, beta, rng)
+        t += guards * allreduce(P, 8, alpha, beta)
+        t += allgatherv(np.full(P, 8.0), alpha, beta)
+        balanced = dist is not None and dist.balance_fraction.get("oktopk", 0.0) >= 0.5
+        if balanced:
+            share = dist.balance_share.get("oktopk", 1.0)
+            t += step(alpha, beta, 1, ENTRY_BYTES * total / P * share)
+            blocks = np.full(P, 4 * total / P)
+        else:
+            imbalance = dist.gather_imbalance.get("oktopk", 1.0) if dist is not None else 1.0
+            blocks = np.full(P, 4 * total / P)
+            blocks[0] *= imbalance  # the largest block sets the ring's steps
+        t += 2 * allgatherv(blocks, alpha, beta)
+        # Every threshold_period calls: the distributed radix select's 4 allreduces (instead of
+        # the guard's); every repartition_period calls: one allreduce of P-1 boundaries.
+        exact = sum(allreduce(P, b, alpha, beta) for b in (8, 8192, 8192, 2048)) - guards * allreduce(P, 8, alpha, beta)
+        extra = exact / options.get("threshold_period", 32) + allreduce(P, 8 * (P - 1), alpha, beta) / options.get("repartition_period", 64)
+        return t, extra
+    if algo == "s2":
+        rows = options.get("s2_rows", 3)
+        columns = math.ceil(2 * density * n)
+        t = check + allreduce(P, 4 * rows * columns, alpha, beta) + allreduce(P, math.ceil(n / 64), alpha, beta)
+        return t, 0.0
+    raise ModelError(f"unknown method '{algo}' (valid: {' '.join(METHODS)} mpi_allreduce)")
+
+
+def compute(algo, P, n, k, params, cores, mem_bw=None, merge_passes=8.0):
+    """Seconds of computation per call: measured passes over 4n bytes at mem_bw, times the
+    share of a core each rank gets when P ranks share `cores` (the bed; None elsewhere)."""
+    if algo == "mpi_allreduce":
+        return 0.0
+    comp = params.get("compute")
+    if not comp:
+        return 0.0
+    bw = mem_bw or comp["mem_bw"]
+    passes = comp["passes"].get(algo)
+    if passes is None:
+        raise ModelError(f"the parameters have no compute passes for {algo}; rerun fit with --compute")
+    t = passes * 4 * n / bw
+    if algo == "gtopk" and P > 1:
+        t += math.ceil(math.log2(P)) * merge_passes * 2 * ENTRY_BYTES * k / bw
+    if cores:
+        t *= max(1.0, P / cores)
+    return t
+
+
+def predict_row(algo, P, n, density, alpha, beta, params, dist, cores, mem_bw=None, options=None):
+    options = options or {}
+    k = int(math.floor(density * n))
+    comm, extra = communication(algo, P, n, k, density, alpha, beta, dist, options)
+    comp = compute(algo, P, n, k, params, cores, mem_bw)
+    return dict(algo=algo, P=P, n=n, k=k, comm_s=comm, compute_s=comp, time_s=comm + comp,
+                amortized_extra_s=extra)
+
+
+# ---- subcommands ----------------------------------------------------------------------------
+
+
+def read_check_phases(path):
+    """(P, seconds) of the 'check' phase (the 32-byte agreement allreduce every call makes) of
+    each method in an oktopk-bench --phases CSV: the bed's small-message measurement."""
+    P_of = {r["algo"]: r["P"] for r in read_bench_csv(path)}
+    with open(path) as f:
+        lines = [l for l in f.read().splitlines() if not l.startswith("[")]
+    try:
+        start = lines.index("algo,phase,time_s_med,share,bytes_per_rank_max") + 1
+    except ValueError:
+        raise ModelError(f"{path}: no --phases table (algo,phase,...)")
+    rows = []
+    for line in lines[start:]:
+        f = line.split(",")
+        if len(f) == 5 and f[1] == "check" and f[0] in P_of:
+            rows.append((P_of[f[0]], float(f[2])))
+    return rows
+
+
+def least_squares(A, t):
+    """alpha, beta >= 0 minimizing the relative error (rows weighted by 1/t), so small and
+    large messages count alike."""
+    w = 1.0 / t
+    (alpha, beta), *_ = np.linalg.lstsq(A * w[:, None], t * w, rcond=None)
+    if alpha < 0:  # latency below resolution: the bandwidth alone
+        alpha = 0.0
+        beta = float(np.sum(A[:, 1] * t * w * w) / np.sum((A[:, 1] * w) ** 2))
+    return float(alpha), float(beta)
+
+
+def cmd_fit(args):
+    rows = [r for path in args.network for r in read_bench_csv(path) if r["algo"] == args.algo]
+    if len(rows) < 2:
+        raise ModelError(f"fit needs at least 2 rows of '{args.algo}' in --network files, got {len(rows)}")
+    # Ring allreduce of B = 4n bytes: t = 2(P-1) alpha + 2(P-1)/P B beta; a 32-byte check
+    # allreduce (--small): recursive doubling, ceil(log2 P) (alpha + 32 beta).
+    samples = [(r["P"], "allreduce", r["n"], r["time_s_med"]) for r in rows]
+    for path in args.small or []:
+        samples += [(P, "check", 8, t) for P, t in read_check_phases(path)]
+
+    def design(P, kind, n):
+        if kind == "check":
+            steps = math.ceil(math.log2(P))
+            return [steps, steps * CHECK_BYTES]
+        return [2 * (P - 1), 2 * (P - 1) / P * 4 * n]
+
+    A = np.array([design(P, kind, n) for P, kind, n, _ in samples], float)
+    t = np.array([s[3] for s in samples])
+    alpha, beta = least_squares(A, t)
+    result = dict(alpha=alpha, beta=beta, bandwidth_bytes_per_s=1.0 / beta, per_P={},
+                  fit_rows=[], sources=sorted(set(args.network + (args.small or []))),
+                  fitted_on=args.algo + (" + check phases" if args.small else ""))
+    print(f"all P: alpha = {alpha:.3e} s per message, beta = {beta:.4e} s per byte "
+          f"({8 / beta / 1e9:.3f} Gbit/s), from {len(samples)} rows")
+    for P in sorted({s[0] for s in samples}):
+        sel = [i for i, s in enumerate(samples) if s[0] == P]
+        if len(sel) >= 2:
+            a, b = least_squares(A[sel], t[sel])
+            result["per_P"][str(P)] = dict(alpha=a, beta=b)
+            print(f"P = {P}: alpha = {a:.3e} s, beta = {b:.4e} s/byte ({8 / b / 1e9:.3f} Gbit/s)")
+    print("P,kind,n,measured_s,fitted_all_P_s,error_pct,fitted_own_P_s,error_pct")
+    for (P, kind, n, measured), a in zip(samples, A):
+        fitted = a[0] * alpha + a[1] * beta
+        own = result["per_P"].get(str(P), dict(alpha=alpha, beta=beta))
+        fitted_own = a[0] * own["alpha"] + a[1] * own["beta"]
+        result["fit_rows"].append(dict(P=P, kind=kind, n=n, measured_s=measured, fitted_s=fitted,
+                                       fitted_own_P_s=fitted_own))
+        print(f"{P},{kind},{n},{measured:.4e},{fitted:.4e},{100 * (fitted - measured) / measured:+.1f},"
+              f"{fitted_own:.4e},{100 * (fitted_own - measured) / measured:+.1f}")
+    if args.compute:
+        if args.mem_bw is None and args.kernel_bench is None:
+            raise ModelError("--compute needs --kernel-bench CSV (its copy row) or --mem-bw GB/s")
+        mem_bw = args.mem_bw * 1e9 if args.mem_bw else None
+        if mem_bw is None:
+            with open(args.kernel_bench, newline="") as f:
+                # Kokkos may print warnings before the header: start at it.
+                lines = f.read().splitlines()
+            start = next((i for i, l in enumerate(lines) if l.startswith("kernel,")), len(lines))
+            copy = [r for r in csv.DictReader(lines[start:]) if r.get("kernel") == "copy"]
+            if not copy:
+                raise ModelError(f"{args.kernel_bench}: no 'copy' row")
+            mem_bw = float(copy[0]["gb_per_s"]) * 1e9
+        comp_rows = [r for r in read_bench_csv(args.compute) if r["algo"] in METHODS]
+        bad = [r for r in comp_rows if r["P"] != 1]
+        if bad:
+            raise ModelError(f"{args.compute}: the compute term needs a P = 1 run, found P = {bad[0]['P']}")
+        passes = {r["algo"]: r["time_s_med"] * mem_bw / (4 * r["n"]) for r in comp_rows}
+        result["compute"] = dict(mem_bw=mem_bw, passes=passes, source=args.compute)
+        print(f"compute: memory bandwidth {mem_bw / 1e9:.2f} GB/s; passes over 4n bytes per call: "
+              + ", ".join(f"{a} {p:.1f}" for a, p in passes.items()))
+    result["cores"] = args.cores
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.out}")
+
+
+def load_params(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError as e:
+        raise ModelError(f"cannot read {path}: {e.strerror}")
+    except json.JSONDecodeError as e:
+        raise ModelError(f"{path} is not JSON: {e}")
+
+
+def network(args, params):
+    if getattr(args, "profile", None):
+        p = PROFILES[args.profile]
+        return p["alpha"], 1.0 / p["bandwidth"]
+    if params is None:
+        raise ModelError("give --params (from fit) or --profile")
+    return params["alpha"], params["beta"]
+
+
+def distributions(spec):
+    if not spec:
+        return None
+    if ":" not in spec:
+        raise ModelError(f"--counts wants TRACE:BENCH_CSV, got '{spec}'")
+    trace, bench = spec.split(":", 1)
+    return Distributions(trace, bench)
+
+
+def cmd_predict(args):
+    params = load_params(args.params) if args.params else None
+    alpha, beta = network(args, params)
+    dist = distributions(args.counts)
+    if dist is not None:
+        print(dist.describe())
+    print("algo,P,n,k,comm_s,compute_s,time_s,amortized_extra_s")
+    for algo in args.algo.split(","):
+        r = predict_row(algo, args.P, args.n, args.density, alpha, beta, params or {}, dist,
+                        args.cores, args.mem_bw * 1e9 if args.mem_bw else None)
+        print(f"{algo},{r['P']},{r['n']},{r['k']},{r['comm_s']:.4e},{r['compute_s']:.4e},"
+              f"{r['time_s']:.4e},{r['amortized_extra_s']:.3e}")
+
+
+def cmd_validate(args):
+    params = load_params(args.params)
+    alpha, beta = params["alpha"], params["beta"]
+    cores = args.cores if args.cores is not None else params.get("cores")
+    dist = distributions(args.counts)
+    if dist is not None:
+        print(dist.describe())
+    wanted = set(args.algo.split(",")) if args.algo else None
+    print("algo,P,n,measured_s,predicted_s,comm_s,compute_s,error_pct")
+    worst = 0.0
+    count = 0
+    for path in args.runs:
+        for row in read_bench_csv(path):
+            if wanted is not None and row["algo"] not in wanted:
+                continue
+            own = params.get("per_P", {}).get(str(row["P"])) if args.per_p else None
+            a, b = (own["alpha"], own["beta"]) if own else (alpha, beta)
+            r = predict_row(row["algo"], row["P"], row["n"], row["density"], a, b, params,
+                            dist, cores)
+            err = 100 * (r["time_s"] - row["time_s_med"]) / row["time_s_med"]
+            worst = max(worst, abs(err))
+            count += 1
+            flag = "" if abs(err) <= args.tolerance else "  <-- over tolerance"
+            print(f"{row['algo']},{row['P']},{row['n']},{row['time_s_med']:.4e},{r['time_s']:.4e},"
+                  f"{r['comm_s']:.4e},{r['compute_s']:.4e},{err:+.1f}{flag}")
+    if count == 0:
+        raise ModelError("no rows to validate")
+    print(f"# {count} rows, largest |error| {worst:.1f}% (tolerance {args.tolerance:g}%)")
+    return 0 if worst <= args.tolerance else 1
+
+
+def cmd_scale(args):
+    params = load_params(args.params) if args.params else {}
+    dist = distributions(args.counts)
+    Ps = [2 ** e for e in range(int(math.log2(args.min_p)), int(math.log2(args.max_p)) + 1)]
+    methods = args.algo.split(",")
+    os.makedirs(args.out_dir, exist_ok=True)
+    rows = []
+    for model, spec in MODELS.items():
+        for profile, net in PROFILES.items():
+            alpha, beta = net["alpha"], 1.0 / net["bandwidth"]
+            for P in Ps:
+                dense_time = None
+                for algo in methods:
+                    r = predict_row(algo, P, spec["n"], spec["density"], alpha, beta, params, dist,
+                                    None, args.mem_bw * 1e9)
+                    r.update(model=model, profile=profile, density=spec["density"])
+                    rows.append(r)
+    with_dense = {(r["model"], r["profile"], r["P"]): r for r in rows if r["algo"] == "dense"}
+    path = os.path.join(args.out_dir, args.prefix + ".csv")
+    with open(path, "w") as f:
+        f.write("model,n,density,profile,P,algo,k,comm_s,compute_s,time_s,amortized_extra_s,"
+                "dense_over_method_comm,dense_over_method_time\n")
+        for r in rows:
+            d = with_dense.get((r["model"], r["profile"], r["P"]))
+            rc = d["comm_s"] / r["comm_s"] if d and r["comm_s"] > 0 else float("nan")
+            rt = d["time_s"] / r["time_s"] if d and r["time_s"] > 0 else float("nan")
+            f.write(f"{r['model']},{r['n']},{r['density']},{r['profile']},{r['P']},{r['algo']},"
+                    f"{r['k']},{r['comm_s']:.5e},{r['compute_s']:.5e},{r['time_s']:.5e},"
+                    f"{r['amortized_extra_s']:.3e},{rc:.3f},{rt:.3f}\n")
+    print(f"wrote {path}")
+    if args.no_plots:
+        return 0
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ModelError("PNG plots need matplotlib (Debian: apt-get install python3-matplotlib), "
+                         "or pass --no-plots")
+    for model, spec in MODELS.items():
+        fig, axes = plt.subplots(1, len(PROFILES), figsize=(13, 3.6), sharey=True)
+        for ax, profile in zip(axes, PROFILES):
+            for algo in methods:
+                pts = [r for r in rows if r["model"] == model and r["profile"] == profile and r["algo"] == algo]
+                ax.plot([r["P"] for r in pts], [r[args.plot] for r in pts], marker="o", ms=3, label=algo)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"{profile}", fontsize=10)
+            ax.set_xlabel("P (ranks, one per node)")
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0].set_ylabel(f"{'communication' if args.plot == 'comm_s' else 'time'} per call (s)")
+        axes[-1].legend(fontsize=7, loc="best")
+        fig.suptitle(f"{model}: n = {spec['n'] / 1e6:g}M, density {spec['density']:g}, weak scaling "
+                     f"(alpha-beta model, scripts/alphabeta.py)", fontsize=10)
+        fig.tight_layout()
+        png = os.path.join(args.out_dir, f"{args.prefix}-{model}.png")
+        fig.savefig(png, dpi=args.dpi)
+        plt.close(fig)
+        print(f"wrote {png} ({os.path.getsize(png) // 1024} KiB)")
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="alphabeta.py", description=__doc__.split("\n\n")[0],
+        epilog="The model's assumptions are in the script's docstring (python3 -c 'import pydoc; "
+               "pydoc.help(\"scripts/alphabeta.py\")' or read the file).",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("fit", help="fit alpha, beta (and the compute term) from bed runs")
+    p.add_argument("--network", nargs="+", required=True, metavar="CSV",
+                   help="oktopk-bench --format csv outputs (runs with --mpi-baseline at several n, P)")
+    p.add_argument("--algo", default="mpi_allreduce", help="rows fitted (default mpi_allreduce)")
+    p.add_argument("--small", nargs="+", metavar="CSV",
+                   help="oktopk-bench --phases CSVs whose 'check' phase (a 32-byte allreduce per "
+                        "call) adds small-message rows")
+    p.add_argument("--compute", metavar="CSV", help="an oktopk-bench CSV of every method at P = 1")
+    p.add_argument("--kernel-bench", metavar="CSV", help="oktopk-kernel-bench CSV (the copy row's GB/s)")
+    p.add_argument("--mem-bw", type=float, metavar="GB/s", help="memory bandwidth instead of --kernel-bench")
+    p.add_argument("--cores", type=int, default=None,
+                   help="cores the bed's ranks share (compute slows by max(1, P/cores))")
+    p.add_argument("--out", required=True, help="JSON file to write")
+
+    p = sub.add_parser("predict", help="time per call of each method at one P, n, density")
+    p.add_argument("--allgatherv", choices=["ring", "doubling", "min"], default="min",
+                   help="allgather(v) schedule (default min: the cheaper, as a tuned MPI picks)")
+    p.add_argument("--params", help="JSON from fit (alpha, beta, compute)")
+    p.add_argument("--profile", choices=sorted(PROFILES), help="a network profile instead of the fit")
+    p.add_argument("--P", type=int, required=True)
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--algo", default=",".join(METHODS))
+    p.add_argument("--counts", metavar="TRACE:CSV", help="measured count distributions (a --trace and its CSV)")
+    p.add_argument("--cores", type=int, default=None, help="ranks share this many cores (the bed)")
+    p.add_argument("--mem-bw", type=float, metavar="GB/s", help="memory bandwidth for the compute term")
+
+    p = sub.add_parser("validate", help="predictions against measured oktopk-bench runs")
+    p.add_argument("--allgatherv", choices=["ring", "doubling", "min"], default="min",
+                   help="allgather(v) schedule (default min: the cheaper, as a tuned MPI picks)")
+    p.add_argument("--params", required=True)
+    p.add_argument("--counts", metavar="TRACE:CSV", help="measured count distributions")
+    p.add_argument("--algo", help="comma list of methods to compare (default every row)")
+    p.add_argument("--cores", type=int, default=None, help="default: the fit's --cores")
+    p.add_argument("--tolerance", type=float, default=25.0, help="percent (default 25)")
+    p.add_argument("--per-p", action="store_true",
+                   help="use the alpha, beta fitted at each run's own P (the bed's links share the "
+                        "machine's cores, so its effective network changes with P)")
+    p.add_argument("runs", nargs="+", metavar="CSV", help="oktopk-bench CSV outputs of bed runs")
+
+    p = sub.add_parser("scale", help="weak-scaling CSV and PNG for VGG-16 and BERT-base sizes")
+    p.add_argument("--allgatherv", choices=["ring", "doubling", "min"], default="min",
+                   help="allgather(v) schedule (default min: the cheaper, as a tuned MPI picks)")
+    p.add_argument("--params", help="JSON from fit (for the compute passes)")
+    p.add_argument("--counts", metavar="TRACE:CSV", help="measured count distributions")
+    p.add_argument("--algo", default=",".join(METHODS))
+    p.add_argument("--min-p", type=int, default=16)
+    p.add_argument("--max-p", type=int, default=4096)
+    p.add_argument("--mem-bw", type=float, default=500.0, metavar="GB/s",
+                   help="device memory bandwidth of the compute term (default 500, a P100's HBM2)")
+    p.add_argument("--plot", choices=["comm_s", "time_s"], default="comm_s")
+    p.add_argument("--out-dir", default=".")
+    p.add_argument("--prefix", default="scaling")
+    p.add_argument("--dpi", type=int, default=80)
+    p.add_argument("--no-plots", action="store_true")
+
+    args = parser.parse_args(argv)
+    if hasattr(args, "allgatherv"):
+        ALLGATHERV["algorithm"] = args.allgatherv
+    try:
+        if args.command == "fit":
+            return cmd_fit(args) or 0
+        if args.command == "predict":
+            if args.P < 1 or args.n < 1 or not 0 <= args.density <= 1:
+                raise ModelError("need P >= 1, n >= 1, 0 <= density <= 1")
+            return cmd_predict(args) or 0
+        if args.command == "validate":
+            return cmd_validate(args)
+        if args.command == "scale":
+            if args.min_p < 2 or args.max_p < args.min_p:
+                raise ModelError("need 2 <= --min-p <= --max-p")
+            return cmd_scale(args)
+    except ModelError as e:
+        print(f"alphabeta.py: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
