@@ -66,18 +66,26 @@ Balancing balancing_from_string(const char* name) {
                               "' (valid: off on adaptive)");
 }
 
-std::ostream& operator<<(std::ostream& os, DenseAllreduce algorithm) {
+std::ostream& operator<<(std::ostream& os, DenseAlgorithm algorithm) {
   switch (algorithm) {
-    case DenseAllreduce::Mpi: return os << "mpi";
-    case DenseAllreduce::Ring: return os << "ring";
+    case DenseAlgorithm::Mpi: return os << "mpi";
+    case DenseAlgorithm::Ring: return os << "ring";
   }
   return os << "invalid";
 }
 
-DenseAllreduce dense_allreduce_from_string(const char* name) {
+namespace {
+std::string to_text(DenseAlgorithm algorithm) {
+  std::ostringstream os;
+  os << algorithm;
+  return os.str();
+}
+}  // namespace
+
+DenseAlgorithm dense_allreduce_from_string(const char* name) {
   const std::string text = name == nullptr ? "" : name;
-  if (text == "mpi") return DenseAllreduce::Mpi;
-  if (text == "ring") return DenseAllreduce::Ring;
+  if (text == "mpi") return DenseAlgorithm::Mpi;
+  if (text == "ring") return DenseAlgorithm::Ring;
   throw std::invalid_argument("oktopk::dense_allreduce_from_string: unknown dense allreduce '" +
                               text + "' (valid: mpi ring)");
 }
@@ -135,7 +143,7 @@ Setter setter(Field Options::*field) {
       } catch (const std::invalid_argument&) {
         bad_value(key, value, "off, on or adaptive");
       }
-    } else if constexpr (std::is_same_v<Field, DenseAllreduce>) {
+    } else if constexpr (std::is_same_v<Field, DenseAlgorithm>) {
       try {
         o.*field = dense_allreduce_from_string(std::string(value).c_str());
       } catch (const std::invalid_argument&) {
@@ -219,8 +227,8 @@ void Options::validate() const {
                  "density must be in [0, 1], got " << density);
   OKTOPK_REQUIRE(warmup_iterations >= 0, std::invalid_argument, where,
                  "warmup_iterations must be >= 0, got " << warmup_iterations);
-  OKTOPK_REQUIRE(dense_allreduce == DenseAllreduce::Mpi || dense_allreduce == DenseAllreduce::Ring,
-                 std::invalid_argument, where, "dense_allreduce is not a DenseAllreduce value");
+  OKTOPK_REQUIRE(dense_allreduce == DenseAlgorithm::Mpi || dense_allreduce == DenseAlgorithm::Ring,
+                 std::invalid_argument, where, "dense_allreduce is not a DenseAlgorithm value");
   OKTOPK_REQUIRE(threshold_period >= 1 && repartition_period >= 1, std::invalid_argument, where,
                  "threshold_period and repartition_period must be >= 1, got "
                      << threshold_period << " and " << repartition_period);
@@ -264,7 +272,11 @@ std::int64_t Options::digest() const {
 
 std::ostream& operator<<(std::ostream& os, const Options& o) {
   return os << "density=" << o.density << " warmup_iterations=" << o.warmup_iterations
-            << " seed=" << o.seed << " dense_allreduce=" << o.dense_allreduce
+            << " seed=" << o.seed
+            // Only when it is not the default, so that the digest of options that leave it
+            // alone, and so every checkpoint written before the field existed, stays the same.
+            << (o.dense_allreduce == DenseAlgorithm::Mpi ? "" : " dense_allreduce=")
+            << (o.dense_allreduce == DenseAlgorithm::Mpi ? std::string() : to_text(o.dense_allreduce))
             << " threshold_period=" << o.threshold_period
             << " repartition_period=" << o.repartition_period << " throttle=" << o.throttle
             << " balancing=" << o.balancing << " balance_threshold=" << o.balance_threshold

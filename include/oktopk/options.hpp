@@ -17,8 +17,8 @@ enum class Balancing {
 };
 
 /// \brief How dense allreduces (method dense, and every method's warm-up calls) sum the ranks'
-/// gradients.
-enum class DenseAllreduce {
+/// gradients (Options::dense_allreduce).
+enum class DenseAlgorithm {
   Mpi,   ///< MPI_Allreduce (the MPI library's own algorithm choice)
   Ring   ///< OkTopk's ring: a reduce-scatter, then an allgather, P - 1 steps each; the division
          ///< by P and the finiteness check ride on the last reduce step. For networks where
@@ -35,7 +35,7 @@ struct Options {
   /// Seed of every pseudo-random choice (sampling, S2's hashes); must match across ranks.
   std::uint64_t seed = 42;
   /// The algorithm of dense allreduces.
-  DenseAllreduce dense_allreduce = DenseAllreduce::Mpi;
+  DenseAlgorithm dense_allreduce = DenseAlgorithm::Mpi;
 
   // ---- Ok-Topk
   /// tau': the local and the global threshold are recomputed exactly every this many calls.
@@ -85,7 +85,7 @@ struct Options {
   Options& set_density(double v) { density = v; return *this; }
   Options& set_warmup_iterations(std::int64_t v) { warmup_iterations = v; return *this; }
   Options& set_seed(std::uint64_t v) { seed = v; return *this; }
-  Options& set_dense_allreduce(DenseAllreduce v) { dense_allreduce = v; return *this; }
+  Options& set_dense_allreduce(DenseAlgorithm v) { dense_allreduce = v; return *this; }
   Options& set_threshold_period(std::int64_t v) { threshold_period = v; return *this; }
   Options& set_repartition_period(std::int64_t v) { repartition_period = v; return *this; }
   Options& set_throttle(int v) { throttle = v; return *this; }
@@ -114,13 +114,13 @@ struct Options {
 };
 
 std::ostream& operator<<(std::ostream& os, Balancing balancing);
-std::ostream& operator<<(std::ostream& os, DenseAllreduce algorithm);
+std::ostream& operator<<(std::ostream& os, DenseAlgorithm algorithm);
 /// One line, `key=value` pairs, for logs.
 std::ostream& operator<<(std::ostream& os, const Options& options);
 
 /// "off", "on" or "adaptive"; std::invalid_argument otherwise.
 Balancing balancing_from_string(const char* name);
 /// "mpi" or "ring"; std::invalid_argument otherwise.
-DenseAllreduce dense_allreduce_from_string(const char* name);
+DenseAlgorithm dense_allreduce_from_string(const char* name);
 
 }  // namespace oktopk

@@ -390,18 +390,23 @@ void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& ha
                   : impl::make_uninitialized<float>(exec, "OkTopk::expected_result::slack", n);
 
   if (stats.dense || handle.algorithm() == Algorithm::Dense) {
-    // The library's MPI path: a SUM allreduce, then a division by P.
+    // The library's MPI path: an out-of-place SUM allreduce, then a division by P.
     const int P = comm.size();
-    Kokkos::deep_copy(exec, expected, acc);
-    impl::mpi_allreduce_in_place(exec, comm, expected, MPI_SUM);
+    {
+      const auto send = impl::mpi_send_view(exec, acc);
+      auto receive = impl::mpi_receive_view(exec, expected);
+      comm.allreduce(send.data(), receive.data(), static_cast<count_type>(n), MPI_SUM);
+      impl::mpi_received(exec, receive, expected, 0, static_cast<std::int64_t>(n));
+    }
     impl::divide(exec, expected, expected, static_cast<float>(P));
-    if (handle.options().dense_allreduce == DenseAllreduce::Ring && P > 2) {
+    if (handle.options().dense_allreduce == DenseAlgorithm::Ring && P > 2) {
       // The ring adds the same P floats in another order: first-order bound, doubled.
       Kokkos::parallel_for(
           "OkTopk::expected_result::abs", impl::RangeOf<ExecSpace>(exec, 0, n),
           KOKKOS_LAMBDA(std::int64_t i) { bound(i) = impl::abs(acc(i)); });
       impl::mpi_allreduce_in_place(exec, comm, bound, MPI_SUM);
-      const float scale = 2.0f * static_cast<float>(P - 1) * 0x1p-24f / static_cast<float>(P);
+      const float scale =
+          2.0f * static_cast<float>(P - 1) * impl::float_roundoff / static_cast<float>(P);
       Kokkos::parallel_for(
           "OkTopk::expected_result::ring_slack", impl::RangeOf<ExecSpace>(exec, 0, n),
           KOKKOS_LAMBDA(std::int64_t i) { bound(i) *= scale; });

@@ -203,14 +203,17 @@ class SparseAllreduce {
   PhaseTimer phase(const ExecSpace& exec, const char* name) { return PhaseTimer(*this, exec, name); }
 
   /// Dense allreduce of `in` (SUM) into `out`, then out /= P, by options_.dense_allreduce.
-  /// `in` and `out` may be the same. Returns how many averages this rank found not finite:
-  /// all of them with MPI_Allreduce, those of the chunk it finished with the ring.
+  /// `in` and `out` may be the same. With `count_nonfinite`, returns how many averages this
+  /// rank found not finite: all of them with MPI_Allreduce, those of the chunk it finished
+  /// with the ring (0 otherwise: warm-up calls do not wait for a count they do not use).
   template <class In>
-  std::int64_t dense_average(const ExecSpace& exec, const In& in, const vector_type& out);
+  std::int64_t dense_average(const ExecSpace& exec, const In& in, const vector_type& out,
+                             bool count_nonfinite);
 
   /// A whole dense call (warm-up calls, and the Dense method): dense_average plus its stats.
   template <class In>
-  std::int64_t dense_step(const ExecSpace& exec, const In& in, const vector_type& out);
+  std::int64_t dense_step(const ExecSpace& exec, const In& in, const vector_type& out,
+                          bool count_nonfinite);
 
   /// Stream-compacts {i : |x(i)| > threshold} into (indices, values), growing them if needed;
   /// returns the count.
@@ -379,13 +382,13 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
     ++iteration_;
     stats_.iteration = iteration_;
     if (as_is) {
-      nonfinite_averages = dense_step(exec, grad, out);
+      nonfinite_averages = dense_step(exec, grad, out, true);
       auto timer = phase(exec, "check");
       // MPI_Allreduce leaves every rank the whole average, the ring each rank its own chunk.
       comm_.allreduce_in_place(&nonfinite_averages, 1,
-                               options_.dense_allreduce == DenseAllreduce::Ring ? MPI_SUM : MPI_MAX);
+                               options_.dense_allreduce == DenseAlgorithm::Ring ? MPI_SUM : MPI_MAX);
     } else if (iteration_ <= options_.warmup_iterations) {
-      dense_step(exec, acc_, out);
+      dense_step(exec, acc_, out, false);
       Kokkos::deep_copy(exec, residual_, 0.0f);
     } else {
       reduce_step(exec, acc_, out);
@@ -572,9 +575,12 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
 template <class ExecSpace>
 template <class In>
 std::int64_t SparseAllreduce<ExecSpace>::dense_average(const ExecSpace& exec, const In& in,
-                                                       const vector_type& out) {
-  if (options_.dense_allreduce == DenseAllreduce::Ring) {
-    return impl::ring_allreduce_average(exec, comm_, in, out, ring_received_);
+                                                       const vector_type& out,
+                                                       bool count_nonfinite) {
+  if (options_.dense_allreduce == DenseAlgorithm::Ring) {
+    // The ring's count rides on a pass it makes anyway.
+    const std::int64_t nonfinite = impl::ring_allreduce_average(exec, comm_, in, out, ring_received_);
+    return count_nonfinite ? nonfinite : 0;
   }
   if (in.data() == out.data()) {
     impl::mpi_allreduce_in_place(exec, comm_, out, MPI_SUM);
@@ -585,18 +591,22 @@ std::int64_t SparseAllreduce<ExecSpace>::dense_average(const ExecSpace& exec, co
     comm_.allreduce(send.data(), receive.data(), n_, MPI_SUM);
     impl::mpi_received(exec, receive, out, 0, n_);
   }
-  return impl::divide_counting_nonfinite(exec, out, out, static_cast<float>(comm_.size()));
+  const auto P = static_cast<float>(comm_.size());
+  if (count_nonfinite) return impl::divide_counting_nonfinite(exec, out, out, P);
+  impl::divide(exec, out, out, P);
+  return 0;
 }
 
 template <class ExecSpace>
 template <class In>
 std::int64_t SparseAllreduce<ExecSpace>::dense_step(const ExecSpace& exec, const In& in,
-                                                    const vector_type& out) {
+                                                    const vector_type& out,
+                                                    bool count_nonfinite) {
   stats_.dense = true;
   stats_.local_threshold = stats_.global_threshold = -std::numeric_limits<float>::infinity();
   stats_.local_selected = stats_.global_selected = n_;
   auto timer = phase(exec, "dense_allreduce");
-  return dense_average(exec, in, out);
+  return dense_average(exec, in, out, count_nonfinite);
 }
 
 template <class ExecSpace>

@@ -518,7 +518,7 @@ TEST(AlgorithmNames, UnknownNameThrowsListingTheValidOnes) {
 }
 
 TEST(DenseAllreduceNames, RoundTrip) {
-  for (const auto d : {oktopk::DenseAllreduce::Mpi, oktopk::DenseAllreduce::Ring}) {
+  for (const auto d : {oktopk::DenseAlgorithm::Mpi, oktopk::DenseAlgorithm::Ring}) {
     std::ostringstream os;
     os << d;
     EXPECT_EQ(oktopk::dense_allreduce_from_string(os.str().c_str()), d);
@@ -548,7 +548,7 @@ std::vector<std::pair<std::string, std::function<void(Options&)>>> field_changes
       {"density", [](Options& o) { o.density = 0.375; }},
       {"warmup_iterations", [](Options& o) { o.warmup_iterations = 7; }},
       {"seed", [](Options& o) { o.seed = 123456789; }},
-      {"dense_allreduce", [](Options& o) { o.dense_allreduce = oktopk::DenseAllreduce::Ring; }},
+      {"dense_allreduce", [](Options& o) { o.dense_allreduce = oktopk::DenseAlgorithm::Ring; }},
       {"threshold_period", [](Options& o) { o.threshold_period = 11; }},
       {"repartition_period", [](Options& o) { o.repartition_period = 13; }},
       {"throttle", [](Options& o) { o.throttle = 3; }},
@@ -634,7 +634,7 @@ TEST(OptionsTest, ValidateRejectsEachOutOfRangeField) {
       {"throttle 0", [](Options& o) { o.throttle = 0; }},
       {"balancing 7", [](Options& o) { o.balancing = static_cast<Balancing>(7); }},
       {"dense_allreduce 5",
-       [](Options& o) { o.dense_allreduce = static_cast<oktopk::DenseAllreduce>(5); }},
+       [](Options& o) { o.dense_allreduce = static_cast<oktopk::DenseAlgorithm>(5); }},
       {"balance_threshold 0.5", [](Options& o) { o.balance_threshold = 0.5; }},
       {"balance_threshold Inf", [&](Options& o) { o.balance_threshold = inf; }},
       {"guard_factor 0", [](Options& o) { o.guard_factor = 0.0; }},
@@ -1228,7 +1228,7 @@ TEST(OkTopk, ScheduleCountsFromTheEndOfTheWarmup) {
 
 // ---- dense allreduce algorithms -------------------------------------------------------------
 
-Options ring_options() { return Options{}.set_dense_allreduce(oktopk::DenseAllreduce::Ring); }
+Options ring_options() { return Options{}.set_dense_allreduce(oktopk::DenseAlgorithm::Ring); }
 
 TEST(DenseRing, MatchesMpiAllreduceBitForBitAtEverySize) {
   const int P = world_size();
@@ -1259,6 +1259,56 @@ TEST(DenseRing, MatchesMpiAllreduceBitForBitAtEverySize) {
   }
 }
 
+TEST(DenseRing, SendsItsChunksToTheRightNeighbourOnly) {
+  const int P = world_size();
+  const std::int64_t n = 1000;
+  Runner runner(Algorithm::Dense, n, ring_options());
+  oktopk::Communicator log = runner.handle().communicator();  // shares the handle's counters
+  log.set_message_log(true);
+  runner.reduce(make_gradient(Dist::Uniform, 19, world_rank(), 0, n));
+  std::int64_t sends = 0, to_right = 0, collectives = 0;
+  for (const auto& m : log.message_log()) {
+    if (m.phase != "dense_allreduce") continue;
+    if (std::string(m.operation) == "send") {
+      ++sends;
+      if (m.peer == (world_rank() + 1) % P) ++to_right;
+    } else if (m.peer < 0) {
+      ++collectives;
+    }
+  }
+  log.set_message_log(false);
+  EXPECT_EQ(sends, 2 * (P - 1));
+  EXPECT_EQ(to_right, sends);
+  EXPECT_EQ(collectives, 0) << "the ring made a collective call";
+}
+
+TEST(DenseRing, SumsOrdinaryFloatsWithinTheOrderBoundOfMpi) {
+  // Random floats whose sums round: the ring and MPI may differ, by no more than the order
+  // bound, and each is the same on every rank.
+  const int P = world_size();
+  const std::int64_t n = 4099;
+  Runner ring(Algorithm::Dense, n, ring_options());
+  Runner mpi(Algorithm::Dense, n, Options{});
+  std::vector<float> grad(static_cast<std::size_t>(n));
+  std::uint32_t state = 2463534242u + static_cast<std::uint32_t>(world_rank()) * 7919u;
+  for (auto& g : grad) {
+    state ^= state << 13, state ^= state >> 17, state ^= state << 5;
+    g = static_cast<float>(state) * 0x1p-32f - 0.5f;
+  }
+  const Call r = ring.reduce(grad);
+  const Call m = mpi.reduce(grad);
+  EXPECT_EQ(bits_differing_from_rank0(r.out), 0);
+  std::vector<float> magnitude(grad.size());
+  for (std::size_t j = 0; j < grad.size(); ++j) magnitude[j] = std::fabs(grad[j]);
+  const std::vector<float> abs_sum = sum_over_ranks(magnitude);
+  Diff diff;
+  for (std::size_t j = 0; j < grad.size(); ++j) {
+    const float bound = 2.0f * static_cast<float>(P) * 0x1p-24f * abs_sum[j] / static_cast<float>(P);
+    if (!(std::fabs(r.out[j] - m.out[j]) <= bound)) diff.note(j, m.out[j], r.out[j]);
+  }
+  EXPECT_EQ(diff.count, 0) << "ring vs MPI beyond the order bound: " << diff;
+}
+
 TEST(DenseRing, WarmupCallsOfASparseMethodUseItToo) {
   Runner runner(Algorithm::OkTopk, 2000, ring_options().set_warmup_iterations(2).set_density(0.05));
   for (int call = 0; call < 3; ++call) {
@@ -1282,6 +1332,7 @@ void expect_dense_rejects_nonfinite(const Options& options) {
   fresh.reduce(g1);
   Exec exec;
   Vector out("test::out", static_cast<std::size_t>(n));
+  const oktopk::ReduceStats stats_before = runner.handle().stats();
   {
     auto bad = g1;
     if (me == P - 1) bad[n / 2] = std::numeric_limits<float>::quiet_NaN();
@@ -1291,6 +1342,8 @@ void expect_dense_rejects_nonfinite(const Options& options) {
     EXPECT_NE(message.find("NaN or Inf on rank " + std::to_string(P - 1)), std::string::npos)
         << message;
     EXPECT_TRUE(same_text_on_all_ranks(message.substr(0, message.find(" ("))));
+    EXPECT_EQ(runner.handle().stats().iteration, stats_before.iteration);
+    EXPECT_EQ(runner.handle().stats().phases.size(), stats_before.phases.size());
   }
   {
     auto bad = g1;  // +Inf on rank 0, -Inf on the last: their sum is NaN
@@ -1308,6 +1361,7 @@ void expect_dense_rejects_nonfinite(const Options& options) {
     const std::string message = expect_invalid_argument(
         [&] { runner.handle().reduce(exec, g, out); }, "oktopk::SparseAllreduce::reduce");
     EXPECT_NE(message.find("overflows"), std::string::npos) << message;
+    EXPECT_TRUE(same_text_on_all_ranks(message));
   }
   const auto g2 = make_gradient(Dist::Uniform, 17, me, 1, n);
   const Call c = runner.reduce(g2);

@@ -150,7 +150,8 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
           EXPECT_EQ(to_vector(exec, small_indices)[0], expected.indices[0]);
         }
       }
-      // Without counts to record, none are written; a NaN threshold counts nothing.
+      // An empty chunk_counts records nothing (and must not be written); a NaN threshold
+      // counts nothing.
       Kokkos::View<count_type*, Memory> none;
       const auto plain = oktopk::impl::accumulate_counting(
           exec, residual_view, grad_view, acc_view, std::numeric_limits<float>::quiet_NaN(), none);

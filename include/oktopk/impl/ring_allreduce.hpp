@@ -9,6 +9,7 @@
 
 #include <oktopk/communicator.hpp>
 #include <oktopk/fwd.hpp>
+#include <oktopk/impl/fault_injection.hpp>
 #include <oktopk/impl/mpi_mirror.hpp>
 #include <oktopk/impl/vector_ops.hpp>
 
@@ -93,8 +94,12 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
       send = mpi_send_view(exec, Kokkos::subview(out, sent));
     }
     Communicator::Requests requests;
-    comm.irecv(receive.data(), got_count, left, reduce_tag, requests);
-    comm.isend(send.data(), sent.second - sent.first, right, reduce_tag, requests);
+    // Both neighbours know every chunk's length, so empty chunks (n < P) need no message.
+    if (got_count > 0) comm.irecv(receive.data(), got_count, left, reduce_tag, requests);
+    if (sent.second > sent.first) {
+      comm.isend(send.data(), sent.second - sent.first, right, reduce_tag, requests);
+    }
+    OKTOPK_FAULT_POINT(comm, "posted");
     requests.wait_all();
     mpi_received(exec, receive, received, 0, got_count);
     if (s < P - 2) {
@@ -109,8 +114,12 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
     const auto send = mpi_send_view(exec, Kokkos::subview(out, sent));
     auto receive = mpi_receive_view(exec, Kokkos::subview(out, got));
     Communicator::Requests requests;
-    comm.irecv(receive.data(), got.second - got.first, left, gather_tag, requests);
-    comm.isend(send.data(), sent.second - sent.first, right, gather_tag, requests);
+    if (got.second > got.first) {
+      comm.irecv(receive.data(), got.second - got.first, left, gather_tag, requests);
+    }
+    if (sent.second > sent.first) {
+      comm.isend(send.data(), sent.second - sent.first, right, gather_tag, requests);
+    }
     requests.wait_all();
     mpi_received(exec, receive, Kokkos::subview(out, got), 0, got.second - got.first);
   }

@@ -24,7 +24,7 @@ class DenseAllreduce final : public SparseAllreduce<ExecSpace> {
   // Not called (the base averages the gradient itself), but the same thing on acc.
   void reduce_step(const ExecSpace& exec, const typename Base::vector_type& acc,
                    const typename Base::vector_type& out) override {
-    this->dense_step(exec, acc, out);
+    this->dense_step(exec, acc, out, false);
   }
 };
 
