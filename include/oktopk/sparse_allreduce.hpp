@@ -141,8 +141,9 @@ class SparseAllreduce {
   virtual bool uses_error_feedback() const { return true; }
 
   /// A threshold the method wants the call's accumulate pass to count |acc| above, for free
-  /// (the pass reads acc anyway): the result lands in accumulated_above_, and on host
-  /// execution spaces per chunk in accumulated_chunk_counts_. NaN (the default): none. Asked
+  /// (the pass reads acc anyway): the result lands in counted_above_, and on host
+  /// execution spaces per chunk in counted_chunk_counts_ (counted_threshold_ says at which
+  /// threshold; the method may count again there). NaN (the default): none. Asked
   /// before the call counter moves, so the call it is for is iteration_ + 1.
   virtual float accumulate_count_threshold() const {
     return std::numeric_limits<float>::quiet_NaN();
@@ -229,11 +230,11 @@ class SparseAllreduce {
   /// k entries when magnitudes are distinct (-Inf when k >= n keeps all, +Inf when k == 0).
   float topk_threshold(const ExecSpace& exec, const vector_type& x, std::int64_t k);
 
-  /// What this call's accumulate pass counted: the threshold (NaN when it counted nothing),
-  /// the entries of acc above it, and their counts per chunk (empty on GPUs).
-  float accumulated_threshold_ = std::numeric_limits<float>::quiet_NaN();
-  std::int64_t accumulated_above_ = 0;
-  Kokkos::View<count_type*, memory_space> accumulated_chunk_counts_;
+  /// What is known of this call's acc: a threshold (NaN: nothing counted yet), how many
+  /// entries lie above it, and how many per chunk (host spaces; empty on GPUs).
+  float counted_threshold_ = std::numeric_limits<float>::quiet_NaN();
+  std::int64_t counted_above_ = 0;
+  Kokkos::View<count_type*, memory_space> counted_chunk_counts_;
 
   Algorithm algorithm_;
   Communicator comm_;
@@ -309,7 +310,7 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
   constexpr const char* where = "oktopk::SparseAllreduce::reduce";
   impl::ScopedRegion region("OkTopk::SparseAllreduce::reduce");
   const ReduceStats previous_stats = stats_;  // restored if the call is rejected
-  accumulated_threshold_ = std::numeric_limits<float>::quiet_NaN();
+  counted_threshold_ = std::numeric_limits<float>::quiet_NaN();
   comm_.reset_traffic();
   stats_ = ReduceStats{};
   stats_.k = k_;
@@ -333,19 +334,19 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
       if (uses_error_feedback()) {
         const float count_at = accumulate_count_threshold();
         if (impl::runs_on_host_v<ExecSpace> && !std::isnan(count_at) &&
-            accumulated_chunk_counts_.extent(0) == 0) {
-          accumulated_chunk_counts_ = Kokkos::View<count_type*, memory_space>(
+            counted_chunk_counts_.extent(0) == 0) {
+          counted_chunk_counts_ = Kokkos::View<count_type*, memory_space>(
               Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                                 "OkTopk::SparseAllreduce::accumulated_chunk_counts"),
+                                 "OkTopk::SparseAllreduce::counted_chunk_counts"),
               static_cast<std::size_t>(impl::chunk_count<ExecSpace>(n_)));
         }
         const auto counts = impl::accumulate_counting(
             exec, residual_, grad, acc_, count_at,
             std::isnan(count_at) ? Kokkos::View<count_type*, memory_space>()
-                                 : accumulated_chunk_counts_);
+                                 : counted_chunk_counts_);
         nonfinite = counts.nonfinite;
-        accumulated_threshold_ = count_at;
-        accumulated_above_ = counts.above;
+        counted_threshold_ = count_at;
+        counted_above_ = counts.above;
       } else {
         nonfinite = impl::copy_counting_nonfinite(exec, grad, acc_);
       }

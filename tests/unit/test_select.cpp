@@ -89,8 +89,9 @@ TYPED_TEST(Select, SelectAboveMatchesReference) {
   }
 }
 
-/// impl::accumulate_counting (acc = residual + grad with its counts, per chunk too) followed
-/// by select_above_counted, against the host reference of the same sum.
+/// impl::accumulate_counting (acc = residual + grad with its counts, per chunk too) and
+/// impl::count_above_by_chunk, followed by select_above_counted, against the host reference of
+/// the same sum.
 TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
   using Memory = typename TypeParam::memory_space;
   const TypeParam exec;
@@ -128,6 +129,10 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
           if (got[c] != ref::count_above(part, t)) ++wrong_chunks;
         }
         EXPECT_EQ(wrong_chunks, 0);
+        // Counting again (as Ok-Topk's guard does after raising a threshold) stores the same.
+        Kokkos::deep_copy(chunk_counts, count_type{-1});
+        EXPECT_EQ(oktopk::impl::count_above_by_chunk(exec, acc_view, t, chunk_counts), counts.above);
+        EXPECT_TRUE(same_entries(to_vector(exec, chunk_counts), got));
 
         auto expected = ref::select_above(acc, t);
         const auto count = static_cast<std::int64_t>(expected.indices.size());

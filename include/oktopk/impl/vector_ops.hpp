@@ -66,6 +66,30 @@ AccumulateCounts accumulate_counting(const ExecSpace& exec, const Residual& resi
   return counts;
 }
 
+/// How many entries have |x| > threshold, also stored per chunk in `chunk_counts` when it has
+/// one entry per chunk (as accumulate_counting() does), for select_above_counted().
+template <class ExecSpace, class X, class ChunkCounts>
+std::int64_t count_above_by_chunk(const ExecSpace& exec, const X& x, float threshold,
+                                  const ChunkCounts& chunk_counts) {
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t chunks = chunk_count<ExecSpace>(n);
+  const std::int64_t chunk = chunk_length_v<ExecSpace>;
+  const bool record = static_cast<std::int64_t>(chunk_counts.extent(0)) == chunks;
+  std::int64_t total = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::count_above_by_chunk", RangeOf<ExecSpace>(exec, 0, chunks),
+      KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
+        const std::int64_t begin = c * chunk;
+        const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+        std::int64_t above = 0;
+        for (std::int64_t i = begin; i < end; ++i) above += abs(x(i)) > threshold ? 1 : 0;
+        if (record) chunk_counts(c) = above;
+        sum += above;
+      },
+      total);
+  return total;
+}
+
 /// to = from, returning how many entries are not finite (one pass; from may be to).
 template <class ExecSpace, class From, class To>
 std::int64_t copy_counting_nonfinite(const ExecSpace& exec, const From& from, const To& to) {

@@ -136,11 +136,12 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
       stats.repartitioned = true;
     }
 
-    // The accumulate pass's chunk counts hold for the threshold it counted at (host spaces).
-    const bool counted = this->accumulated_threshold_ == local_threshold_ &&
-                         this->accumulated_chunk_counts_.extent(0) != 0;
+    // The chunk counts hold for the threshold last counted, by the accumulate pass or the guard
+    // (host spaces).
+    const bool counted = this->counted_threshold_ == local_threshold_ &&
+                         this->counted_chunk_counts_.extent(0) != 0;
     split_and_reduce(exec, this->comm_, acc, local_threshold_,
-                     counted ? this->accumulated_chunk_counts_
+                     counted ? this->counted_chunk_counts_
                              : Kokkos::View<count_type*, Memory>(),
                      offsets_, offsets_device_, o.throttle, split_, this->timed(exec));
     stats.local_selected = split_.selected;
@@ -187,10 +188,14 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     const Options& o = this->options_;
     if (!(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return;
     for (int loop = 0; loop < o.guard_loops; ++loop) {
-      // The accumulate pass already counted at the threshold this call started with.
-      const std::int64_t passing = loop == 0 && this->accumulated_threshold_ == local_threshold_
-                                       ? this->accumulated_above_
-                                       : count_above(exec, acc, local_threshold_);
+      // The accumulate pass counted at the threshold this call started with; a raised one is
+      // counted here, per chunk too, so the split's selection still reads acc once.
+      if (this->counted_threshold_ != local_threshold_) {
+        this->counted_above_ =
+            count_above_by_chunk(exec, acc, local_threshold_, this->counted_chunk_counts_);
+        this->counted_threshold_ = local_threshold_;
+      }
+      const std::int64_t passing = this->counted_above_;
       if (static_cast<double>(passing) <= o.guard_factor * static_cast<double>(this->k_)) break;
       local_threshold_ = static_cast<float>(local_threshold_ * o.guard_step);
     }
