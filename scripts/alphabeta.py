@@ -9,6 +9,7 @@ Subcommands (each has --help):
             optionally the compute term from a P = 1 run of every method. Writes a JSON file.
   predict   time per call of each method at one (P, n, density) from its message schedule.
   validate  predictions against measured oktopk-bench runs; exit 1 if any error > tolerance.
+  table     a markdown table of measured bed runs beside their predictions and T_min.
   scale     weak-scaling curves, CSV and PNG, for n = 14.7M (VGG-16) and 110M (BERT-base),
             P = 16..4096, on the network profiles aries, ib100, ib200, eth10.
 
@@ -40,7 +41,8 @@ The model (its assumptions, all of them):
         and a merge of 2k entries each (compute), then bcast of 16 bytes and of 4k + 4k;
       oktopk: check, alltoall of counts, the rotated split-and-reduce with per-destination
         counts c(r -> q) = (k/P) * ratio, ratios drawn from a measured trace's distribution;
-        global threshold: `guard` scalar allreduces (measured mean); allgather of counts;
+        global threshold: `guard` small allreduces (measured mean; one counts all the guard's
+        thresholds since commit 'Ok-Topk: the guards count'); allgather of counts;
         when the measured trace balanced, a balance step (one step, the measured share of
         8T/P bytes) and an allgatherv of equal blocks, else blocks T/P * the measured
         max/mean; T = k * the measured mean of global selected / k.
@@ -582,6 +584,53 @@ def cmd_validate(args):
     return 0 if worst <= args.tolerance else 1
 
 
+def rate_bytes_per_s(rate):
+    """tc's rate syntax (1gbit, 100mbit, 10gbit) in bytes per second."""
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+    for unit, scale in units.items():
+        if rate.lower().endswith(unit):
+            try:
+                return float(rate[: -len(unit)]) * scale / 8
+            except ValueError:
+                break
+    raise ModelError(f"rate '{rate}' is not NUMBER followed by kbit, mbit or gbit")
+
+
+def cmd_table(args):
+    """Measured time per call beside the alpha-beta prediction (each P's own fit) and
+    T_min = max(one read of n floats at each rank's share of the memory bandwidth,
+    2k(P-1)/P words at the link rate)."""
+    params = load_params(args.params)
+    cores = args.cores if args.cores is not None else params.get("cores")
+    mem_bw = args.mem_bw * 1e9
+    link = rate_bytes_per_s(args.rate)
+    dist = distributions(args.counts)
+    rows = [r for path in args.runs for r in read_bench_csv(path)]
+    if not rows:
+        raise ModelError("no rows in the runs given")
+    dense = {(r["P"], r["n"], r["density"]): r["time_s_med"] for r in rows if r["algo"] == "dense"}
+    print("| method | P | n | density | measured s | predicted s | error % | T_min s | "
+          "measured / T_min | dense / method |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    order = {a: i for i, a in enumerate(METHODS + ["mpi_allreduce"])}
+    rows.sort(key=lambda r: (r["P"], r["n"], -r["density"], order.get(r["algo"], 99)))
+    for r in rows:
+        P, n, density = r["P"], r["n"], r["density"]
+        own = params.get("per_P", {}).get(str(P))
+        a, b = (own["alpha"], own["beta"]) if own else (params["alpha"], params["beta"])
+        pred = predict_row(r["algo"], P, n, density, a, b, params, dist, cores)["time_s"]
+        k = math.floor(density * n)
+        share = mem_bw / max(1.0, P / cores) if cores else mem_bw
+        t_min = max(4 * n / share, 2 * k * (P - 1) / P * 4 / link)
+        d = dense.get((P, n, density))
+        speedup = f"{d / r['time_s_med']:.1f}" if d else "-"
+        err = 100 * (pred - r["time_s_med"]) / r["time_s_med"]
+        print(f"| {r['algo']} | {P} | 2^{int(round(math.log2(n)))} | {density:g} | "
+              f"{r['time_s_med']:.4f} | {pred:.4f} | {err:+.0f} | {t_min:.4f} | "
+              f"{r['time_s_med'] / t_min:.1f} | {speedup} |")
+    return 0
+
+
 def cmd_scale(args):
     params = load_params(args.params) if args.params else {}
     dist = distributions(args.counts)
@@ -692,6 +741,18 @@ def main(argv=None):
                         "machine's cores, so its effective network changes with P)")
     p.add_argument("runs", nargs="+", metavar="CSV", help="oktopk-bench CSV outputs of bed runs")
 
+    p = sub.add_parser("table", help="measured bed runs beside their predictions and T_min (markdown)")
+    p.add_argument("--allgatherv", choices=["ring", "doubling", "min"], default="min",
+                   help="allgather(v) schedule (default min: the cheaper, as a tuned MPI picks)")
+    p.add_argument("--params", required=True, help="JSON from fit on the same bed and rate")
+    p.add_argument("--rate", required=True, help="the links' rate in tc syntax (1gbit, 10gbit)")
+    p.add_argument("--mem-bw", type=float, required=True, metavar="GB/s",
+                   help="the machine's memory bandwidth (oktopk-kernel-bench's copy row); each "
+                        "rank's share is this / max(1, P / cores)")
+    p.add_argument("--counts", metavar="TRACE:CSV", help="measured count distributions")
+    p.add_argument("--cores", type=int, default=None, help="default: the fit's --cores")
+    p.add_argument("runs", nargs="+", metavar="CSV", help="oktopk-bench CSV outputs of bed runs")
+
     p = sub.add_parser("scale", help="weak-scaling CSV and PNG for VGG-16 and BERT-base sizes")
     p.add_argument("--allgatherv", choices=["ring", "doubling", "min"], default="min",
                    help="allgather(v) schedule (default min: the cheaper, as a tuned MPI picks)")
@@ -714,6 +775,8 @@ def main(argv=None):
     try:
         if args.command == "fit":
             return cmd_fit(args) or 0
+        if args.command == "table":
+            return cmd_table(args)
         if args.command == "predict":
             if args.P < 1 or args.n < 1 or not 0 <= args.density <= 1:
                 raise ModelError("need P >= 1, n >= 1, 0 <= density <= 1")

@@ -8,6 +8,7 @@
 
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
+#include <oktopk/impl/count_levels.hpp>
 #include <oktopk/impl/kokkos_compat.hpp>
 #include <oktopk/impl/kokkos_ext.hpp>
 
@@ -97,6 +98,42 @@ std::int64_t count_above(const ExecSpace& exec, const XView& x, float threshold)
       count);
   return count;
 }
+
+namespace impl {
+
+/// totals[j] = entries with |x(i)| > levels.threshold[j], for every level: on the host in one
+/// pass (each chunk counted at every level while it is in cache), on GPUs one reduction a level.
+template <class ExecSpace, class XView>
+void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels& levels,
+                        std::int64_t* totals) {
+  for (int j = 0; j < levels.count; ++j) totals[j] = 0;
+  if constexpr (runs_on_host_v<ExecSpace>) {
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    const std::int64_t chunks = chunk_count<ExecSpace>(n);
+    const std::int64_t chunk = chunk_length_v<ExecSpace>;
+    const CountLevels thresholds = levels;
+    Kokkos::View<count_type**, Kokkos::LayoutRight, Kokkos::HostSpace> per_chunk(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::count_above_levels"),
+        static_cast<std::size_t>(levels.count), static_cast<std::size_t>(chunks));
+    Kokkos::parallel_for(
+        "OkTopk::count_above_levels", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, chunks),
+        KOKKOS_LAMBDA(std::int64_t c) {
+          const std::int64_t begin = c * chunk;
+          const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+          std::int64_t counts[max_count_levels] = {};
+          count_levels_in(x, thresholds, begin, end, counts);
+          for (int j = 0; j < thresholds.count; ++j) per_chunk(j, c) = counts[j];
+        });
+    fence(exec, "OkTopk::count_above_levels: counts to the host");
+    for (int j = 0; j < levels.count; ++j) {
+      for (std::int64_t c = 0; c < chunks; ++c) totals[j] += per_chunk(j, c);
+    }
+  } else {
+    for (int j = 0; j < levels.count; ++j) totals[j] = count_above(exec, x, levels.threshold[j]);
+  }
+}
+
+}  // namespace impl
 
 /// \brief Stream-compacts {i : |x(i)| > threshold} into (indices, values), in ascending order.
 ///

@@ -140,14 +140,12 @@ class SparseAllreduce {
   /// Whether the method keeps a residual (the base then zeroes nothing it carries over).
   virtual bool uses_error_feedback() const { return true; }
 
-  /// A threshold the method wants the call's accumulate pass to count |acc| above, for free
-  /// (the pass reads acc anyway): the result lands in counted_above_, and on host
-  /// execution spaces per chunk in counted_chunk_counts_ (counted_threshold_ says at which
-  /// threshold; the method may count again there). NaN (the default): none. Asked
-  /// before the call counter moves, so the call it is for is iteration_ + 1.
-  virtual float accumulate_count_threshold() const {
-    return std::numeric_limits<float>::quiet_NaN();
-  }
+  /// Thresholds the method wants the call's accumulate pass to count |acc| above, for free
+  /// (the pass reads acc anyway): the results land in counted_levels_ and counted_above_, and
+  /// on host execution spaces per chunk in counted_chunk_counts_ (on GPUs the first level
+  /// only). None (the default): nothing counted. Asked before the call counter moves, so the
+  /// call it is for is iteration_ + 1.
+  virtual impl::CountLevels accumulate_count_levels() const { return {}; }
 
   /// Whether every call is a dense average of the gradient as it is (the Dense method): the
   /// base then reduces `grad` straight into `out`, without reduce_step and without a copy,
@@ -230,11 +228,26 @@ class SparseAllreduce {
   /// k entries when magnitudes are distinct (-Inf when k >= n keeps all, +Inf when k == 0).
   float topk_threshold(const ExecSpace& exec, const vector_type& x, std::int64_t k);
 
-  /// What is known of this call's acc: a threshold (NaN: nothing counted yet), how many
-  /// entries lie above it, and how many per chunk (host spaces; empty on GPUs).
-  float counted_threshold_ = std::numeric_limits<float>::quiet_NaN();
-  std::int64_t counted_above_ = 0;
-  Kokkos::View<count_type*, memory_space> counted_chunk_counts_;
+  /// What is known of this call's acc: thresholds (none: nothing counted yet), how many
+  /// entries lie above each, and how many per chunk (host spaces: a row per level; empty on
+  /// GPUs).
+  impl::CountLevels counted_levels_;
+  std::int64_t counted_above_[impl::max_count_levels] = {};
+  Kokkos::View<count_type**, Kokkos::LayoutRight, memory_space> counted_chunk_counts_;
+
+  /// The level of counted_levels_ at threshold t, or -1.
+  int counted_level(float t) const {
+    for (int j = 0; j < counted_levels_.count; ++j) {
+      if (counted_levels_.threshold[j] == t) return j;
+    }
+    return -1;
+  }
+
+  /// A counted level's counts per chunk, for select_above_counted(); empty on GPUs.
+  Kokkos::View<const count_type*, memory_space> counted_chunks_of(int level) const {
+    if (counted_chunk_counts_.extent(0) == 0) return {};
+    return Kokkos::subview(counted_chunk_counts_, level, Kokkos::ALL);
+  }
 
   Algorithm algorithm_;
   Communicator comm_;
@@ -310,7 +323,7 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
   constexpr const char* where = "oktopk::SparseAllreduce::reduce";
   impl::ScopedRegion region("OkTopk::SparseAllreduce::reduce");
   const ReduceStats previous_stats = stats_;  // restored if the call is rejected
-  counted_threshold_ = std::numeric_limits<float>::quiet_NaN();
+  counted_levels_ = impl::CountLevels{};
   comm_.reset_traffic();
   stats_ = ReduceStats{};
   stats_.k = k_;
@@ -332,21 +345,21 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
     if (length_ok && !as_is) {
       auto timer = phase(exec, "accumulate");
       if (uses_error_feedback()) {
-        const float count_at = accumulate_count_threshold();
-        if (impl::runs_on_host_v<ExecSpace> && !std::isnan(count_at) &&
-            counted_chunk_counts_.extent(0) == 0) {
-          counted_chunk_counts_ = Kokkos::View<count_type*, memory_space>(
+        impl::CountLevels levels = accumulate_count_levels();
+        if (!impl::runs_on_host_v<ExecSpace> && levels.count > 1) levels.count = 1;
+        if (impl::runs_on_host_v<ExecSpace> && levels.count > 0 &&
+            static_cast<int>(counted_chunk_counts_.extent(0)) < levels.count) {
+          counted_chunk_counts_ = Kokkos::View<count_type**, Kokkos::LayoutRight, memory_space>(
               Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
                                  "OkTopk::SparseAllreduce::counted_chunk_counts"),
+              static_cast<std::size_t>(impl::max_count_levels),
               static_cast<std::size_t>(impl::chunk_count<ExecSpace>(n_)));
         }
-        const auto counts = impl::accumulate_counting(
-            exec, residual_, grad, acc_, count_at,
-            std::isnan(count_at) ? Kokkos::View<count_type*, memory_space>()
-                                 : counted_chunk_counts_);
+        const auto counts =
+            impl::accumulate_counting(exec, residual_, grad, acc_, levels, counted_chunk_counts_);
         nonfinite = counts.nonfinite;
-        counted_threshold_ = count_at;
-        counted_above_ = counts.above;
+        counted_levels_ = levels;
+        for (int j = 0; j < levels.count; ++j) counted_above_[j] = counts.above[j];
       } else {
         nonfinite = impl::copy_counting_nonfinite(exec, grad, acc_);
       }

@@ -89,9 +89,9 @@ TYPED_TEST(Select, SelectAboveMatchesReference) {
   }
 }
 
-/// impl::accumulate_counting (acc = residual + grad with its counts, per chunk too) and
-/// impl::count_above_by_chunk, followed by select_above_counted, against the host reference of
-/// the same sum.
+/// impl::accumulate_counting (acc = residual + grad with its counts at three levels, per chunk
+/// too), impl::count_above_by_chunk and impl::count_above_levels, followed by
+/// select_above_counted, against the host reference of the same sum.
 TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
   using Memory = typename TypeParam::memory_space;
   const TypeParam exec;
@@ -108,31 +108,48 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
       const auto residual_view = to_view<TypeParam>(residual, "residual");
       Kokkos::View<float*, Memory> acc_view("acc", n);
       const auto chunks = oktopk::impl::chunk_count<TypeParam>(static_cast<std::int64_t>(n));
-      Kokkos::View<count_type*, Memory> chunk_counts("chunk_counts", chunks);
+      Kokkos::View<count_type**, Kokkos::LayoutRight, Memory> level_counts(
+          "level_counts", oktopk::impl::max_count_levels, chunks);
+      const auto chunk_counts = Kokkos::subview(level_counts, 0, Kokkos::ALL);
+      // Levels past the first are counted on host spaces only (their totals are row sums).
+      const int levels_counted = oktopk::impl::runs_on_host_v<TypeParam> ? 3 : 1;
       for (const float t : thresholds_for(acc)) {
         SCOPED_TRACE(case_name(kind, n, t));
+        // Three levels, as Ok-Topk's guard raises a threshold: t, 1.25 t, 1.25^2 t.
+        const auto levels = oktopk::impl::raised_levels(t, 1.25, 3);
         const auto counts = oktopk::impl::accumulate_counting(exec, residual_view, grad_view,
-                                                              acc_view, t, chunk_counts);
+                                                              acc_view, levels, level_counts);
         EXPECT_TRUE(same_entries(to_vector(exec, acc_view), acc));
         const auto expected_nonfinite =
             std::count_if(acc.begin(), acc.end(), [](float v) { return !std::isfinite(v); });
         EXPECT_EQ(counts.nonfinite, expected_nonfinite);
-        EXPECT_EQ(counts.above, ref::count_above(acc, t));
-        // Each chunk's count: the reference over that chunk's entries.
+        // Each level's total and each chunk's count: the reference over that chunk's entries.
         const auto chunk = oktopk::impl::chunk_length_v<TypeParam>;
-        const auto got = to_vector(exec, chunk_counts);
         std::int64_t wrong_chunks = 0;
-        for (std::int64_t c = 0; c < chunks; ++c) {
-          const auto begin = static_cast<std::size_t>(c * chunk);
-          const auto end = std::min(n, static_cast<std::size_t>((c + 1) * chunk));
-          const std::vector<float> part(acc.begin() + begin, acc.begin() + end);
-          if (got[c] != ref::count_above(part, t)) ++wrong_chunks;
+        for (int j = 0; j < levels_counted; ++j) {
+          const float level_t = levels.threshold[j];
+          EXPECT_EQ(counts.above[j], ref::count_above(acc, level_t)) << "level " << j;
+          const auto row = to_vector(exec, Kokkos::subview(level_counts, j, Kokkos::ALL));
+          for (std::int64_t c = 0; c < chunks; ++c) {
+            const auto begin = static_cast<std::size_t>(c * chunk);
+            const auto end = std::min(n, static_cast<std::size_t>((c + 1) * chunk));
+            const std::vector<float> part(acc.begin() + begin, acc.begin() + end);
+            if (row[c] != ref::count_above(part, level_t)) ++wrong_chunks;
+          }
         }
         EXPECT_EQ(wrong_chunks, 0);
-        // Counting again (as Ok-Topk's guard does after raising a threshold) stores the same.
+        const auto got = to_vector(exec, chunk_counts);
+        // Counting again (as Ok-Topk's guard does past the counted levels) stores the same.
         Kokkos::deep_copy(chunk_counts, count_type{-1});
-        EXPECT_EQ(oktopk::impl::count_above_by_chunk(exec, acc_view, t, chunk_counts), counts.above);
+        EXPECT_EQ(oktopk::impl::count_above_by_chunk(exec, acc_view, t, chunk_counts),
+                  counts.above[0]);
         EXPECT_TRUE(same_entries(to_vector(exec, chunk_counts), got));
+        // All levels in one pass, as the global guard counts: the totals alone.
+        std::int64_t totals[oktopk::impl::max_count_levels] = {};
+        oktopk::impl::count_above_levels(exec, acc_view, levels, totals);
+        for (int j = 0; j < levels.count; ++j) {
+          EXPECT_EQ(totals[j], ref::count_above(acc, levels.threshold[j])) << "level " << j;
+        }
 
         auto expected = ref::select_above(acc, t);
         const auto count = static_cast<std::int64_t>(expected.indices.size());
@@ -157,10 +174,11 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
       }
       // An empty chunk_counts records nothing (and must not be written); a NaN threshold
       // counts nothing.
-      Kokkos::View<count_type*, Memory> none;
+      Kokkos::View<count_type**, Kokkos::LayoutRight, Memory> none;
       const auto plain = oktopk::impl::accumulate_counting(
-          exec, residual_view, grad_view, acc_view, std::numeric_limits<float>::quiet_NaN(), none);
-      EXPECT_EQ(plain.above, 0);
+          exec, residual_view, grad_view, acc_view,
+          oktopk::impl::raised_levels(std::numeric_limits<float>::quiet_NaN(), 1.25, 1), none);
+      EXPECT_EQ(plain.above[0], 0);
     }
   }
 }

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <oktopk/fwd.hpp>
+#include <oktopk/impl/count_levels.hpp>
 #include <oktopk/impl/kokkos_compat.hpp>
 #include <oktopk/impl/kokkos_ext.hpp>
 
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <limits>
 
 namespace oktopk::impl {
 
@@ -22,47 +24,65 @@ KOKKOS_INLINE_FUNCTION bool is_finite(float x) {
 
 /// What accumulate_counting() found in acc.
 struct AccumulateCounts {
-  std::int64_t nonfinite = 0;  ///< entries that are NaN or +-Inf
-  std::int64_t above = 0;      ///< entries with |acc| > the threshold
+  std::int64_t nonfinite = 0;                   ///< entries that are NaN or +-Inf
+  std::int64_t above[max_count_levels] = {};  ///< entries with |acc| > each level's threshold
 };
 
 /// \brief acc = residual + grad in one pass, counting the entries of acc that are not finite
-/// and those with |acc| > threshold (none when threshold is NaN).
+/// and those with |acc| above each of `levels`' thresholds (none above NaN).
 ///
 /// The pass goes by chunks of chunk_length_v entries (on the host a loop the compiler
-/// vectorizes, on GPUs one entry per thread). When `chunk_counts` has one entry per chunk
-/// (chunk_count<ExecSpace>(n)), each chunk's count above the threshold is stored there, so that
-/// select_above_counted() compacts at that threshold in one pass instead of two.
+/// vectorizes, then the counts over the chunk while it is in cache; on GPUs one entry per
+/// thread). When `chunk_counts` (levels × chunks, chunk_count<ExecSpace>(n) columns) has a row
+/// for every level, each chunk's counts are stored there, so that select_above_counted()
+/// compacts at any of the thresholds in one pass instead of two. Levels past the first are
+/// counted only when recorded on a host space, where their totals are sums over their rows;
+/// elsewhere counts.above holds the first level's total alone.
 template <class ExecSpace, class Residual, class Grad, class Acc, class ChunkCounts>
 AccumulateCounts accumulate_counting(const ExecSpace& exec, const Residual& residual,
-                                     const Grad& grad, const Acc& acc, float threshold,
+                                     const Grad& grad, const Acc& acc, const CountLevels& levels,
                                      const ChunkCounts& chunk_counts) {
+  static_assert(ChunkCounts::rank == 2, "chunk_counts: one row per level");
   const auto n = static_cast<std::int64_t>(grad.extent(0));
   const std::int64_t chunks = chunk_count<ExecSpace>(n);
   const std::int64_t chunk = chunk_length_v<ExecSpace>;
-  const bool record = static_cast<std::int64_t>(chunk_counts.extent(0)) == chunks;
-  // Both counts in one sum: above in the low 32 bits (it never reaches 2^31), non-finite above.
+  const bool record = static_cast<std::int64_t>(chunk_counts.extent(0)) >= levels.count &&
+                      static_cast<std::int64_t>(chunk_counts.extent(1)) == chunks;
+  const int counted =
+      record && runs_on_host_v<ExecSpace> ? levels.count : (levels.count < 1 ? levels.count : 1);
+  CountLevels thresholds = levels;
+  thresholds.count = counted;
+  // The non-finite count and the first level's in one sum: above in the low 32 bits (it never
+  // reaches 2^31), non-finite above.
   std::int64_t packed = 0;
   Kokkos::parallel_reduce(
       "OkTopk::accumulate_counting", RangeOf<ExecSpace>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
         const std::int64_t begin = c * chunk;
         const std::int64_t end = begin + chunk < n ? begin + chunk : n;
-        std::int64_t above = 0;
         std::int64_t bad = 0;
         for (std::int64_t i = begin; i < end; ++i) {
           const float a = residual(i) + grad(i);
           acc(i) = a;
-          above += abs(a) > threshold ? 1 : 0;
           bad += is_finite(a) ? 0 : 1;
         }
-        if (record) chunk_counts(c) = above;
-        sum += above + (bad << 32);
+        std::int64_t above[max_count_levels] = {};
+        count_levels_in(acc, thresholds, begin, end, above);
+        if (record) {
+          for (int j = 0; j < counted; ++j) chunk_counts(j, c) = above[j];
+        }
+        sum += above[0] + (bad << 32);
       },
       packed);
   AccumulateCounts counts;
   counts.nonfinite = packed >> 32;
-  counts.above = packed & 0xffffffff;
+  counts.above[0] = packed & 0xffffffff;
+  // The other levels' totals: sums of their rows, which are host memory here.
+  if constexpr (runs_on_host_v<ExecSpace>) {
+    for (int j = 1; j < counted; ++j) {
+      for (std::int64_t c = 0; c < chunks; ++c) counts.above[j] += chunk_counts(j, c);
+    }
+  }
   return counts;
 }
 
@@ -151,6 +171,47 @@ void scatter_divided(const ExecSpace& exec, const Idx& indices, const Val& value
   Kokkos::parallel_for(
       "OkTopk::scatter_divided", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(std::int64_t j) { out(indices(j) + offset) = values(j) / divisor; });
+}
+
+/// \brief A sparse result written as a dense average, with its error feedback in the same pass:
+/// out = 0 except out(indices(j)) = values(j) / divisor for j < count, and at those positions
+/// acc(i) = 0 where |acc(i)| > cleared_above, i.e. where this rank selected the entry (strict,
+/// as the selection is), so the residual keeps what the result did not carry. Indices rise
+/// strictly.
+///
+/// On the host, out is written once, in order, by chunks: each chunk is zeroed and then filled
+/// from its run of indices (a binary search for the run's start), where a zeroing pass and a
+/// scatter would write the entries twice. On GPUs, the zeroing and one thread per entry.
+template <class ExecSpace, class Idx, class Val, class Out, class Acc>
+void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val& values,
+                            std::int64_t count, const Out& out, float divisor, const Acc& acc,
+                            float cleared_above) {
+  if constexpr (runs_on_host_v<ExecSpace>) {
+    const auto n = static_cast<std::int64_t>(out.extent(0));
+    const std::int64_t chunk = chunk_length_v<ExecSpace>;
+    Kokkos::parallel_for(
+        "OkTopk::write_average_clearing", RangeOf<ExecSpace>(exec, 0, chunk_count<ExecSpace>(n)),
+        KOKKOS_LAMBDA(std::int64_t c) {
+          const std::int64_t begin = c * chunk;
+          const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+          for (std::int64_t i = begin; i < end; ++i) out(i) = 0.0f;
+          for (std::int64_t j = lower_bound(indices, count, begin); j < count && indices(j) < end;
+               ++j) {
+            const std::int64_t i = indices(j);
+            out(i) = values(j) / divisor;
+            if (abs(acc(i)) > cleared_above) acc(i) = 0.0f;
+          }
+        });
+  } else {
+    Kokkos::deep_copy(exec, out, 0.0f);
+    Kokkos::parallel_for(
+        "OkTopk::write_average_clearing", RangeOf<ExecSpace>(exec, 0, count),
+        KOKKOS_LAMBDA(std::int64_t j) {
+          const std::int64_t i = indices(j);
+          out(i) = values(j) / divisor;
+          if (abs(acc(i)) > cleared_above) acc(i) = 0.0f;
+        });
+  }
 }
 
 /// Compacts the pairs with |values(j)| > threshold (j < count) into the outputs, keeping their

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <oktopk/pack.hpp>
-#include <oktopk/residual.hpp>
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/distributed_kth.hpp>
 #include <oktopk/impl/sparse_allgatherv.hpp>
@@ -98,17 +97,16 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     };
   }
 
-  // A call that reuses the local threshold counts at it while accumulating: the guard's first
-  // count, and the split's selection in one pass instead of two, when the guard keeps it.
-  float accumulate_count_threshold() const override {
+  // A call that reuses the local threshold counts at it, and at every threshold its guard may
+  // raise it to, while accumulating: the guard then needs no pass of its own, and the split's
+  // selection reads acc once instead of twice, whichever threshold the guard keeps.
+  impl::CountLevels accumulate_count_levels() const override {
     const Options& o = this->options_;
     const std::int64_t call = this->iteration_ + 1;
     const bool reused = call > o.warmup_iterations &&
                         (call - o.warmup_iterations - 1) % o.threshold_period != 0;
-    if (!reused || !(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) {
-      return std::numeric_limits<float>::quiet_NaN();
-    }
-    return local_threshold_;
+    if (!reused || !(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return {};
+    return raised_levels(local_threshold_, o.guard_step, std::max(1, o.guard_loops));
   }
 
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
@@ -136,13 +134,15 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
       stats.repartitioned = true;
     }
 
-    // The chunk counts hold for the threshold last counted, by the accumulate pass or the guard
-    // (host spaces).
-    const bool counted = this->counted_threshold_ == local_threshold_ &&
-                         this->counted_chunk_counts_.extent(0) != 0;
+    // The threshold of this call's local selection: the nudge below moves local_threshold_ for
+    // the next call, and the output phase clears what was selected at this one.
+    const float selected_above = local_threshold_;
+    // Chunk counts at this threshold, when the accumulate pass or the guard counted it (host
+    // spaces).
+    const int level = this->counted_level(local_threshold_);
     split_and_reduce(exec, this->comm_, acc, local_threshold_,
-                     counted ? this->counted_chunk_counts_
-                             : Kokkos::View<count_type*, Memory>(),
+                     level >= 0 ? this->counted_chunks_of(level)
+                                : Kokkos::View<const count_type*, Memory>(),
                      offsets_, offsets_device_, o.throttle, split_, this->timed(exec));
     stats.local_selected = split_.selected;
     nudge(local_threshold_, split_.selected, o.local_low, o.local_high, o.local_step);
@@ -171,14 +171,11 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     if (!exact) nudge(global_threshold_, gather_.total, o.global_low, o.global_high, o.global_step);
 
     {
+      // The dense average and the error feedback together: out is written once, and acc is
+      // cleared where the result carries an entry this rank selected (§2.8).
       auto timer = this->phase(exec, "output");
-      Kokkos::deep_copy(exec, out, 0.0f);
-      scatter_divided(exec, gather_.indices, gather_.values, gather_.total, out,
-                      static_cast<float>(this->comm_.size()));
-    }
-    {
-      auto timer = this->phase(exec, "residual");
-      clear_communicated(exec, acc);
+      write_average_clearing(exec, gather_.indices, gather_.values, gather_.total, out,
+                             static_cast<float>(this->comm_.size()), acc, selected_above);
     }
   }
 
@@ -188,30 +185,48 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     const Options& o = this->options_;
     if (!(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return;
     for (int loop = 0; loop < o.guard_loops; ++loop) {
-      // The accumulate pass counted at the threshold this call started with; a raised one is
+      // The accumulate pass counted the thresholds of the first loops; one past them is
       // counted here, per chunk too, so the split's selection still reads acc once.
-      if (this->counted_threshold_ != local_threshold_) {
-        this->counted_above_ =
-            count_above_by_chunk(exec, acc, local_threshold_, this->counted_chunk_counts_);
-        this->counted_threshold_ = local_threshold_;
+      int level = this->counted_level(local_threshold_);
+      if (level < 0) {
+        Kokkos::View<count_type*, Memory> first_row;  // stays empty on GPUs
+        if (this->counted_chunk_counts_.extent(0) != 0) {
+          first_row = Kokkos::subview(this->counted_chunk_counts_, 0, Kokkos::ALL);
+        }
+        this->counted_levels_ = raised_levels(local_threshold_, o.guard_step, 1);
+        this->counted_above_[0] = count_above_by_chunk(exec, acc, local_threshold_, first_row);
+        level = 0;
       }
-      const std::int64_t passing = this->counted_above_;
-      if (static_cast<double>(passing) <= o.guard_factor * static_cast<double>(this->k_)) break;
+      if (static_cast<double>(this->counted_above_[level]) <=
+          o.guard_factor * static_cast<double>(this->k_)) {
+        break;
+      }
       local_threshold_ = static_cast<float>(local_threshold_ * o.guard_step);
     }
   }
 
-  /// The same guard on the reused global threshold, counted over all ranks' regions (one
-  /// scalar allreduce a loop): the nudges alone follow a sum whose magnitude grows (correlated
-  /// gradients, growing residuals) too slowly, and every extra entry is allgathered to all.
+  /// The same guard on the reused global threshold, counted over all ranks' regions: the nudges
+  /// alone follow a sum whose magnitude grows (correlated gradients, growing residuals) too
+  /// slowly, and every extra entry is allgathered to all. Each batch of loops counts all its
+  /// thresholds in one pass and one allreduce.
   void guard_global_threshold(const ExecSpace& exec) {
     const Options& o = this->options_;
     if (!(std::isfinite(global_threshold_) && global_threshold_ > 0.0f)) return;
-    for (int loop = 0; loop < o.guard_loops; ++loop) {
-      std::int64_t passing = count_above(exec, split_.region, global_threshold_);
-      this->comm_.allreduce_in_place(&passing, 1, MPI_SUM);
-      if (static_cast<double>(passing) <= o.guard_factor * static_cast<double>(this->k_)) break;
-      global_threshold_ = static_cast<float>(global_threshold_ * o.guard_step);
+    const double bound = o.guard_factor * static_cast<double>(this->k_);
+    for (int loops = 0; loops < o.guard_loops;) {
+      const auto levels = raised_levels(global_threshold_, o.guard_step, o.guard_loops - loops);
+      std::int64_t passing[max_count_levels];
+      count_above_levels(exec, split_.region, levels, passing);
+      this->comm_.allreduce_in_place(passing, levels.count, MPI_SUM);
+      for (int j = 0; j < levels.count; ++j) {
+        if (static_cast<double>(passing[j]) <= bound) {
+          global_threshold_ = levels.threshold[j];
+          return;
+        }
+      }
+      global_threshold_ =
+          static_cast<float>(levels.threshold[levels.count - 1] * o.guard_step);
+      loops += levels.count;
     }
   }
 
@@ -253,21 +268,6 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     fence(exec, "OkTopk::oktopk: region offsets");  // `host` goes out of scope
   }
 
-  /// Clears in acc the entries this rank selected that are also in the global result (§2.8);
-  /// both lists ascend: regions are in rank order and each is sorted.
-  void clear_communicated(const ExecSpace& exec, const vector_type& acc) {
-    const std::int64_t selected = split_.selected;
-    ensure_capacity(exec, local_global_indices_, selected);
-    selected_global_indices(exec, split_, offsets_device_, local_global_indices_);
-    const std::int64_t shorter = std::min(selected, gather_.total);
-    ensure_capacity(exec, cleared_, shorter);
-    const std::int64_t both = intersect_sorted_unchecked(
-        exec, Kokkos::subview(local_global_indices_, Kokkos::make_pair(std::int64_t{0}, selected)),
-        Kokkos::subview(gather_.indices, Kokkos::make_pair(std::int64_t{0}, gather_.total)),
-        cleared_);
-    clear_at_unchecked(exec, acc, Kokkos::subview(cleared_, Kokkos::make_pair(std::int64_t{0}, both)));
-  }
-
   float local_threshold_ = 0.0f;
   float global_threshold_ = 0.0f;
   std::vector<std::int64_t> offsets_;
@@ -278,8 +278,6 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
   vector_type repartition_values_{"OkTopk::oktopk::repartition_values", 0};
   index_vector_type global_indices_{"OkTopk::oktopk::global_indices", 0};
   vector_type global_values_{"OkTopk::oktopk::global_values", 0};
-  index_vector_type local_global_indices_{"OkTopk::oktopk::local_global_indices", 0};
-  index_vector_type cleared_{"OkTopk::oktopk::cleared", 0};
 };
 
 }  // namespace oktopk::impl
