@@ -167,9 +167,11 @@ const std::vector<std::pair<std::string_view, Setter>>& option_setters() {
       {"throttle", setter(&Options::throttle)},
       {"balancing", setter(&Options::balancing)},
       {"balance_threshold", setter(&Options::balance_threshold)},
+      {"guard_low", setter(&Options::guard_low)},
       {"guard_factor", setter(&Options::guard_factor)},
       {"guard_step", setter(&Options::guard_step)},
       {"guard_loops", setter(&Options::guard_loops)},
+      {"guard_exact", setter(&Options::guard_exact)},
       {"local_low", setter(&Options::local_low)},
       {"local_high", setter(&Options::local_high)},
       {"local_step", setter(&Options::local_step)},
@@ -243,6 +245,10 @@ void Options::validate() const {
   OKTOPK_REQUIRE(positive_finite(guard_factor) && guard_step > 1.0 && guard_loops >= 0,
                  std::invalid_argument, where,
                  "guard needs guard_factor > 0, guard_step > 1, guard_loops >= 0");
+  OKTOPK_REQUIRE(std::isfinite(guard_low) && guard_low >= 0.0 && guard_low <= guard_factor,
+                 std::invalid_argument, where,
+                 "guard needs 0 <= guard_low <= guard_factor (0: raise only), got guard_low "
+                     << guard_low << " and guard_factor " << guard_factor);
   OKTOPK_REQUIRE(positive_finite(local_low) && local_high >= local_low && local_step >= 1.0,
                  std::invalid_argument, where,
                  "local nudge needs 0 < local_low <= local_high and local_step >= 1");
@@ -280,7 +286,8 @@ std::ostream& operator<<(std::ostream& os, const Options& o) {
             << " threshold_period=" << o.threshold_period
             << " repartition_period=" << o.repartition_period << " throttle=" << o.throttle
             << " balancing=" << o.balancing << " balance_threshold=" << o.balance_threshold
-            << " guard=" << o.guard_factor << "/" << o.guard_step << "/" << o.guard_loops
+            << " guard=" << o.guard_low << "/" << o.guard_factor << "/" << o.guard_step << "/"
+            << o.guard_loops << (o.guard_exact ? "/exact" : "")
             << " local_nudge=" << o.local_low << "/" << o.local_high << "/" << o.local_step
             << " global_nudge=" << o.global_low << "/" << o.global_high << "/" << o.global_step
             << " gaussian=" << o.gaussian_low << "/" << o.gaussian_high << "/"

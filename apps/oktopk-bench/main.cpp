@@ -44,7 +44,7 @@ using Vector = Handle::vector_type;
 
 constexpr const char* csv_header =
     "algo,P,n,k,density,iters,time_s_med,time_s_max,bytes_per_rank_avg,bytes_per_rank_max,"
-    "words_per_rank_max_over_k,nnz_out,wrong";
+    "words_per_rank_max_over_k,nnz_out,wrong,nnz_out_avg,words_per_call_max_over_k";
 constexpr const char* trace_header =
     "algo,call,rank,phase,operation,peer,bytes_sent,bytes_received";
 constexpr char file_magic[8] = {'O', 'K', 'T', 'O', 'P', 'K', 'G', '1'};
@@ -66,7 +66,9 @@ bytes: per rank per iteration, max(bytes sent, bytes received) from the method's
   oktopk/communicator.hpp), averaged over the iterations; _avg and _max over ranks.
 words_per_rank_max_over_k = bytes_per_rank_max / 4 / k ('-' when k = 0).
 nnz_out: non-zeros of the last output. wrong: output elements that differ from the oracle,
-  summed over the timed iterations ('-' without --check).
+  summed over the timed iterations ('-' without --check). nnz_out_avg: the mean over the timed
+  iterations of the output's non-zeros. words_per_call_max_over_k: the largest over the timed
+  iterations and the ranks of max(bytes sent, received) / 4 / k, the worst call's traffic.
 With --mpi-baseline, a last row mpi_allreduce times a bare MPI_Allreduce of the same
   gradients (host memory, separate send and receive buffers, no averaging; wrong is '-').
 
@@ -90,6 +92,11 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
                                            gradient (t * P + r) mod count
                          Generated gradients depend only on (seed, rank, call), so every
                          method sees the same data.
+  --shifted-draws        draw each rank's vector (and correlated's shared one) once; call t
+                         reads it rotated by a random offset of the call, each entry with a
+                         random sign of the call: the same distribution per call and across
+                         ranks, without the draws' cost per call (seconds at n = 2^26 on one
+                         core), at the price of one or two more vectors of memory per rank
   --seed S               seed of the gradients and of the methods' Options (default 1)
   --check                compare every output element with the oracle (oktopk/oracle.hpp)
   --mpi-baseline         also time a bare MPI_Allreduce of the same gradients (row
@@ -134,6 +141,9 @@ Method options (oktopk::Options, defaults are the library's):
      << d.s2_sketch_columns << R"()
   --s2-row-width N       S2: the gradient is read as rows of N entries ()"
      << d.s2_row_width << R"()
+  --option KEY=VALUE     any other oktopk::Options field by its name (repeatable), e.g.
+                         --option guard_low=0 --option guard_factor=1.3333 for the reference's
+                         one-sided guard; names and defaults: the user guide, "Options"
 
 Gradient files: the 8 bytes "OKTOPKG1", int64 n, int64 count, then count gradients of n
 float32 each, all little endian. Every rank reads the file itself (a shared file system).
@@ -168,6 +178,7 @@ struct Args {
   bool check = false;
   bool phases = false;
   bool mpi_baseline = false;
+  bool shifted_draws = false;
   bool help = false;
   std::string format = "table";
   std::string dump_path;
@@ -252,9 +263,13 @@ Args parse(int argc, char* argv[]) {
       flag = flag.substr(0, eq);
       has_value = true;
     }
-    if (flag == "--check" || flag == "--phases" || flag == "--mpi-baseline") {
+    if (flag == "--check" || flag == "--phases" || flag == "--mpi-baseline" ||
+        flag == "--shifted-draws") {
       if (has_value) throw UsageError(flag + " takes no value");
-      (flag == "--check" ? a.check : flag == "--phases" ? a.phases : a.mpi_baseline) = true;
+      (flag == "--check"           ? a.check
+       : flag == "--phases"        ? a.phases
+       : flag == "--mpi-baseline"  ? a.mpi_baseline
+                                   : a.shifted_draws) = true;
       continue;
     }
     if (!has_value) {
@@ -311,6 +326,14 @@ Args parse(int argc, char* argv[]) {
       o.set_s2_sketch_columns(parse_number<std::int64_t>(flag, value));
     } else if (flag == "--s2-row-width") {
       o.set_s2_row_width(parse_number<std::int64_t>(flag, value));
+    } else if (flag == "--option") {
+      const auto equals = value.find('=');
+      if (equals == std::string::npos) throw UsageError("--option needs KEY=VALUE, got '" + value + "'");
+      try {
+        o.set(std::string_view(value).substr(0, equals), std::string_view(value).substr(equals + 1));
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
     } else {
       throw UsageError("unknown option " + flag);
     }
@@ -325,6 +348,9 @@ Args parse(int argc, char* argv[]) {
     throw UsageError("--format must be table, csv or json, got '" + a.format + "'");
   }
   if (a.algorithms.empty()) throw UsageError("--algo names no method");
+  if (a.shifted_draws && (a.dist.kind == DistKind::Rows || a.dist.kind == DistKind::File)) {
+    throw UsageError("--shifted-draws works with normal, laplace, lognormal and correlated:RHO");
+  }
   if (!a.dump_path.empty() && !a.dist.path.empty()) {
     // Writing the dump truncates its file first: it must not be the file being replayed.
     std::error_code ignored;
@@ -464,9 +490,67 @@ class GradientSource {
   void fill(const Exec& exec, std::int64_t call, const Vector& grad) {
     if (args_.dist.kind == DistKind::File) {
       read(exec, call, grad);
+    } else if (args_.shifted_draws) {
+      if (own_draws_.extent(0) != grad.extent(0)) draw_once(exec, grad.extent(0));
+      shift(exec, call, grad);
     } else {
       generate(exec, call, grad);
     }
+  }
+
+  // --shifted-draws: the draws of call -1, the own and shared parts of correlated apart.
+  void draw_once(const Exec& exec, std::size_t n) {
+    own_draws_ = Vector(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                           "oktopk-bench::own_draws"), n);
+    if (args_.dist.kind != DistKind::Correlated) {
+      generate(exec, -1, own_draws_);
+      return;
+    }
+    shared_draws_ = Vector(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                              "oktopk-bench::shared_draws"), n);
+    const auto rank = static_cast<std::uint64_t>(world_.rank());
+    const std::uint64_t own = stream_key(args_.seed, rank, -1);
+    const std::uint64_t shared = stream_key(args_.seed, shared_stream, -1);
+    const auto own_draws = own_draws_;
+    const auto shared_draws = shared_draws_;
+    Kokkos::parallel_for(
+        "oktopk-bench::draw_once",
+        Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+        KOKKOS_LAMBDA(std::int64_t i) {
+          own_draws(i) = static_cast<float>(normal_at(own, i));
+          shared_draws(i) = static_cast<float>(normal_at(shared, i));
+        });
+  }
+
+  // grad(i) = ±draws((i + offset) mod n) with the call's offset and signs (the shared part's
+  // the same on every rank), one hash per entry and part.
+  void shift(const Exec& exec, std::int64_t call, const Vector& grad) const {
+    const auto n = static_cast<std::int64_t>(grad.extent(0));
+    const auto rank = static_cast<std::uint64_t>(world_.rank());
+    const std::uint64_t own = stream_key(args_.seed, rank, call);
+    const std::uint64_t shared = stream_key(args_.seed, shared_stream, call);
+    const auto own_offset = static_cast<std::int64_t>(mix(own) % static_cast<std::uint64_t>(n));
+    const auto shared_offset =
+        static_cast<std::int64_t>(mix(shared) % static_cast<std::uint64_t>(n));
+    const bool correlated = args_.dist.kind == DistKind::Correlated;
+    const float a = correlated ? static_cast<float>(std::sqrt(args_.dist.parameter)) : 0.0f;
+    const float b =
+        correlated ? static_cast<float>(std::sqrt(1.0 - std::min(args_.dist.parameter, 1.0))) : 1.0f;
+    const auto own_draws = own_draws_;
+    const auto shared_draws = correlated ? shared_draws_ : own_draws_;
+    Kokkos::parallel_for(
+        "oktopk-bench::shift",
+        Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+        KOKKOS_LAMBDA(std::int64_t i) {
+          const auto j = static_cast<std::uint64_t>(i);
+          const std::int64_t o = i + own_offset < n ? i + own_offset : i + own_offset - n;
+          float x = ((mix(own + j) & 1u) != 0 ? -b : b) * own_draws(o);
+          if (correlated) {
+            const std::int64_t s = i + shared_offset < n ? i + shared_offset : i + shared_offset - n;
+            x += ((mix(shared + j) & 1u) != 0 ? -a : a) * shared_draws(s);
+          }
+          grad(i) = x;
+        });
   }
 
   // Public only because CUDA does not allow device lambdas in private member functions.
@@ -550,6 +634,8 @@ class GradientSource {
   oktopk::Communicator world_;
   GradientFile file_;
   Kokkos::View<float*, Kokkos::HostSpace> host_;
+  Vector own_draws_;     // --shifted-draws
+  Vector shared_draws_;  // --shifted-draws, correlated
 };
 
 /// Collective: writes the gradients of calls [0, calls) of every rank to `path`, in the
@@ -617,6 +703,8 @@ struct Result {
   double bytes_avg = 0.0;
   double bytes_max = 0.0;
   std::int64_t nnz = 0;
+  double nnz_avg = 0.0;         // mean over the timed calls of the output's non-zeros
+  double bytes_call_max = 0.0;  // max over the timed calls and ranks of max(sent, received)
   std::int64_t wrong = 0;
   bool unchecked = false;  // a row --check does not apply to (mpi_allreduce)
   std::vector<PhaseRow> phases;
@@ -810,6 +898,8 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
   const auto iters = static_cast<std::size_t>(args.iters);
   std::vector<double> seconds(iters, 0.0);
   double bytes_sum = 0.0;
+  double bytes_call_max = 0.0;
+  double nnz_sum = 0.0;
   PhaseLog phase_log(args.phases ? iters : 0);
   Result result;
   result.algo = oktopk::to_string(algorithm);
@@ -840,7 +930,14 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
       const oktopk::ReduceStats& stats = handle->stats();
       seconds[j] = elapsed;
       bytes_sum += max_bytes(stats.total_traffic());
+      bytes_call_max = std::max(bytes_call_max, static_cast<double>(max_bytes(stats.total_traffic())));
       trace.add_call(result.algo, call - args.warmup, comm);
+      std::int64_t nonzeros = 0;
+      Kokkos::parallel_reduce(
+          "oktopk-bench::nnz", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+          KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) { count += out(i) != 0.0f ? 1 : 0; },
+          nonzeros);
+      nnz_sum += static_cast<double>(nonzeros);
       if (args.phases) {
         for (const auto& [name, phase] : stats.phases) {
           phase_log[j][name] = {phase.seconds, max_bytes(phase.traffic)};
@@ -864,6 +961,9 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
   world.allreduce_in_place(&result.bytes_avg, 1, MPI_SUM);
   result.bytes_avg /= P;
   world.allreduce_in_place(&result.bytes_max, 1, MPI_MAX);
+  result.bytes_call_max = bytes_call_max;
+  world.allreduce_in_place(&result.bytes_call_max, 1, MPI_MAX);
+  result.nnz_avg = nnz_sum / static_cast<double>(iters);
   Kokkos::parallel_reduce(
       "oktopk-bench::nnz", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) { count += out(i) != 0.0f ? 1 : 0; },
@@ -915,7 +1015,9 @@ Result run_mpi_baseline(const Exec& exec, const oktopk::Communicator& world, con
   world.allreduce_in_place(&result.bytes_avg, 1, MPI_SUM);
   result.bytes_avg /= world.size();
   world.allreduce_in_place(&result.bytes_max, 1, MPI_MAX);
+  result.bytes_call_max = result.bytes_max;  // the same bytes every call
   for (std::size_t i = 0; i < n; ++i) result.nnz += receive(i) != 0.0f ? 1 : 0;
+  result.nnz_avg = static_cast<double>(result.nnz);
   trace.flush();
   return result;
 }
@@ -943,9 +1045,10 @@ class Printer {
           static_cast<unsigned long long>(args_.seed), static_cast<long long>(args_.warmup),
           static_cast<long long>(args_.iters), args_.check ? "on" : "off", Exec::name());
       std::printf("# options: %s\n", options.str().c_str());
-      std::printf("%-10s %5s %11s %10s %8s %6s %12s %12s %18s %18s %25s %10s %6s\n", "algo", "P",
-                  "n", "k", "density", "iters", "time_s_med", "time_s_max", "bytes_per_rank_avg",
-                  "bytes_per_rank_max", "words_per_rank_max_over_k", "nnz_out", "wrong");
+      std::printf("%-10s %5s %11s %10s %8s %6s %12s %12s %18s %18s %25s %10s %6s %12s %25s\n",
+                  "algo", "P", "n", "k", "density", "iters", "time_s_med", "time_s_max",
+                  "bytes_per_rank_avg", "bytes_per_rank_max", "words_per_rank_max_over_k",
+                  "nnz_out", "wrong", "nnz_out_avg", "words_per_call_max_over_k");
     }
     std::fflush(stdout);
   }
@@ -955,24 +1058,30 @@ class Printer {
     if (rank_ != 0) return;
     const std::string words =
         r.k > 0 ? format("%.4f", r.bytes_max / 4.0 / static_cast<double>(r.k)) : "-";
+    const std::string call_words =
+        r.k > 0 ? format("%.4f", r.bytes_call_max / 4.0 / static_cast<double>(r.k)) : "-";
     const bool checked = args_.check && !r.unchecked;
     const std::string wrong = checked ? std::to_string(r.wrong) : "-";
     if (args_.format == "csv") {
-      std::printf("%s,%d,%lld,%lld,%g,%lld,%.6e,%.6e,%.1f,%.1f,%s,%lld,%s\n", r.algo.c_str(), P_,
-                  static_cast<long long>(args_.n), static_cast<long long>(r.k), args_.density,
-                  static_cast<long long>(args_.iters), r.time_med, r.time_max, r.bytes_avg,
-                  r.bytes_max, words.c_str(), static_cast<long long>(r.nnz), wrong.c_str());
+      std::printf("%s,%d,%lld,%lld,%g,%lld,%.6e,%.6e,%.1f,%.1f,%s,%lld,%s,%.1f,%s\n",
+                  r.algo.c_str(), P_, static_cast<long long>(args_.n),
+                  static_cast<long long>(r.k), args_.density, static_cast<long long>(args_.iters),
+                  r.time_med, r.time_max, r.bytes_avg, r.bytes_max, words.c_str(),
+                  static_cast<long long>(r.nnz), wrong.c_str(), r.nnz_avg, call_words.c_str());
     } else if (args_.format == "json") {
       std::printf(
           "%s\n  {\"algo\": \"%s\", \"P\": %d, \"n\": %lld, \"k\": %lld, \"density\": %.17g, "
           "\"iters\": %lld, \"time_s_med\": %.9g, \"time_s_max\": %.9g, "
           "\"bytes_per_rank_avg\": %.17g, \"bytes_per_rank_max\": %.17g, "
-          "\"words_per_rank_max_over_k\": %s, \"nnz_out\": %lld, \"wrong\": %s",
+          "\"words_per_rank_max_over_k\": %s, \"nnz_out\": %lld, \"wrong\": %s, "
+          "\"nnz_out_avg\": %.17g, \"words_per_call_max_over_k\": %s",
           results_.size() > 1 ? "," : "", r.algo.c_str(), P_, static_cast<long long>(args_.n),
           static_cast<long long>(r.k), args_.density, static_cast<long long>(args_.iters),
           r.time_med, r.time_max, r.bytes_avg, r.bytes_max,
           r.k > 0 ? format("%.17g", r.bytes_max / 4.0 / static_cast<double>(r.k)).c_str() : "null",
-          static_cast<long long>(r.nnz), checked ? wrong.c_str() : "null");
+          static_cast<long long>(r.nnz), checked ? wrong.c_str() : "null", r.nnz_avg,
+          r.k > 0 ? format("%.17g", r.bytes_call_max / 4.0 / static_cast<double>(r.k)).c_str()
+                  : "null");
       if (args_.phases) {
         std::printf(", \"phases\": [");
         for (std::size_t p = 0; p < r.phases.size(); ++p) {
@@ -984,11 +1093,13 @@ class Printer {
       }
       std::printf("}");
     } else {
-      std::printf("%-10s %5d %11lld %10lld %8g %6lld %12.4e %12.4e %18.1f %18.1f %25s %10lld %6s\n",
-                  r.algo.c_str(), P_, static_cast<long long>(args_.n), static_cast<long long>(r.k),
-                  args_.density, static_cast<long long>(args_.iters), r.time_med, r.time_max,
-                  r.bytes_avg, r.bytes_max, words.c_str(), static_cast<long long>(r.nnz),
-                  wrong.c_str());
+      std::printf(
+          "%-10s %5d %11lld %10lld %8g %6lld %12.4e %12.4e %18.1f %18.1f %25s %10lld %6s %12.1f "
+          "%25s\n",
+          r.algo.c_str(), P_, static_cast<long long>(args_.n), static_cast<long long>(r.k),
+          args_.density, static_cast<long long>(args_.iters), r.time_med, r.time_max, r.bytes_avg,
+          r.bytes_max, words.c_str(), static_cast<long long>(r.nnz), wrong.c_str(), r.nnz_avg,
+          call_words.c_str());
     }
     std::fflush(stdout);
   }

@@ -49,6 +49,9 @@ Options:
   --momentum M          SGD momentum, [0, 1)                                 (default 0.9)
   --weight-decay W      L2 weight decay, >= 0                                (default 0.0001)
   --dense-warmup N      first N steps use a dense allreduce                  (default 0)
+  --option KEY=VALUE    any other oktopk::Options field by its name (repeatable), e.g.
+                        --option guard_low=0 --option guard_factor=1.3333 (the reference's
+                        one-sided guard); names and defaults: the user guide, "Options"
   --seed S              model initialization and shuffling                   (default 1)
   --data DIR            Fashion-MNIST IDX gz files       (default /usr/share/datasets/fashion-mnist)
   --csv FILE            also write one CSV row per epoch to FILE (rank 0)
@@ -66,8 +69,8 @@ Options:
   --resume FILE         continue from the checkpoint FILE.rank<R>: the run then ends exactly
                         (bit for bit) as an uninterrupted one would; --epochs is the total, and
                         every other setting that shapes training (model, algo, density, batch,
-                        lr, lr-decay, momentum, weight-decay, dense-warmup, seed, steps per
-                        epoch, P) must be the one the checkpoint was written with. --csv
+                        lr, lr-decay, momentum, weight-decay, dense-warmup, --option, seed,
+                        steps per epoch, P) must be the one the checkpoint was written with. --csv
                         appends to an existing file. Not with --dump-gradients.
   --help                print this text
 
@@ -95,6 +98,8 @@ struct Settings {
   double momentum = 0.9;
   double weight_decay = 1e-4;
   std::int64_t dense_warmup = 0;
+  /// --option KEY=VALUE pairs, in order: more oktopk::Options fields.
+  std::vector<std::pair<std::string, std::string>> options;
   std::uint64_t seed = 1;
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string csv;
@@ -106,6 +111,14 @@ struct Settings {
   std::string resume;
   bool help = false;
 };
+
+/// The allreduce's options: density, dense warm-up and seed from their flags, then --option.
+oktopk::Options library_options(const Settings& s) {
+  oktopk::Options o =
+      oktopk::Options().set_density(s.density).set_warmup_iterations(s.dense_warmup).set_seed(s.seed);
+  for (const auto& [key, value] : s.options) o.set(key, value);
+  return o;
+}
 
 Settings parse(int argc, char* argv[]) {
   Settings s;
@@ -142,6 +155,10 @@ Settings parse(int argc, char* argv[]) {
       s.weight_decay = parse_number<double>(flag, value);
     } else if (flag == "--dense-warmup") {
       s.dense_warmup = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--option") {
+      const auto equals = value.find('=');
+      if (equals == std::string::npos) throw UsageError("--option needs KEY=VALUE, got '" + value + "'");
+      s.options.emplace_back(value.substr(0, equals), value.substr(equals + 1));
     } else if (flag == "--seed") {
       s.seed = parse_number<std::uint64_t>(flag, value);
     } else if (flag == "--data") {
@@ -176,6 +193,11 @@ Settings parse(int argc, char* argv[]) {
   if (!(s.momentum >= 0.0 && s.momentum < 1.0)) throw UsageError("--momentum must be in [0, 1)");
   if (!(s.weight_decay >= 0.0)) throw UsageError("--weight-decay must be >= 0");
   if (s.dense_warmup < 0) throw UsageError("--dense-warmup must be >= 0");
+  try {
+    library_options(s).validate();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   if (s.dump_steps < 1) throw UsageError("--dump-steps must be at least 1");
   if (s.steps_cap < 0) throw UsageError("--steps-per-epoch must be >= 0");
   if (s.checkpoint_every < 0) throw UsageError("--checkpoint-every must be >= 0");
@@ -249,7 +271,7 @@ std::vector<std::pair<std::string, std::string>> training_settings(const Setting
     os << v;
     return os.str();
   };
-  return {{"--model", s.model},
+  std::vector<std::pair<std::string, std::string>> settings = {{"--model", s.model},
           {"--algo", oktopk::to_string(s.algorithm)},
           {"--density", exact(s.density)},
           {"--batch", std::to_string(s.batch)},
@@ -263,6 +285,9 @@ std::vector<std::pair<std::string, std::string>> training_settings(const Setting
           {"parameters", std::to_string(n)},
           {"training samples", std::to_string(samples)},
           {"steps per epoch", std::to_string(steps)}};
+  // Only when given, so that checkpoints written without them still match.
+  for (const auto& [key, value] : s.options) settings.emplace_back("--option", key + "=" + value);
+  return settings;
 }
 
 std::vector<float> to_host_vector(const Kokkos::View<float*, Memory>& v) {
@@ -307,8 +332,7 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
 
   auto model = make_model<float>(s.model, s.seed);
   const std::int64_t n = model->num_parameters();
-  const oktopk::Options options =
-      oktopk::Options().set_density(s.density).set_warmup_iterations(s.dense_warmup).set_seed(s.seed);
+  const oktopk::Options options = library_options(s);
   auto allreduce = oktopk::make_sparse_allreduce<Exec>(s.algorithm, comm, n, options);
 
   std::ostringstream head;

@@ -14,7 +14,7 @@
 #       stderr) matches the extended REGEX: rank 0 alone speaks.
 set -u
 
-header="algo,P,n,k,density,iters,time_s_med,time_s_max,bytes_per_rank_avg,bytes_per_rank_max,words_per_rank_max_over_k,nnz_out,wrong"
+header="algo,P,n,k,density,iters,time_s_med,time_s_max,bytes_per_rank_avg,bytes_per_rank_max,words_per_rank_max_over_k,nnz_out,wrong,nnz_out_avg,words_per_call_max_over_k"
 all="dense,topka,topkdsa,gtopk,gaussiank,oktopk,s2"
 
 fail() {
@@ -36,7 +36,7 @@ check_csv() {
     /^$/ { exit }
     {
       names = names (rows++ ? "," : "") $1
-      if (NF != 13) { print "row with " NF " fields: " $0; bad = 1 }
+      if (NF != 15) { print "row with " NF " fields: " $0; bad = 1 }
       else if ($1 == "mpi_allreduce") {  # --mpi-baseline: a bare sum, not checked
         if ($13 != "-" || $7 <= 0) { print "baseline row: " $0; bad = 1 }
       }
@@ -78,7 +78,7 @@ case $mode in
     run "$scratch/replayed.csv" "$@" --dist "file:$file" || fail "the replaying run failed"
     check_csv "$scratch/replayed.csv" "$algos" || fail "CSV check of the replaying run failed"
     for f in generated replayed; do
-      awk '/^$/ { exit } { print }' "$scratch/$f.csv" | cut -d, -f1-6,9-13 > "$scratch/$f.rows"
+      awk '/^$/ { exit } { print }' "$scratch/$f.csv" | cut -d, -f1-6,9-15 > "$scratch/$f.rows"
     done
     diff "$scratch/generated.rows" "$scratch/replayed.rows" ||
       fail "the replayed run differs from the generating run"

@@ -554,9 +554,11 @@ std::vector<std::pair<std::string, std::function<void(Options&)>>> field_changes
       {"throttle", [](Options& o) { o.throttle = 3; }},
       {"balancing", [](Options& o) { o.balancing = Balancing::On; }},
       {"balance_threshold", [](Options& o) { o.balance_threshold = 1.5; }},
+      {"guard_low", [](Options& o) { o.guard_low = 0.5; }},
       {"guard_factor", [](Options& o) { o.guard_factor = 1.75; }},
       {"guard_step", [](Options& o) { o.guard_step = 1.0625; }},
       {"guard_loops", [](Options& o) { o.guard_loops = 9; }},
+      {"guard_exact", [](Options& o) { o.guard_exact = true; }},
       {"local_low", [](Options& o) { o.local_low = 0.5; }},
       {"local_high", [](Options& o) { o.local_high = 1.5; }},
       {"local_step", [](Options& o) { o.local_step = 1.125; }},
@@ -638,6 +640,8 @@ TEST(OptionsTest, ValidateRejectsEachOutOfRangeField) {
       {"balance_threshold 0.5", [](Options& o) { o.balance_threshold = 0.5; }},
       {"balance_threshold Inf", [&](Options& o) { o.balance_threshold = inf; }},
       {"guard_factor 0", [](Options& o) { o.guard_factor = 0.0; }},
+      {"guard_low -1", [](Options& o) { o.guard_low = -1.0; }},
+      {"guard_low above guard_factor", [](Options& o) { o.guard_low = 1.5; }},
       {"guard_factor NaN", [&](Options& o) { o.guard_factor = nan; }},
       {"guard_step 1", [](Options& o) { o.guard_step = 1.0; }},
       {"guard_loops -1", [](Options& o) { o.guard_loops = -1; }},
@@ -1038,12 +1042,47 @@ TEST_P(Method, WarmupCallsAreDense) {
 // Method-specific behaviour
 // =============================================================================================
 
+/// Ok-Topk's guard as the spec states it, on the host: from t, raise by guard_step while more
+/// than guard_factor·k of x pass; otherwise lower while fewer than guard_low·k pass, stepping
+/// back once if a lowering lets more than guard_factor·k pass; at most guard_loops steps (a
+/// last lowering is checked too). `steps` receives how many steps were taken.
+float spec_guard(float t, const std::vector<float>& x, const Options& o, std::int64_t k,
+                      int& steps) {
+  auto passing = [&](float threshold) {
+    std::int64_t count = 0;
+    for (const float v : x) count += std::fabs(v) > threshold ? 1 : 0;
+    return static_cast<double>(count);
+  };
+  const double high = o.guard_factor * static_cast<double>(k);
+  const double low = o.guard_low * static_cast<double>(k);
+  steps = 0;
+  if (passing(t) > high) {
+    while (steps < o.guard_loops && passing(t) > high) {
+      t = static_cast<float>(t * o.guard_step);
+      ++steps;
+    }
+    return t;
+  }
+  while (steps < o.guard_loops && passing(t) < low) {
+    const float lowered = static_cast<float>(t / o.guard_step);
+    if (passing(lowered) > high) break;
+    t = lowered;
+    ++steps;
+  }
+  return t;
+}
+
 /// The Ok-Topk schedule, threshold control, oracle and balancing over many calls.
 struct OkTopkRun {
   std::int64_t warmup = 0;
   std::int64_t threshold_period = 8;
   std::int64_t repartition_period = 16;
   int calls = 72;
+  /// The reference's one-sided guard (guard_low 0) instead of the defaults, whose band
+  /// [0.9 k, 1.1 k] lies inside the nudges' band, so that the nudges seldom act on top of it.
+  bool reference_guard = false;
+  /// Exact recomputation where the guard's steps do not suffice.
+  bool guard_exact = false;
   /// The distribution of call t (t counted from 0), chosen so that thresholds carried over
   /// from a different shape must be guarded and nudged.
   std::function<Dist(int)> dist;
@@ -1056,7 +1095,9 @@ void run_oktopk(const OkTopkRun& run) {
                            .set_density(0.02)
                            .set_warmup_iterations(run.warmup)
                            .set_threshold_period(run.threshold_period)
-                           .set_repartition_period(run.repartition_period);
+                           .set_repartition_period(run.repartition_period)
+                           .set_guard_exact(run.guard_exact)
+                           .set("guard_low", run.reference_guard ? "0" : "0.9");
   // Same data, different balancing and throttling: identical results required.
   Runner off(Algorithm::OkTopk, n, Options(base).set_balancing(Balancing::Off).set_throttle(4));
   Runner on(Algorithm::OkTopk, n, Options(base).set_balancing(Balancing::On).set_throttle(1));
@@ -1092,12 +1133,24 @@ void run_oktopk(const OkTopkRun& run) {
     } else {
       EXPECT_FALSE(s.dense);
       const bool exact = t % run.threshold_period == 0;
-      EXPECT_EQ(s.local_threshold_exact, exact);
-      EXPECT_EQ(s.global_threshold_exact, exact);
+      // Exact on schedule; between, exact only where the guard could not bring the count into
+      // [guard_low k, guard_factor k] (guard_exact), checked below.
+      if (exact) {
+        EXPECT_TRUE(s.local_threshold_exact);
+        EXPECT_TRUE(s.global_threshold_exact);
+      }
       EXPECT_EQ(s.repartitioned, t % run.repartition_period == 0);
       exact_calls += exact ? 1 : 0;
       repartitions += s.repartitioned ? 1 : 0;
       const Oracle& orc = checked.oracle;
+      if (s.local_threshold_exact) {
+        EXPECT_EQ(bits_of(s.local_threshold), bits_of(kth_abs(c.acc, k)))
+            << "exact local threshold is not the (k+1)-th largest |acc|";
+      }
+      if (s.global_threshold_exact) {
+        EXPECT_EQ(bits_of(s.global_threshold), bits_of(kth_abs(orc.R, k)))
+            << "exact global threshold is not the (k+1)-th largest |R|";
+      }
       if (exact) {
         EXPECT_EQ(bits_of(s.local_threshold), bits_of(kth_abs(c.acc, k)))
             << "exact local threshold is not the (k+1)-th largest |acc|";
@@ -1114,14 +1167,8 @@ void run_oktopk(const OkTopkRun& run) {
         } else if (previous_local > o.local_high * static_cast<double>(k)) {
           stored = previous_lt * o.local_step;
         }
-        double thr = static_cast<float>(stored);
         int loops = 0;
-        for (; loops < o.guard_loops; ++loops) {
-          std::int64_t passing = 0;
-          for (const float v : c.acc) passing += std::fabs(v) > thr ? 1 : 0;
-          if (passing <= o.guard_factor * static_cast<double>(k)) break;
-          thr = static_cast<float>(thr * o.guard_step);
-        }
+        const float thr = spec_guard(static_cast<float>(stored), c.acc, o, k, loops);
         double global = previous_gt;
         if (previous_global < o.global_low * static_cast<double>(k)) {
           global = previous_gt / o.global_step;
@@ -1129,29 +1176,40 @@ void run_oktopk(const OkTopkRun& run) {
           global = previous_gt * o.global_step;
         }
         // The global guard counts the reduced sum over all regions, i.e. all of R.
-        global = static_cast<float>(global);
-        for (int global_loops = 0; global_loops < o.guard_loops; ++global_loops) {
-          std::int64_t passing = 0;
-          for (const float v : orc.R) passing += std::fabs(v) > global ? 1 : 0;
-          if (passing <= o.guard_factor * static_cast<double>(k)) break;
-          global = static_cast<float>(global * o.guard_step);
-        }
+        int global_loops = 0;
+        global = spec_guard(static_cast<float>(global), orc.R, o, k, global_loops);
         guarded += loops > 0 ? 1 : 0;
         nudged += static_cast<float>(stored) != previous_lt ? 1 : 0;
         if (!ambiguous) {
           ++predicted;
           const double tolerance = 1e-5;
-          EXPECT_NEAR(s.local_threshold, thr, tolerance * std::fabs(thr))
-              << "local threshold after nudge (previous " << previous_lt << ", " << previous_local
-              << " selected of k = " << k << ") and " << loops << " guard steps";
-          EXPECT_NEAR(s.global_threshold, global, tolerance * std::fabs(global))
-              << "global threshold after nudge (previous " << previous_gt << ", "
-              << previous_global << " selected)";
+          // The guard's result, or an exact threshold where its count is out of range.
+          auto in_range = [&](const std::vector<float>& x, double threshold) {
+            std::int64_t passing = 0;
+            for (const float v : x) passing += std::fabs(v) > threshold ? 1 : 0;
+            return passing <= o.guard_factor * static_cast<double>(k) &&
+                   passing >= o.guard_low * static_cast<double>(k);
+          };
+          const bool local_fallback = o.guard_exact && !in_range(c.acc, thr);
+          EXPECT_EQ(s.local_threshold_exact, local_fallback);
+          if (!local_fallback) {
+            EXPECT_NEAR(s.local_threshold, thr, tolerance * std::fabs(thr))
+                << "local threshold after nudge (previous " << previous_lt << ", "
+                << previous_local << " selected of k = " << k << ") and " << loops
+                << " guard steps";
+          }
+          const bool global_fallback = o.guard_exact && !in_range(orc.R, global);
+          EXPECT_EQ(s.global_threshold_exact, global_fallback);
+          if (!global_fallback) {
+            EXPECT_NEAR(s.global_threshold, global, tolerance * std::fabs(global))
+                << "global threshold after nudge (previous " << previous_gt << ", "
+                << previous_global << " selected)";
+          }
         }
       }
       // The nudge after an exact call is unambiguous only when its count is in range.
       previous_nudge_known =
-          !exact || (orc.local_count >= o.local_low * static_cast<double>(k) &&
+          !(s.local_threshold_exact || s.global_threshold_exact) || (orc.local_count >= o.local_low * static_cast<double>(k) &&
                      orc.local_count <= o.local_high * static_cast<double>(k) &&
                      orc.global_count >= o.global_low * static_cast<double>(k) &&
                      orc.global_count <= o.global_high * static_cast<double>(k));
@@ -1201,8 +1259,21 @@ void run_oktopk(const OkTopkRun& run) {
   EXPECT_EQ(repartitions, (sparse_calls + run.repartition_period - 1) / run.repartition_period);
   EXPECT_GT(predicted, 0);
   // The distributions change between exact calls, so the control loops must have acted.
-  EXPECT_GT(guarded, 0) << "the guard never raised a threshold";
-  EXPECT_GT(nudged, 0) << "no threshold was ever nudged";
+  EXPECT_GT(guarded, 0) << "the guard never moved a threshold";
+  if (run.reference_guard) EXPECT_GT(nudged, 0) << "no threshold was ever nudged";
+}
+
+/// run_oktopk with the default guard, with guard_exact on, and with the reference's guard.
+void run_guard_variants(OkTopkRun run) {
+  for (const bool exact : {false, true}) {
+    SCOPED_TRACE(exact ? "guard_exact on" : "defaults");
+    run.guard_exact = exact;
+    run_oktopk(run);
+  }
+  SCOPED_TRACE("the reference's guard");
+  run.guard_exact = false;
+  run.reference_guard = true;
+  run_oktopk(run);
 }
 
 TEST(OkTopk, ScheduleOracleThresholdControlAndBalancingOverManyCalls) {
@@ -1213,7 +1284,7 @@ TEST(OkTopk, ScheduleOracleThresholdControlAndBalancingOverManyCalls) {
     if (t < 58) return Dist::Uniform;  // heavy threshold on uniform data: far too many pass
     return Dist::Correlated;
   };
-  run_oktopk(run);
+  run_guard_variants(run);
 }
 
 TEST(OkTopk, ScheduleCountsFromTheEndOfTheWarmup) {
@@ -1223,7 +1294,7 @@ TEST(OkTopk, ScheduleCountsFromTheEndOfTheWarmup) {
   run.repartition_period = 6;
   run.calls = 20;
   run.dist = [](int t) { return t < 9 ? Dist::Heavy : Dist::Uniform; };
-  run_oktopk(run);
+  run_guard_variants(run);
 }
 
 // ---- dense allreduce algorithms -------------------------------------------------------------

@@ -111,12 +111,14 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
       Kokkos::View<count_type**, Kokkos::LayoutRight, Memory> level_counts(
           "level_counts", oktopk::impl::max_count_levels, chunks);
       const auto chunk_counts = Kokkos::subview(level_counts, 0, Kokkos::ALL);
-      // Levels past the first are counted on host spaces only (their totals are row sums).
-      const int levels_counted = oktopk::impl::runs_on_host_v<TypeParam> ? 3 : 1;
       for (const float t : thresholds_for(acc)) {
         SCOPED_TRACE(case_name(kind, n, t));
-        // Three levels, as Ok-Topk's guard raises a threshold: t, 1.25 t, 1.25^2 t.
-        const auto levels = oktopk::impl::raised_levels(t, 1.25, 3);
+        // Levels as Ok-Topk's guard visits them from t: t / 1.25^2, t / 1.25, t, 1.25 t,
+        // 1.25^2 t (rising, so only for a positive t), else t and two raised ones.
+        const bool positive = std::isfinite(t) && t > 0.0f;
+        const auto levels = oktopk::impl::guard_levels(t, 1.25, positive ? 2 : 0, 3);
+        // Levels past the first are counted on host spaces only (their totals are row sums).
+        const int levels_counted = oktopk::impl::runs_on_host_v<TypeParam> ? levels.count : 1;
         const auto counts = oktopk::impl::accumulate_counting(exec, residual_view, grad_view,
                                                               acc_view, levels, level_counts);
         EXPECT_TRUE(same_entries(to_vector(exec, acc_view), acc));
@@ -140,8 +142,9 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
         EXPECT_EQ(wrong_chunks, 0);
         const auto got = to_vector(exec, chunk_counts);
         // Counting again (as Ok-Topk's guard does past the counted levels) stores the same.
+        const float first = levels.threshold[0];
         Kokkos::deep_copy(chunk_counts, count_type{-1});
-        EXPECT_EQ(oktopk::impl::count_above_by_chunk(exec, acc_view, t, chunk_counts),
+        EXPECT_EQ(oktopk::impl::count_above_by_chunk(exec, acc_view, first, chunk_counts),
                   counts.above[0]);
         EXPECT_TRUE(same_entries(to_vector(exec, chunk_counts), got));
         // All levels in one pass, as the global guard counts: the totals alone.
@@ -151,12 +154,13 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
           EXPECT_EQ(totals[j], ref::count_above(acc, levels.threshold[j])) << "level " << j;
         }
 
-        auto expected = ref::select_above(acc, t);
+        // Selection at the first level, from its counts.
+        auto expected = ref::select_above(acc, first);
         const auto count = static_cast<std::int64_t>(expected.indices.size());
         const auto capacity = static_cast<std::size_t>(count) + 3;
         auto indices = filled_view<TypeParam>(capacity, index_sentinel, "indices");
         auto values = filled_view<TypeParam>(capacity, value_sentinel, "values");
-        EXPECT_EQ(oktopk::select_above_counted(exec, acc_view, t, chunk_counts, indices, values),
+        EXPECT_EQ(oktopk::select_above_counted(exec, acc_view, first, chunk_counts, indices, values),
                   count);
         expected.indices.resize(capacity, index_sentinel);
         expected.values.resize(capacity, value_sentinel);
@@ -166,7 +170,7 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
         if (count >= 2) {
           auto small_indices = filled_view<TypeParam>(1, index_sentinel, "small_indices");
           auto small_values = filled_view<TypeParam>(1, value_sentinel, "small_values");
-          EXPECT_EQ(oktopk::select_above_counted(exec, acc_view, t, chunk_counts, small_indices,
+          EXPECT_EQ(oktopk::select_above_counted(exec, acc_view, first, chunk_counts, small_indices,
                                                  small_values),
                     count);
           EXPECT_EQ(to_vector(exec, small_indices)[0], expected.indices[0]);
@@ -177,7 +181,7 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
       Kokkos::View<count_type**, Kokkos::LayoutRight, Memory> none;
       const auto plain = oktopk::impl::accumulate_counting(
           exec, residual_view, grad_view, acc_view,
-          oktopk::impl::raised_levels(std::numeric_limits<float>::quiet_NaN(), 1.25, 1), none);
+          oktopk::impl::guard_levels(std::numeric_limits<float>::quiet_NaN(), 1.25, 0, 1), none);
       EXPECT_EQ(plain.above[0], 0);
     }
   }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Several thresholds counted in one pass: Ok-Topk's guards raise a reused threshold by a fixed
-// step until few enough entries pass, and counting every step's threshold at once replaces a
-// pass (and, for the global threshold, an allreduce) per step with one.
+// Several thresholds counted in one pass: Ok-Topk's guards move a reused threshold by a fixed
+// step until the number of entries passing it is in range, and counting every step's
+// threshold at once replaces a pass (and, for the global threshold, an allreduce) per step
+// with one.
 #pragma once
 
 #include <oktopk/impl/kokkos_compat.hpp>
@@ -13,50 +14,63 @@
 namespace oktopk::impl {
 
 /// At most this many thresholds are counted in one pass.
-inline constexpr int max_count_levels = 8;
+inline constexpr int max_count_levels = 16;
 
-/// Thresholds counted together, in the order a guard visits them.
+/// Thresholds counted together, in rising order.
 struct CountLevels {
   int count = 0;
   float threshold[max_count_levels] = {};
 };
 
-/// The thresholds a guard visits that starts at t and multiplies by step: t, t·step, ...,
-/// rounded to float after every step as the guard rounds, min(levels, max_count_levels) of them.
-inline CountLevels raised_levels(float t, double step, int levels) {
+/// The thresholds a guard may visit from t with `step`: `down` of them lowered (t / step,
+/// t / step², ...) and `up` starting at t (t, t·step, ...), each rounded to float after every
+/// step as the guard rounds; rising order. At most max_count_levels: the lowered ones are
+/// dropped first.
+inline CountLevels guard_levels(float t, double step, int down, int up) {
+  up = up < 0 ? 0 : (up < max_count_levels ? up : max_count_levels);
+  down = down < 0 ? 0 : (down < max_count_levels - up ? down : max_count_levels - up);
   CountLevels out;
-  out.count = levels < max_count_levels ? (levels > 0 ? levels : 0) : max_count_levels;
-  for (int j = 0; j < out.count; ++j) {
-    out.threshold[j] = t;
-    t = static_cast<float>(t * step);
+  out.count = down + up;
+  float lowered = t;
+  for (int j = down - 1; j >= 0; --j) {
+    lowered = static_cast<float>(lowered / step);
+    out.threshold[j] = lowered;
+  }
+  float raised = t;
+  for (int j = down; j < out.count; ++j) {
+    out.threshold[j] = raised;
+    raised = static_cast<float>(raised * step);
   }
   return out;
 }
 
 /// counts[j] = entries of x[begin, end) with |x| > levels.threshold[j], for every level; the
-/// thresholds must be at least the first one, as raised_levels() makes them. The first level
-/// is one loop that vectorizes; the others look only at the groups of 16 entries that hold
-/// one above the first, which at typical densities are few.
+/// thresholds must be at least the first one, as guard_levels() makes them. One level is one
+/// loop that vectorizes; several go by groups of 16 entries, each counted at the first level,
+/// and only the groups that hold an entry above it, at typical densities few, at the others.
 template <class XView>
 KOKKOS_INLINE_FUNCTION void count_levels_in(const XView& x, const CountLevels& levels,
                                             std::int64_t begin, std::int64_t end,
                                             std::int64_t* counts) {
+  for (int j = 0; j < levels.count; ++j) counts[j] = 0;
   if (levels.count == 0) return;
   const float first = levels.threshold[0];
-  std::int64_t above = 0;
-  for (std::int64_t i = begin; i < end; ++i) above += abs(x(i)) > first ? 1 : 0;
-  counts[0] = above;
-  for (int j = 1; j < levels.count; ++j) counts[j] = 0;
-  if (above == 0 || levels.count == 1) return;
+  if (levels.count == 1) {
+    for (std::int64_t i = begin; i < end; ++i) counts[0] += abs(x(i)) > first ? 1 : 0;
+    return;
+  }
   constexpr std::int64_t group = 16;
   for (std::int64_t g = begin; g < end; g += group) {
     const std::int64_t g_end = g + group < end ? g + group : end;
     int hits = 0;
     for (std::int64_t i = g; i < g_end; ++i) hits += abs(x(i)) > first ? 1 : 0;
     if (hits == 0) continue;
-    for (std::int64_t i = g; i < g_end; ++i) {
-      const float magnitude = abs(x(i));
-      for (int j = 1; j < levels.count; ++j) counts[j] += magnitude > levels.threshold[j] ? 1 : 0;
+    counts[0] += hits;
+    for (int j = 1; j < levels.count; ++j) {
+      const float t = levels.threshold[j];
+      int above = 0;
+      for (std::int64_t i = g; i < g_end; ++i) above += abs(x(i)) > t ? 1 : 0;
+      counts[j] += above;
     }
   }
 }

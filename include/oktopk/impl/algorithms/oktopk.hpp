@@ -41,6 +41,36 @@ void pick_quantiles(const ExecSpace& exec, const Indices& indices, std::int64_t 
   for (int i = 0; i < count; ++i) quantiles[i] = host(i);
 }
 
+/// Ok-Topk's guard on a reused threshold t (spec §2.3, made two-sided): while more than
+/// guard_factor·k entries pass, multiply t by guard_step; while fewer than guard_low·k pass,
+/// divide it, but never to where more than guard_factor·k pass (one step back then): the
+/// traffic bound comes first. At most guard_loops steps, in one direction. `passing(t)` counts
+/// the entries above t. The same on every rank when the counts are (the global guard).
+template <class Passing>
+float guard_walk(float t, const Options& o, std::int64_t k, Passing&& passing) {
+  const double high = o.guard_factor * static_cast<double>(k);
+  const double low = o.guard_low * static_cast<double>(k);
+  int direction = 0;  // +1 raising, -1 lowering
+  float previous = t;
+  for (int step = 0; step < o.guard_loops; ++step) {
+    const auto count = static_cast<double>(passing(t));
+    if (count > high) {
+      if (direction < 0) return previous;  // lowered one step too far
+      direction = 1;
+    } else if (count < low) {
+      if (direction > 0) return t;  // raised past the range: below the bound is what counts
+      direction = -1;
+    } else {
+      return t;
+    }
+    previous = t;
+    t = static_cast<float>(direction > 0 ? t * o.guard_step : t / o.guard_step);
+  }
+  // A last lowering step is counted too, so that it never lets more than guard_factor·k pass.
+  if (direction < 0 && static_cast<double>(passing(t)) > high) return previous;
+  return t;
+}
+
 template <class ExecSpace>
 class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
   using Base = SparseAllreduce<ExecSpace>;
@@ -98,7 +128,7 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
   }
 
   // A call that reuses the local threshold counts at it, and at every threshold its guard may
-  // raise it to, while accumulating: the guard then needs no pass of its own, and the split's
+  // move it to, while accumulating: the guard then needs no pass of its own, and the split's
   // selection reads acc once instead of twice, whichever threshold the guard keeps.
   impl::CountLevels accumulate_count_levels() const override {
     const Options& o = this->options_;
@@ -106,7 +136,8 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     const bool reused = call > o.warmup_iterations &&
                         (call - o.warmup_iterations - 1) % o.threshold_period != 0;
     if (!reused || !(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return {};
-    return raised_levels(local_threshold_, o.guard_step, std::max(1, o.guard_loops));
+    return guard_levels(local_threshold_, o.guard_step, o.guard_low > 0.0 ? o.guard_loops : 0,
+                        o.guard_loops + 1);
   }
 
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
@@ -116,17 +147,21 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     // Calls since the warm-up ended, from 0: the schedules of tau' and tau count from there.
     const std::int64_t t = this->iteration_ - o.warmup_iterations - 1;
     const bool exact = t % o.threshold_period == 0;
+    // Exact on schedule, or because the guard could not bring the count into range.
+    bool local_exact = exact;
+    bool global_exact = exact;
 
     {
       auto timer = this->phase(exec, "threshold");
       if (exact) {
         local_threshold_ = this->topk_threshold(exec, acc, k);
-      } else {
-        guard_local_threshold(exec, acc);
+      } else if (!guard_local_threshold(exec, acc)) {
+        local_threshold_ = this->topk_threshold(exec, acc, k);
+        local_exact = true;
       }
     }
     stats.local_threshold = local_threshold_;
-    stats.local_threshold_exact = exact;
+    stats.local_threshold_exact = local_exact;
 
     if (t % o.repartition_period == 0) {
       auto timer = this->phase(exec, "repartition");
@@ -154,21 +189,25 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
       if (exact) {
         global_threshold_ =
             distributed_topk_threshold(exec, this->comm_, split_.region, k, this->kth_workspace_);
-      } else {
-        guard_global_threshold(exec);
+      } else if (!guard_global_threshold(exec)) {
+        global_threshold_ =
+            distributed_topk_threshold(exec, this->comm_, split_.region, k, this->kth_workspace_);
+        global_exact = true;
       }
       selected = this->select_into(exec, split_.region, global_threshold_, global_indices_,
                                    global_values_);
       add_offset(exec, global_indices_, 0, selected, offsets_[me]);
     }
     stats.global_threshold = global_threshold_;
-    stats.global_threshold_exact = exact;
+    stats.global_threshold_exact = global_exact;
 
     sparse_allgatherv(exec, this->comm_, global_indices_, global_values_, selected, o.balancing,
                       o.balance_threshold, gather_, this->timed(exec));
     stats.balanced = gather_.balanced;
     stats.global_selected = gather_.total;
-    if (!exact) nudge(global_threshold_, gather_.total, o.global_low, o.global_high, o.global_step);
+    if (!global_exact) {
+      nudge(global_threshold_, gather_.total, o.global_low, o.global_high, o.global_step);
+    }
 
     {
       // The dense average and the error feedback together: out is written once, and acc is
@@ -180,54 +219,64 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
   }
 
  private:
-  /// Reused thresholds drift with the gradient: while far more than k entries pass, raise it.
-  void guard_local_threshold(const ExecSpace& exec, const vector_type& acc) {
+  /// Reused thresholds drift with the gradient: keep the count passing in range (guard_walk).
+  /// False when the threshold is to be recomputed exactly instead (guard_exact).
+  bool guard_local_threshold(const ExecSpace& exec, const vector_type& acc) {
     const Options& o = this->options_;
-    if (!(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return;
-    for (int loop = 0; loop < o.guard_loops; ++loop) {
-      // The accumulate pass counted the thresholds of the first loops; one past them is
-      // counted here, per chunk too, so the split's selection still reads acc once.
-      int level = this->counted_level(local_threshold_);
+    if (!(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return true;
+    // The accumulate pass counted the thresholds of the first steps; one past them is counted
+    // here, per chunk too, so the split's selection still reads acc once.
+    auto passing = [&](float t) {
+      int level = this->counted_level(t);
       if (level < 0) {
         Kokkos::View<count_type*, Memory> first_row;  // stays empty on GPUs
         if (this->counted_chunk_counts_.extent(0) != 0) {
           first_row = Kokkos::subview(this->counted_chunk_counts_, 0, Kokkos::ALL);
         }
-        this->counted_levels_ = raised_levels(local_threshold_, o.guard_step, 1);
-        this->counted_above_[0] = count_above_by_chunk(exec, acc, local_threshold_, first_row);
+        this->counted_levels_ = guard_levels(t, o.guard_step, 0, 1);
+        this->counted_above_[0] = count_above_by_chunk(exec, acc, t, first_row);
         level = 0;
       }
-      if (static_cast<double>(this->counted_above_[level]) <=
-          o.guard_factor * static_cast<double>(this->k_)) {
-        break;
-      }
-      local_threshold_ = static_cast<float>(local_threshold_ * o.guard_step);
-    }
+      return this->counted_above_[level];
+    };
+    local_threshold_ = guard_walk(local_threshold_, o, this->k_, passing);
+    return !o.guard_exact || in_guard_range(passing(local_threshold_));
+  }
+
+  /// Whether `count` entries passing lie in [guard_low·k, guard_factor·k].
+  bool in_guard_range(std::int64_t count) const {
+    const Options& o = this->options_;
+    const auto c = static_cast<double>(count);
+    const auto k = static_cast<double>(this->k_);
+    return c <= o.guard_factor * k && c >= o.guard_low * k;
   }
 
   /// The same guard on the reused global threshold, counted over all ranks' regions: the nudges
-  /// alone follow a sum whose magnitude grows (correlated gradients, growing residuals) too
-  /// slowly, and every extra entry is allgathered to all. Each batch of loops counts all its
-  /// thresholds in one pass and one allreduce.
-  void guard_global_threshold(const ExecSpace& exec) {
+  /// alone follow a sum whose magnitude changes (correlated gradients, growing residuals, a
+  /// falling loss) too slowly, and every extra entry is allgathered to all. All the thresholds
+  /// the walk may visit are counted in one pass and summed by one allreduce. False when the
+  /// threshold is to be recomputed exactly instead (guard_exact; the same on every rank).
+  bool guard_global_threshold(const ExecSpace& exec) {
     const Options& o = this->options_;
-    if (!(std::isfinite(global_threshold_) && global_threshold_ > 0.0f)) return;
-    const double bound = o.guard_factor * static_cast<double>(this->k_);
-    for (int loops = 0; loops < o.guard_loops;) {
-      const auto levels = raised_levels(global_threshold_, o.guard_step, o.guard_loops - loops);
-      std::int64_t passing[max_count_levels];
-      count_above_levels(exec, split_.region, levels, passing);
-      this->comm_.allreduce_in_place(passing, levels.count, MPI_SUM);
+    if (!(std::isfinite(global_threshold_) && global_threshold_ > 0.0f)) return true;
+    CountLevels levels;
+    std::int64_t counts[max_count_levels];
+    auto passing = [&](float t) {
       for (int j = 0; j < levels.count; ++j) {
-        if (static_cast<double>(passing[j]) <= bound) {
-          global_threshold_ = levels.threshold[j];
-          return;
-        }
+        if (levels.threshold[j] == t) return counts[j];
       }
-      global_threshold_ =
-          static_cast<float>(levels.threshold[levels.count - 1] * o.guard_step);
-      loops += levels.count;
-    }
+      levels = guard_levels(t, o.guard_step, o.guard_low > 0.0 ? o.guard_loops : 0,
+                            o.guard_loops + 1);
+      count_above_levels(exec, split_.region, levels, counts);
+      this->comm_.allreduce_in_place(counts, levels.count, MPI_SUM);
+      for (int j = 0; j < levels.count; ++j) {
+        if (levels.threshold[j] == t) return counts[j];
+      }
+      OKTOPK_ASSERT(false && "guard_levels counts the threshold it starts from");
+      return std::int64_t{0};
+    };
+    global_threshold_ = guard_walk(global_threshold_, o, this->k_, passing);
+    return !o.guard_exact || in_guard_range(passing(global_threshold_));
   }
 
   /// Moves a reused threshold so that the next count comes closer to [low·k, high·k].
