@@ -45,9 +45,9 @@ inline CountLevels guard_levels(float t, double step, int down, int up) {
 }
 
 /// counts[j] = entries of x[begin, end) with |x| > levels.threshold[j], for every level; the
-/// thresholds must be at least the first one, as guard_levels() makes them. One level is one
-/// loop that vectorizes; several go by groups of 16 entries, each counted at the first level,
-/// and only the groups that hold an entry above it, at typical densities few, at the others.
+/// thresholds must rise, as guard_levels() makes them. One level is one loop that vectorizes;
+/// several go by groups of 16 entries, each counted at the first level in such a loop, and
+/// only the entries above it, at typical densities few, at the others.
 template <class XView>
 KOKKOS_INLINE_FUNCTION void count_levels_in(const XView& x, const CountLevels& levels,
                                             std::int64_t begin, std::int64_t end,
@@ -66,11 +66,12 @@ KOKKOS_INLINE_FUNCTION void count_levels_in(const XView& x, const CountLevels& l
     for (std::int64_t i = g; i < g_end; ++i) hits += abs(x(i)) > first ? 1 : 0;
     if (hits == 0) continue;
     counts[0] += hits;
-    for (int j = 1; j < levels.count; ++j) {
-      const float t = levels.threshold[j];
-      int above = 0;
-      for (std::int64_t i = g; i < g_end; ++i) above += abs(x(i)) > t ? 1 : 0;
-      counts[j] += above;
+    // The few entries above the first level, one by one: the levels rise, so an entry's
+    // count stops at the first level it does not exceed.
+    for (std::int64_t i = g; i < g_end; ++i) {
+      const float magnitude = abs(x(i));
+      if (!(magnitude > first)) continue;
+      for (int j = 1; j < levels.count && magnitude > levels.threshold[j]; ++j) ++counts[j];
     }
   }
 }
