@@ -185,7 +185,7 @@ for launcher in srun mpirun; do
     echo "oktopk: slurm-local: $launcher failed; its errors:" >&2
     cat "$dir/job/$launcher.err" >&2; failed=1; continue; }
   if bash "$checker" csv all -- cat "$dir/job/$launcher.csv" &&
-     awk -F, -v p="$ranks" 'NR > 1 && NF == 13 && $2 != p { bad = 1 } END { exit bad }' \
+     awk -F, -v p="$ranks" 'NR > 1 && NF == 15 && $2 != p { bad = 1 } END { exit bad }' \
        "$dir/job/$launcher.csv"; then
     oktopk_log "slurm-local: $launcher: every method at P = $ranks, wrong = 0"
   else

@@ -52,9 +52,10 @@ awk -F, '
   }
   file == 1 {
     # Numeric P and iters, or the loops below would compare strings and never end.
-    if (NF != 13 || $2 !~ /^[0-9]+$/ || $6 !~ /^[0-9]+$/) { print "bad CSV row: " $0; bad = 1; next }
+    if (NF != 15 || $2 !~ /^[0-9]+$/ || $6 !~ /^[0-9]+$/) { print "bad CSV row: " $0; bad = 1; next }
     algos[++n_algos] = $1; P[$1] = $2 + 0; iters[$1] = $6 + 0
     reported_avg[$1] = $9; reported_max[$1] = $10
+    k[$1] = $4 + 0; reported_call_words[$1] = $15
     next
   }
   FNR == 1 { next }  # the trace header, checked above
@@ -81,16 +82,25 @@ awk -F, '
     if (n_algos == 0) { print "no method rows in the CSV"; exit 1 }
     for (i = 1; i <= n_algos; i++) {
       a = algos[i]
-      sum = 0; top = 0
+      sum = 0; top = 0; worst_call = 0
       for (r = 0; r < P[a]; r++) {
         mine = 0
         for (c = 0; c < iters[a]; c++) {
           key = a SUBSEP c SUBSEP r
           if (!(key in seen)) { print a ": no trace rows for call " c " of rank " r; bad = 1 }
           mine += larger(sent[key], received[key])
+          worst_call = larger(worst_call, larger(sent[key], received[key]))
         }
         mine /= iters[a]
         sum += mine; top = larger(top, mine)
+      }
+      # words_per_call_max_over_k: the worst (call, rank), to the 4 decimals printed.
+      if (k[a] > 0) {
+        d = worst_call / 4 / k[a] - reported_call_words[a]
+        if (d > 0.00006 || d < -0.00006) {
+          print a ": worst call " worst_call / 4 / k[a] " words per k in the trace, " reported_call_words[a] " reported"
+          bad = 1
+        }
       }
       if (differs(sum / P[a], reported_avg[a]) || differs(top, reported_max[a])) {
         printf "%s: trace gives bytes per rank avg %.1f, max %.1f; the CSV says %s, %s\n",
