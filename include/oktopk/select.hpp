@@ -217,6 +217,45 @@ std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float t
   return count;
 }
 
+namespace impl {
+
+/// The region split of select_above_by_region(), after the compaction: region_counts(r)
+/// receives how many of the `total` ascending indices lie in region r, and each index becomes
+/// relative to its region's start. Nothing when total exceeds the outputs' capacity.
+template <class ExecSpace, class OffsetView, class IdxView, class ValView, class CountView>
+void split_by_region(const ExecSpace& exec, const OffsetView& region_offsets,
+                     const IdxView& indices, const ValView& values, std::int64_t total,
+                     const CountView& region_counts) {
+  const auto regions = static_cast<std::int64_t>(region_offsets.extent(0)) - 1;
+  const auto capacity =
+      static_cast<std::int64_t>(indices.extent(0) < values.extent(0) ? indices.extent(0)
+                                                                      : values.extent(0));
+  if (total > capacity) return;
+
+  // The compacted indices ascend, so each region's entries are one contiguous run: its start is
+  // a binary search for the region's first index. This touches only the selected entries.
+  Kokkos::parallel_for(
+      "OkTopk::select_above_by_region::count",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, regions),
+      KOKKOS_LAMBDA(std::int64_t r) {
+        const auto begin = impl::lower_bound(indices, total, region_offsets(r));
+        const auto end = impl::lower_bound(indices, total, region_offsets(r + 1));
+        region_counts(r) = end - begin;
+      });
+  Kokkos::parallel_for(
+      "OkTopk::select_above_by_region::relative_indices",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, total),
+      KOKKOS_LAMBDA(std::int64_t j) {
+        const index_type global = indices(j);
+        // Last region starting at or before `global`; empty regions share their start with the
+        // next one, and upper_bound skips past them.
+        const auto r = impl::upper_bound(region_offsets, regions + 1, global) - 1;
+        indices(j) = static_cast<index_type>(global - region_offsets(r));
+      });
+}
+
+}  // namespace impl
+
 /// \brief Threshold selection split into P contiguous regions, in one pass over x.
 ///
 /// Region r is [offsets(r), offsets(r+1)); `region_offsets` has P+1 non-decreasing entries
@@ -276,31 +315,7 @@ std::int64_t select_above_by_region(const ExecSpace& exec, const XView& x, float
       chunk_counts.extent(0) != 0
           ? select_above_counted(exec, x, threshold, chunk_counts, indices, values)
           : select_above(exec, x, threshold, indices, values);
-  const auto capacity =
-      static_cast<std::int64_t>(indices.extent(0) < values.extent(0) ? indices.extent(0)
-                                                                      : values.extent(0));
-  if (total > capacity) return total;
-
-  // The compacted indices ascend, so each region's entries are one contiguous run: its start is
-  // a binary search for the region's first index. This touches only the selected entries.
-  Kokkos::parallel_for(
-      "OkTopk::select_above_by_region::count",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, regions),
-      KOKKOS_LAMBDA(std::int64_t r) {
-        const auto begin = impl::lower_bound(indices, total, region_offsets(r));
-        const auto end = impl::lower_bound(indices, total, region_offsets(r + 1));
-        region_counts(r) = end - begin;
-      });
-  Kokkos::parallel_for(
-      "OkTopk::select_above_by_region::relative_indices",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, total),
-      KOKKOS_LAMBDA(std::int64_t j) {
-        const index_type global = indices(j);
-        // Last region starting at or before `global`; empty regions share their start with the
-        // next one, and upper_bound skips past them.
-        const auto r = impl::upper_bound(region_offsets, regions + 1, global) - 1;
-        indices(j) = static_cast<index_type>(global - region_offsets(r));
-      });
+  impl::split_by_region(exec, region_offsets, indices, values, total, region_counts);
   return total;
 }
 

@@ -12,6 +12,7 @@
 #include <oktopk/select.hpp>
 #include <oktopk/stats.hpp>
 #include <oktopk/topk.hpp>
+#include <oktopk/impl/candidates.hpp>
 #include <oktopk/impl/explicit_instantiation.hpp>
 #include <oktopk/impl/failure.hpp>
 #include <oktopk/impl/fault_injection.hpp>
@@ -209,6 +210,11 @@ class SparseAllreduce {
   std::int64_t dense_average(const ExecSpace& exec, const In& in, const vector_type& out,
                              bool count_nonfinite);
 
+  /// acc_ = residual_ + grad with accumulate_counting()'s counts at `levels`, keeping the
+  /// candidates above the lowest level too where that is done (host spaces).
+  impl::AccumulateCounts accumulate_into_acc(const ExecSpace& exec, const const_vector_type& grad,
+                                             const impl::CountLevels& levels);
+
   /// A whole dense call (warm-up calls, and the Dense method): dense_average plus its stats.
   template <class In>
   std::int64_t dense_step(const ExecSpace& exec, const In& in, const vector_type& out,
@@ -234,6 +240,8 @@ class SparseAllreduce {
   impl::CountLevels counted_levels_;
   std::int64_t counted_above_[impl::max_count_levels] = {};
   Kokkos::View<count_type**, Kokkos::LayoutRight, memory_space> counted_chunk_counts_;
+  /// acc's entries above the lowest counted level, when the accumulate pass kept them.
+  impl::Candidates<ExecSpace> candidates_;
 
   /// The level of counted_levels_ at threshold t, or -1.
   int counted_level(float t) const {
@@ -247,6 +255,17 @@ class SparseAllreduce {
   Kokkos::View<const count_type*, memory_space> counted_chunks_of(int level) const {
     if (counted_chunk_counts_.extent(0) == 0) return {};
     return Kokkos::subview(counted_chunk_counts_, level, Kokkos::ALL);
+  }
+
+  /// What is known of acc above t, for a selection there: the counts per chunk of a counted
+  /// level at t, with the candidates when they cover it (host spaces).
+  impl::KnownAbove<ExecSpace> known_above(float t) const {
+    impl::KnownAbove<ExecSpace> known;
+    const int level = counted_level(t);
+    if (level < 0) return known;
+    known.chunk_counts = counted_chunks_of(level);
+    if (known.chunk_counts.extent(0) != 0 && candidates_.cover(t)) known.candidates = &candidates_;
+    return known;
   }
 
   Algorithm algorithm_;
@@ -318,12 +337,39 @@ ReduceRequest SparseAllreduce<ExecSpace>::reduce_async(const ExecSpace& exec,
 }
 
 template <class ExecSpace>
+impl::AccumulateCounts SparseAllreduce<ExecSpace>::accumulate_into_acc(
+    const ExecSpace& exec, const const_vector_type& grad, const impl::CountLevels& levels) {
+  if constexpr (impl::runs_on_host_v<ExecSpace>) {
+    if (levels.count > 0) {
+      const std::int64_t chunks = impl::chunk_count<ExecSpace>(n_);
+      if (candidates_.capacity == 0) {
+        candidates_.capacity = impl::candidate_capacity<ExecSpace>(n_, k_);
+        const auto kept = static_cast<std::size_t>(chunks * candidates_.stride());
+        candidates_.indices = decltype(candidates_.indices)(
+            Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::Candidates::indices"),
+            kept);
+        candidates_.values = decltype(candidates_.values)(
+            Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::Candidates::values"),
+            kept);
+        candidates_.counts = decltype(candidates_.counts)(
+            Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::Candidates::counts"),
+            static_cast<std::size_t>(chunks));
+      }
+      return impl::accumulate_keeping_candidates(exec, residual_, grad, acc_, levels,
+                                                 counted_chunk_counts_, candidates_);
+    }
+  }
+  return impl::accumulate_counting(exec, residual_, grad, acc_, levels, counted_chunk_counts_);
+}
+
+template <class ExecSpace>
 void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector_type& grad,
                                             const vector_type& out) {
   constexpr const char* where = "oktopk::SparseAllreduce::reduce";
   impl::ScopedRegion region("OkTopk::SparseAllreduce::reduce");
   const ReduceStats previous_stats = stats_;  // restored if the call is rejected
   counted_levels_ = impl::CountLevels{};
+  candidates_.threshold = std::numeric_limits<float>::quiet_NaN();
   comm_.reset_traffic();
   stats_ = ReduceStats{};
   stats_.k = k_;
@@ -355,8 +401,7 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
               static_cast<std::size_t>(impl::max_count_levels),
               static_cast<std::size_t>(impl::chunk_count<ExecSpace>(n_)));
         }
-        const auto counts =
-            impl::accumulate_counting(exec, residual_, grad, acc_, levels, counted_chunk_counts_);
+        const auto counts = accumulate_into_acc(exec, grad, levels);
         nonfinite = counts.nonfinite;
         counted_levels_ = levels;
         for (int j = 0; j < levels.count; ++j) counted_above_[j] = counts.above[j];

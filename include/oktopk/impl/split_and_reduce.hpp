@@ -8,6 +8,7 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/pack.hpp>
 #include <oktopk/select.hpp>
+#include <oktopk/impl/candidates.hpp>
 #include <oktopk/impl/fault_injection.hpp>
 #include <oktopk/impl/mpi_mirror.hpp>
 #include <oktopk/impl/vector_ops.hpp>
@@ -68,16 +69,15 @@ void prefix_offsets(const ExecSpace& exec, const Counts& counts, const Offsets& 
 /// reduces region r on rank r into `state.region`: the rank's own part first, then the others
 /// in the order of the rotation below, so the sum is the same on every run.
 ///
-/// `chunk_counts`, when not empty, holds acc's counts above the threshold per chunk
-/// (impl::accumulate_counting), so the selection reads acc once instead of twice.
+/// `known` lets the selection read acc once instead of twice (the counts per chunk), or only
+/// where the candidates spilled (the counts and the candidates).
 ///
 /// Rotation: in step s = 1..P-1 rank r sends to r+s and receives from r-s (mod P), so no rank
 /// is the target of everyone at once. Steps go in groups of `throttle` (the messages in
 /// flight); while a group travels, the previous group's data is added into the region.
 template <class ExecSpace, class Acc, class Timed>
 void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc& acc,
-                      float threshold,
-                      const Kokkos::View<const count_type*, typename ExecSpace::memory_space>& chunk_counts,
+                      float threshold, const KnownAbove<ExecSpace>& known,
                       const std::vector<std::int64_t>& offsets,
                       const Kokkos::View<count_type*, typename ExecSpace::memory_space>& offsets_device,
                       int throttle, SplitReduce<ExecSpace>& state, Timed&& timed) {
@@ -93,14 +93,24 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
   }
   {
     auto timer = timed("select");
-    std::int64_t selected =
-        select_above_by_region(exec, acc, threshold, offsets_device, state.send_indices,
-                               state.send_values, state.send_counts_device, chunk_counts);
+    auto select = [&] {
+      if (known.candidates != nullptr && known.chunk_counts.extent(0) != 0) {
+        const std::int64_t total =
+            select_candidates(exec, *known.candidates, acc, threshold, known.chunk_counts,
+                              state.send_indices, state.send_values);
+        split_by_region(exec, offsets_device, state.send_indices, state.send_values, total,
+                        state.send_counts_device);
+        return total;
+      }
+      return select_above_by_region(exec, acc, threshold, offsets_device, state.send_indices,
+                                    state.send_values, state.send_counts_device,
+                                    known.chunk_counts);
+    };
+    std::int64_t selected = select();
     if (selected > static_cast<std::int64_t>(state.send_indices.extent(0))) {
       ensure_capacity(exec, state.send_indices, selected);
       ensure_capacity(exec, state.send_values, selected);
-      selected = select_above_by_region(exec, acc, threshold, offsets_device, state.send_indices,
-                                        state.send_values, state.send_counts_device, chunk_counts);
+      selected = select();
     }
     state.selected = selected;
     prefix_offsets(exec, state.send_counts_device, state.send_offsets_device);

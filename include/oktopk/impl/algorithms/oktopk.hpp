@@ -129,7 +129,8 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
 
   // A call that reuses the local threshold counts at it, and at every threshold its guard may
   // move it to, while accumulating: the guard then needs no pass of its own, and the split's
-  // selection reads acc once instead of twice, whichever threshold the guard keeps.
+  // selection, whichever threshold the guard keeps, filters the candidates the pass kept
+  // above the lowest of them (host spaces) or reads acc once instead of twice.
   impl::CountLevels accumulate_count_levels() const override {
     const Options& o = this->options_;
     const std::int64_t call = this->iteration_ + 1;
@@ -172,12 +173,9 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     // The threshold of this call's local selection: the nudge below moves local_threshold_ for
     // the next call, and the output phase clears what was selected at this one.
     const float selected_above = local_threshold_;
-    // Chunk counts at this threshold, when the accumulate pass or the guard counted it (host
-    // spaces).
-    const int level = this->counted_level(local_threshold_);
-    split_and_reduce(exec, this->comm_, acc, local_threshold_,
-                     level >= 0 ? this->counted_chunks_of(level)
-                                : Kokkos::View<const count_type*, Memory>(),
+    // Chunk counts at this threshold, and the candidates above it, when the accumulate pass
+    // or the guard counted it (host spaces).
+    split_and_reduce(exec, this->comm_, acc, local_threshold_, this->known_above(local_threshold_),
                      offsets_, offsets_device_, o.throttle, split_, this->timed(exec));
     stats.local_selected = split_.selected;
     nudge(local_threshold_, split_.selected, o.local_low, o.local_high, o.local_step);

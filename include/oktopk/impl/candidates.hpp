@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Candidates: the entries of acc above the lowest threshold a guard may visit, kept by the
+// accumulate pass per chunk while the chunk is in cache (host spaces). Ok-Topk's selection at
+// whichever threshold the guard keeps then filters these few entries instead of reading the
+// whole of acc again, and the guard's counts at every level come from them too.
+#pragma once
+
+#include <oktopk/fwd.hpp>
+#include <oktopk/select.hpp>
+#include <oktopk/impl/count_levels.hpp>
+#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/kokkos_ext.hpp>
+#include <oktopk/impl/vector_ops.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <limits>
+
+namespace oktopk::impl {
+
+/// Per chunk, the entries with |acc| > threshold, in ascending order: chunk c's are at
+/// [c·stride(), c·stride() + counts(c)). A chunk with more than `capacity` such entries keeps
+/// none (counts(c) > capacity), and its selections read acc.
+template <class ExecSpace>
+struct Candidates {
+  using Memory = typename ExecSpace::memory_space;
+  Kokkos::View<index_type*, Memory> indices{"OkTopk::Candidates::indices", 0};
+  Kokkos::View<value_type*, Memory> values{"OkTopk::Candidates::values", 0};
+  Kokkos::View<count_type*, Memory> counts{"OkTopk::Candidates::counts", 0};
+  std::int64_t capacity = 0;  ///< per chunk
+  /// Slots per chunk: one more than the capacity, for the branch-free writes of the kernel.
+  std::int64_t stride() const { return capacity + 1; }
+  /// What they were kept above; NaN: none kept for the current acc.
+  float threshold = std::numeric_limits<float>::quiet_NaN();
+
+  /// Whether a selection at t can filter these (t at or above what they were kept above).
+  bool cover(float t) const { return threshold == threshold && t >= threshold; }
+};
+
+/// What the accumulate pass already knows of acc at the selection's threshold (host spaces):
+/// its count per chunk (empty: not known) and, when these are known, candidates that cover it
+/// (null: none).
+template <class ExecSpace>
+struct KnownAbove {
+  Kokkos::View<const count_type*, typename ExecSpace::memory_space> chunk_counts;
+  const Candidates<ExecSpace>* candidates = nullptr;
+};
+
+/// Room per chunk for a selection of about k entries out of n: several times the average
+/// share, so that only chunks far denser than the average spill (those then read acc).
+template <class ExecSpace>
+std::int64_t candidate_capacity(std::int64_t n, std::int64_t k) {
+  const std::int64_t chunk = chunk_length_v<ExecSpace>;
+  const std::int64_t chunks = chunk_count<ExecSpace>(n);
+  const std::int64_t per_chunk = chunks == 0 ? 0 : (k + chunks - 1) / chunks;
+  const std::int64_t room = 8 * per_chunk < 32 ? 32 : 8 * per_chunk;
+  return room < chunk ? room : chunk;
+}
+
+/// One chunk of accumulate_keeping_candidates(): acc = residual + grad over `length` entries,
+/// with hits[q] = entries of group q (16 entries) above `first`. Returns the non-finite count
+/// and adds the hits to `above`. Pointers that do not alias, so each group's loop vectorizes
+/// without a check per group.
+KOKKOS_INLINE_FUNCTION std::int64_t accumulate_chunk(const float* KOKKOS_RESTRICT residual,
+                                                     const float* KOKKOS_RESTRICT grad,
+                                                     float* KOKKOS_RESTRICT acc,
+                                                     std::int64_t length, float first,
+                                                     unsigned char* KOKKOS_RESTRICT hits,
+                                                     std::int64_t& above) {
+  constexpr std::int64_t group = 16;
+  std::int64_t bad = 0;
+  for (std::int64_t g = 0; g < length; g += group) {
+    const std::int64_t g_end = g + group < length ? g + group : length;
+    int h = 0;
+    for (std::int64_t i = g; i < g_end; ++i) {
+      const float a = residual[i] + grad[i];
+      acc[i] = a;
+      bad += is_finite(a) ? 0 : 1;
+      h += abs(a) > first ? 1 : 0;
+    }
+    hits[g / group] = static_cast<unsigned char>(h);
+    above += h;
+  }
+  return bad;
+}
+
+/// \brief accumulate_counting() that also keeps the candidates above levels.threshold[0]
+/// (host spaces only, levels.count >= 1; chunk_counts as there, one row per level).
+///
+/// One loop over each chunk writes acc and counts, per group of 16 entries, those above the
+/// lowest level (accumulate_chunk()); it vectorizes. Only the groups with such an entry are
+/// then read again, in cache, to keep them, and the levels are counted over the kept entries
+/// alone. A chunk with more than `capacity` entries above the lowest level keeps none and is
+/// counted from acc (count_levels_in).
+template <class ExecSpace, class Residual, class Grad, class Acc, class ChunkCounts>
+AccumulateCounts accumulate_keeping_candidates(const ExecSpace& exec, const Residual& residual,
+                                               const Grad& grad, const Acc& acc,
+                                               const CountLevels& levels,
+                                               const ChunkCounts& chunk_counts,
+                                               Candidates<ExecSpace>& candidates) {
+  static_assert(runs_on_host_v<ExecSpace>, "candidates are kept on host execution spaces");
+  constexpr std::int64_t group = 16;
+  constexpr std::int64_t chunk = chunk_length_v<ExecSpace>;
+  const auto n = static_cast<std::int64_t>(grad.extent(0));
+  const std::int64_t chunks = chunk_count<ExecSpace>(n);
+  OKTOPK_ASSERT(levels.count >= 1 && static_cast<int>(chunk_counts.extent(0)) >= levels.count &&
+                static_cast<std::int64_t>(chunk_counts.extent(1)) == chunks);
+  const std::int64_t capacity = candidates.capacity;
+  const std::int64_t stride = candidates.stride();
+  OKTOPK_ASSERT(static_cast<std::int64_t>(candidates.indices.extent(0)) >= chunks * stride &&
+                static_cast<std::int64_t>(candidates.values.extent(0)) >= chunks * stride &&
+                static_cast<std::int64_t>(candidates.counts.extent(0)) >= chunks);
+  const CountLevels thresholds = levels;
+  const float first = levels.threshold[0];
+  const auto kept_indices = candidates.indices;
+  const auto kept_values = candidates.values;
+  const auto kept_counts = candidates.counts;
+  // Contiguous: the handle's own buffers and a View of the default layout.
+  const float* residual_data = residual.data();
+  const float* grad_data = grad.data();
+  float* acc_data = acc.data();
+  std::int64_t packed = 0;  // as in accumulate_counting: non-finite count above bit 32
+  Kokkos::parallel_reduce(
+      "OkTopk::accumulate_keeping_candidates", RangeOf<ExecSpace>(exec, 0, chunks),
+      KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
+        const std::int64_t begin = c * chunk;
+        const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+        unsigned char hits[chunk / group];
+        std::int64_t above = 0;
+        const std::int64_t bad = accumulate_chunk(residual_data + begin, grad_data + begin,
+                                                  acc_data + begin, end - begin, first, hits, above);
+        std::int64_t counts[max_count_levels] = {};
+        if (above <= capacity) {
+          std::int64_t kept = c * stride;
+          for (std::int64_t g = begin; g < end; g += group) {
+            if (hits[(g - begin) / group] == 0) continue;
+            const std::int64_t g_end = g + group < end ? g + group : end;
+            // Without a branch: each entry is written to the next slot, which only one above
+            // `first` then takes (a chunk's slots have one to spare for the last write).
+            for (std::int64_t i = g; i < g_end; ++i) {
+              const float a = acc(i);
+              kept_indices(kept) = static_cast<index_type>(i);
+              kept_values(kept) = a;
+              kept += abs(a) > first ? 1 : 0;
+            }
+          }
+          counts[0] = above;
+          for (std::int64_t j = c * stride; j < kept; ++j) {
+            const float magnitude = abs(kept_values(j));
+            for (int l = 1; l < thresholds.count; ++l) {
+              counts[l] += magnitude > thresholds.threshold[l] ? 1 : 0;
+            }
+          }
+        } else {
+          count_levels_in(acc, thresholds, begin, end, counts);
+        }
+        kept_counts(c) = above;
+        for (int l = 0; l < thresholds.count; ++l) chunk_counts(l, c) = counts[l];
+        sum += above + (bad << 32);
+      },
+      packed);
+  AccumulateCounts counts;
+  counts.nonfinite = packed >> 32;
+  counts.above[0] = packed & 0xffffffff;
+  for (int l = 1; l < levels.count; ++l) {
+    for (std::int64_t c = 0; c < chunks; ++c) counts.above[l] += chunk_counts(l, c);
+  }
+  candidates.threshold = first;
+  return counts;
+}
+
+/// select_above_counted() from the candidates: `chunk_counts` holds each chunk's count above
+/// `threshold` (which the candidates must cover), chunks that kept their candidates are
+/// filtered, and only the others read x. Same results and capacity rule.
+template <class ExecSpace, class XView, class CountView, class IdxView, class ValView>
+std::int64_t select_candidates(const ExecSpace& exec, const Candidates<ExecSpace>& candidates,
+                               const XView& x, float threshold, const CountView& chunk_counts,
+                               const IdxView& indices, const ValView& values) {
+  OKTOPK_ASSERT(candidates.cover(threshold));
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t chunks = chunk_count<ExecSpace>(n);
+  const auto capacity = static_cast<std::int64_t>(
+      indices.extent(0) < values.extent(0) ? indices.extent(0) : values.extent(0));
+  const auto first_slot = make_uninitialized<std::int64_t>(
+      exec, "OkTopk::select_candidates::first_slot", static_cast<std::size_t>(chunks));
+  std::int64_t count = 0;
+  Kokkos::parallel_scan(
+      "OkTopk::select_candidates::offsets", RangeOf<ExecSpace>(exec, 0, chunks),
+      KOKKOS_LAMBDA(std::int64_t c, std::int64_t& slot, bool final) {
+        if (final) first_slot(c) = slot;
+        slot += chunk_counts(c);
+      },
+      count);
+  const SelectAboveFunctor<XView, IdxView, ValView> from_x{
+      x, threshold, indices, values, capacity, n, chunk_length_v<ExecSpace>};
+  const auto kept_indices = candidates.indices;
+  const auto kept_values = candidates.values;
+  const auto kept_counts = candidates.counts;
+  const std::int64_t room = candidates.capacity;
+  const std::int64_t stride = candidates.stride();
+  Kokkos::parallel_for(
+      "OkTopk::select_candidates::compact", RangeOf<ExecSpace>(exec, 0, chunks),
+      KOKKOS_LAMBDA(std::int64_t c) {
+        std::int64_t slot = first_slot(c);
+        if (kept_counts(c) > room) {
+          from_x(c, slot, true);
+          return;
+        }
+        for (std::int64_t j = c * stride; j < c * stride + kept_counts(c); ++j) {
+          const float v = kept_values(j);
+          if (!(abs(v) > threshold)) continue;
+          if (slot < capacity) {
+            indices(slot) = kept_indices(j);
+            values(slot) = v;
+          }
+          ++slot;
+        }
+      });
+  return count;
+}
+
+}  // namespace oktopk::impl
