@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The exact k-th largest |x| over a vector distributed across ranks, without moving the data:
-// radix select whose digit histograms are summed over ranks (three small allreduces).
+// radix select whose digit histograms are summed over ranks (one small allreduce per digit).
 #pragma once
 
 #include <oktopk/communicator.hpp>
@@ -15,13 +15,26 @@
 
 namespace oktopk::impl {
 
+/// The digits of the distributed select for k: as few as can be with at most max(16, k/32)
+/// bins in a histogram (and at most 2^11). The histograms then total at most 0.24 k counts
+/// from k = 512 on and 0.11 k from k = 2^13 on; at k >= 2^16 they are three digits of 11, 10
+/// and 10 bits (4096 counts). Each digit is one more pass over x and one more allreduce.
+inline RadixSchedule distributed_radix_schedule(std::int64_t k) {
+  const std::int64_t budget = k / 32 > 16 ? k / 32 : 16;
+  int width = 4;
+  while (width < radix_max_bits && (std::int64_t{1} << (width + 1)) <= budget) ++width;
+  return RadixSchedule::of_width(width);
+}
+
 /// \brief Collective. The threshold t for "the k largest |x| over all ranks' x": selecting
 /// |x| > t on every rank keeps k entries in all when magnitudes are distinct; +Inf for k <= 0,
 /// -Inf when k is at least the total length. Every rank gets the same t. No NaN may be present.
 ///
 /// Ok-Topk's reference gathers every non-zero of the reduced regions to every rank to find the
-/// global threshold, a volume that grows with P·k; the histograms here are (2048 + 2048 + 512)
-/// 32-bit counts in three allreduces, whatever k is.
+/// global threshold, a volume that grows with P·k. Here only digit histograms of 32-bit counts
+/// travel, one allreduce per digit (distributed_radix_schedule): at most 2048 + 1024 + 1024
+/// counts in three allreduces, and for small k narrower digits in more of them, so that the
+/// histograms stay a small fraction of the k words the call is allowed to move.
 template <class ExecSpace, class XView>
 float distributed_topk_threshold(const ExecSpace& exec, const Communicator& comm, const XView& x,
                                  std::int64_t k, KthLargestWorkspace<ExecSpace>& workspace) {
@@ -31,10 +44,11 @@ float distributed_topk_threshold(const ExecSpace& exec, const Communicator& comm
   if (k <= 0) return infinity;
   if (k >= total) return -infinity;
   std::int64_t remaining = k + 1;  // the (k+1)-th largest: strictly above it are k entries
+  const RadixSchedule schedule = distributed_radix_schedule(k);
   std::uint32_t prefix = 0;
-  for (int pass = 0; pass < radix_passes; ++pass) {
-    radix_histogram(exec, x, pass, prefix, workspace.histogram);
-    const int bins = 1 << radix_bits[pass];
+  for (int pass = 0; pass < schedule.passes; ++pass) {
+    radix_histogram(exec, x, schedule.digit(pass, prefix), workspace.histogram);
+    const int bins = 1 << schedule.bits[pass];
     Kokkos::deep_copy(exec, workspace.histogram_host, workspace.histogram);
     fence(exec, "OkTopk::distributed_topk_threshold: histogram to host");
     // Summed as 32-bit counts (halving the bytes): the total is n < 2^31.
@@ -47,7 +61,7 @@ float distributed_topk_threshold(const ExecSpace& exec, const Communicator& comm
       --digit;
       OKTOPK_ASSERT(digit >= 0);
     }
-    prefix = (prefix << radix_bits[pass]) | static_cast<std::uint32_t>(digit);
+    prefix = (prefix << schedule.bits[pass]) | static_cast<std::uint32_t>(digit);
   }
   return bits_to_float(prefix);
 }

@@ -51,6 +51,43 @@ inline RadixDigit radix_digit(int pass, std::uint32_t prefix) {
   return RadixDigit{shift, 1 << radix_bits[pass], shift + radix_bits[pass], prefix, pass == 0};
 }
 
+/// \brief Digit widths, from the top, that together cover the 31 bits of a key.
+///
+/// Where the histograms travel (the distributed select), their size is traffic: narrower
+/// digits mean smaller histograms and more passes (more rounds of latency).
+struct RadixSchedule {
+  static constexpr int key_bits = 31;
+  int passes = 0;
+  int bits[key_bits] = {};
+  int shift[key_bits] = {};
+
+  /// The fewest digits of at most `width` bits (1 to radix_max_bits), as equal as can be,
+  /// wider ones first: ceil(31 / width) passes.
+  static RadixSchedule of_width(int width) {
+    RadixSchedule s;
+    s.passes = (key_bits + width - 1) / width;
+    int covered = 0;
+    for (int p = 0; p < s.passes; ++p) {
+      const int w = key_bits / s.passes + (p < key_bits % s.passes ? 1 : 0);
+      covered += w;
+      s.bits[p] = w;
+      s.shift[p] = key_bits - covered;
+    }
+    return s;
+  }
+
+  /// Histogram bins over all passes.
+  std::int64_t total_bins() const {
+    std::int64_t total = 0;
+    for (int p = 0; p < passes; ++p) total += std::int64_t{1} << bits[p];
+    return total;
+  }
+
+  RadixDigit digit(int pass, std::uint32_t prefix) const {
+    return RadixDigit{shift[pass], 1 << bits[pass], shift[pass] + bits[pass], prefix, pass == 0};
+  }
+};
+
 /// Host shape: one contiguous stretch per thread, counted into a private array on the thread's
 /// stack. The array holds several interleaved copies of the bins so that runs of equal digits
 /// do not serialize on one counter. After the first pass few keys match the prefix, so entries
@@ -137,17 +174,24 @@ void radix_histogram_device(const ExecSpace& exec, const XView& x, const RadixDi
       });
 }
 
-/// Histogram of one radix digit over the keys of x whose higher digits equal `prefix`.
+/// Histogram of one radix digit over the keys of x whose higher digits equal digit.prefix.
 template <class ExecSpace, class XView, class HistView>
-void radix_histogram(const ExecSpace& exec, const XView& x, int pass, std::uint32_t prefix,
+void radix_histogram(const ExecSpace& exec, const XView& x, const RadixDigit& digit,
                      const HistView& histogram) {
-  const RadixDigit digit = radix_digit(pass, prefix);
   Kokkos::deep_copy(exec, Kokkos::subview(histogram, Kokkos::make_pair(0, digit.bins)), 0);
   if constexpr (runs_on_host_v<ExecSpace>) {
     radix_histogram_host(exec, x, digit, histogram);
   } else {
     radix_histogram_device(exec, x, digit, histogram);
   }
+}
+
+/// Histogram of the digit of pass `pass` (11 + 11 + 9 bits) over the keys of x whose higher
+/// digits equal `prefix`.
+template <class ExecSpace, class XView, class HistView>
+void radix_histogram(const ExecSpace& exec, const XView& x, int pass, std::uint32_t prefix,
+                     const HistView& histogram) {
+  radix_histogram(exec, x, radix_digit(pass, prefix), histogram);
 }
 
 }  // namespace oktopk::impl
