@@ -41,7 +41,12 @@ struct Options {
   /// tau': the local and the global threshold are recomputed exactly every this many calls.
   std::int64_t threshold_period = 32;
   /// tau: region boundaries are recomputed from the local selections every this many calls.
-  std::int64_t repartition_period = 64;
+  /// The reference's 64 lets regions go stale on training gradients, whose large entries move
+  /// between layers: one rank's region then receives most of the others' selections, and the
+  /// call exceeds the 6k-word bound. Every 8 calls keeps every call of the replayed training
+  /// traces under it (docs/benchmarks.md); a repartition costs one allreduce of P - 1 numbers
+  /// and a selection that filters the accumulate pass's candidates (host spaces).
+  std::int64_t repartition_period = 8;
   /// Messages in flight per group of the split-and-reduce (min(throttle, P - 1)).
   int throttle = 4;
   Balancing balancing = Balancing::Adaptive;
@@ -60,10 +65,10 @@ struct Options {
   int guard_loops = 5;
   /// When the guard's steps end with the count still outside [guard_low·k, guard_factor·k],
   /// recompute the threshold exactly (as on the calls of threshold_period), so the output
-  /// stays near k whatever the gradient does. The global recomputation moves about 2·18 KiB
-  /// per rank, which is much more than k words at small k (docs/benchmarks.md); off by
-  /// default, as in the reference.
-  bool guard_exact = false;
+  /// stays near k whatever the gradient does: on training gradients the guard's steps alone
+  /// leave it at 0.7 to 0.85 k (docs/benchmarks.md). The global recomputation's histograms
+  /// are at most 0.24 k words from k = 512 on. The reference has no such fallback (off).
+  bool guard_exact = true;
   /// After the split phase: fewer than local_low * k selected -> threshold /= local_step;
   /// more than local_high * k -> threshold *= local_step.
   double local_low = 2.0 / 3.0;

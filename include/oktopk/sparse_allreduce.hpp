@@ -221,9 +221,11 @@ class SparseAllreduce {
                           bool count_nonfinite);
 
   /// Stream-compacts {i : |x(i)| > threshold} into (indices, values), growing them if needed;
-  /// returns the count.
+  /// returns the count. `known`: what the accumulate pass knows of x = acc at the threshold
+  /// (known_above()), so that fewer passes read x.
   std::int64_t select_into(const ExecSpace& exec, const vector_type& x, float threshold,
-                           index_vector_type& indices, vector_type& values);
+                           index_vector_type& indices, vector_type& values,
+                           const impl::KnownAbove<ExecSpace>& known = {});
 
   /// A phase factory for the shared collectives: timed(name) opens phase(exec, name).
   auto timed(const ExecSpace& exec) {
@@ -671,12 +673,13 @@ std::int64_t SparseAllreduce<ExecSpace>::dense_step(const ExecSpace& exec, const
 template <class ExecSpace>
 std::int64_t SparseAllreduce<ExecSpace>::select_into(const ExecSpace& exec, const vector_type& x,
                                                      float threshold, index_vector_type& indices,
-                                                     vector_type& values) {
-  std::int64_t count = select_above(exec, x, threshold, indices, values);
+                                                     vector_type& values,
+                                                     const impl::KnownAbove<ExecSpace>& known) {
+  std::int64_t count = impl::select_known(exec, known, x, threshold, indices, values);
   if (count > static_cast<std::int64_t>(std::min(indices.extent(0), values.extent(0)))) {
     impl::ensure_capacity(exec, indices, count);
     impl::ensure_capacity(exec, values, count);
-    count = select_above(exec, x, threshold, indices, values);
+    count = impl::select_known(exec, known, x, threshold, indices, values);
   }
   return count;
 }

@@ -220,4 +220,19 @@ std::int64_t select_candidates(const ExecSpace& exec, const Candidates<ExecSpace
   return count;
 }
 
+/// \brief The entries of x with |x| > threshold, compacted in ascending order into
+/// (indices, values), from what is known of x there: the candidates' filter, else one pass with
+/// the chunk counts, else select_above()'s two. Returns the count; as select_above(), only
+/// what fits is written when it exceeds the outputs' capacity.
+template <class ExecSpace, class XView, class IdxView, class ValView>
+std::int64_t select_known(const ExecSpace& exec, const KnownAbove<ExecSpace>& known, const XView& x,
+                          float threshold, const IdxView& indices, const ValView& values) {
+  if (known.chunk_counts.extent(0) == 0) return select_above(exec, x, threshold, indices, values);
+  if (known.candidates != nullptr) {
+    return select_candidates(exec, *known.candidates, x, threshold, known.chunk_counts, indices,
+                             values);
+  }
+  return select_above_counted(exec, x, threshold, known.chunk_counts, indices, values);
+}
+
 }  // namespace oktopk::impl

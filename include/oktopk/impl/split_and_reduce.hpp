@@ -94,17 +94,11 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
   {
     auto timer = timed("select");
     auto select = [&] {
-      if (known.candidates != nullptr && known.chunk_counts.extent(0) != 0) {
-        const std::int64_t total =
-            select_candidates(exec, *known.candidates, acc, threshold, known.chunk_counts,
-                              state.send_indices, state.send_values);
-        split_by_region(exec, offsets_device, state.send_indices, state.send_values, total,
-                        state.send_counts_device);
-        return total;
-      }
-      return select_above_by_region(exec, acc, threshold, offsets_device, state.send_indices,
-                                    state.send_values, state.send_counts_device,
-                                    known.chunk_counts);
+      const std::int64_t total =
+          select_known(exec, known, acc, threshold, state.send_indices, state.send_values);
+      split_by_region(exec, offsets_device, state.send_indices, state.send_values, total,
+                      state.send_counts_device);
+      return total;
     };
     std::int64_t selected = select();
     if (selected > static_cast<std::int64_t>(state.send_indices.extent(0))) {

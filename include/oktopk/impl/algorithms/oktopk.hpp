@@ -295,8 +295,10 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
   void repartition(const ExecSpace& exec, const vector_type& acc) {
     const int P = this->comm_.size();
     const std::int64_t n = this->n_;
+    // What the accumulate pass kept makes this selection cheap, also when it runs often.
     const std::int64_t selected =
-        this->select_into(exec, acc, local_threshold_, repartition_indices_, repartition_values_);
+        this->select_into(exec, acc, local_threshold_, repartition_indices_, repartition_values_,
+                          this->known_above(local_threshold_));
     const std::int64_t stride = selected / P;
     std::vector<std::int64_t> boundaries;
     if (stride >= 1 && P > 1) {
