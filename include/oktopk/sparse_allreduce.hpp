@@ -112,15 +112,16 @@ class SparseAllreduce {
   /// \brief Writes this rank's state to `os`: what the next calls depend on (the residual, the
   /// call counter, the method's thresholds and region boundaries), in the versioned binary
   /// format of the user guide ("Checkpoint and restart"), with the algorithm, n, P, rank,
-  /// options digest and (for a handle with a layout) layout digest it belongs to. Not collective: every rank saves its own state (residuals
-  /// differ). Fences `exec`. Throws std::runtime_error if the stream fails.
+  /// options digest and (for a handle with a layout) layout digest it belongs to. Not
+  /// collective: every rank saves its own state (residuals differ). Fences `exec`. Throws
+  /// std::runtime_error if the stream fails.
   void save_state(const ExecSpace& exec, std::ostream& os) const;
 
   /// \brief Collective. Replaces this handle's state by what save_state wrote on this rank, so
   /// that later calls return exactly what the saved handle's later calls would have. Each rank
   /// checks its stream (magic, version, lengths, checksums, and that algorithm, n, P, rank,
-  /// options and layout are this handle's), then the ranks agree: if any rank's check fails, every rank
-  /// throws the same exception naming the first such rank and the cause
+  /// options and layout are this handle's), then the ranks agree: if any rank's check fails,
+  /// every rank throws the same exception naming the first such rank and the cause
   /// (std::invalid_argument for a checkpoint of another handle or call count,
   /// std::runtime_error for a truncated, damaged or unreadable one), and the handle is
   /// unchanged. Reads exactly the checkpoint's bytes from `is` (on failure, an unspecified

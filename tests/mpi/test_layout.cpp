@@ -115,7 +115,8 @@ std::vector<float> layout_gradient(const Layout& layout, std::uint64_t seed) {
       const std::int64_t begin = s.offset + row * s.row_width;
       const std::int64_t end = std::min(s.offset + s.length, begin + s.row_width);
       for (std::int64_t i = begin; i < end; ++i) {
-        if (coin(rng) < 0.8) g[static_cast<std::size_t>(i)] = static_cast<float>(magnitude(rng)) / 256.0f;
+        if (coin(rng) < 0.8)
+          g[static_cast<std::size_t>(i)] = static_cast<float>(magnitude(rng)) / 256.0f;
       }
     }
   }
@@ -136,11 +137,12 @@ std::vector<int> in_union(const Layout& layout, const std::vector<float>& g) {
   for (const Segment& s : layout.segments()) {
     for (std::int64_t row_begin = s.offset; row_begin < s.offset + s.length;
          row_begin += s.kind == SegmentKind::Dense ? s.length : s.row_width) {
-      const std::int64_t end =
-          s.kind == SegmentKind::Dense ? s.offset + s.length
-                                       : std::min(s.offset + s.length, row_begin + s.row_width);
+      const std::int64_t end = s.kind == SegmentKind::Dense
+                                   ? s.offset + s.length
+                                   : std::min(s.offset + s.length, row_begin + s.row_width);
       int touched = s.kind == SegmentKind::Dense ? 1 : 0;
-      for (std::int64_t i = row_begin; i < end; ++i) touched |= g[static_cast<std::size_t>(i)] != 0.0f;
+      for (std::int64_t i = row_begin; i < end; ++i)
+        touched |= g[static_cast<std::size_t>(i)] != 0.0f;
       for (std::int64_t i = row_begin; i < end; ++i) mine[static_cast<std::size_t>(i)] = touched;
     }
   }
@@ -246,11 +248,13 @@ TEST(LayoutFactory, RejectsLayoutsThatDifferAcrossRanks) {
     for (const bool none : {false, true}) {
       Layout layout = Layout().append_sparse_rows(64, 8, "emb").append_dense(36, "fc");
       if (world_rank() == 1) {
-        layout = none ? Layout() : Layout().append_sparse_rows(64, 8, "emb").append_dense(36, "fc2");
+        layout =
+            none ? Layout() : Layout().append_sparse_rows(64, 8, "emb").append_dense(36, "fc2");
       }
       const std::string message =
           invalid_argument_of([&] { make(algorithm, comm, 100, Options(), layout); });
-      EXPECT_TRUE(starts_with(message, "oktopk::make_sparse_allreduce: layout differs across ranks"))
+      EXPECT_TRUE(
+          starts_with(message, "oktopk::make_sparse_allreduce: layout differs across ranks"))
           << message;
       EXPECT_TRUE(same_text_on_all_ranks(message)) << message;
     }
@@ -322,8 +326,8 @@ TEST(S2Layout, TrafficIsOneAllreduceOfTheFusedBuffer) {
   const Layout layout = mixed_layout();
   const std::int64_t columns = 17;
   const int sketch_rows = 3;
-  const Handle h = make(Algorithm::S2Reducer, comm, layout.end(),
-                        s2_options(sketch_rows, columns), layout);
+  const Handle h =
+      make(Algorithm::S2Reducer, comm, layout.end(), s2_options(sketch_rows, columns), layout);
   reduce(*h, layout_gradient(layout, 3));
   const std::int64_t count = sketch_rows * columns + layout.sparse_rows() + layout.dense_entries();
   Communicator reference;
@@ -340,7 +344,8 @@ TEST(S2Layout, TrafficIsOneAllreduceOfTheFusedBuffer) {
     EXPECT_EQ(phase.traffic.bytes_sent + phase.traffic.bytes_received, 0) << name;
   }
   // Default columns: ceil(2 * density * sparse entries).
-  const Handle d = make(Algorithm::S2Reducer, comm, layout.end(), Options().set_density(0.05), layout);
+  const Handle d =
+      make(Algorithm::S2Reducer, comm, layout.end(), Options().set_density(0.05), layout);
   reduce(*d, layout_gradient(layout, 4));
   const std::int64_t default_count =
       3 * 34 + layout.sparse_rows() + layout.dense_entries();  // ceil(2 * 0.05 * 333) = 34
@@ -411,8 +416,9 @@ TEST(LayoutOtherMethods, SameOutputAndSegmentCounts) {
   const std::int64_t n = layout.end();
   Options o;
   o.set_density(0.05);
-  for (const Algorithm algorithm : {Algorithm::Dense, Algorithm::TopkA, Algorithm::TopkDSA,
-                                    Algorithm::GaussianK, Algorithm::OkTopk, Algorithm::S2Reducer}) {
+  for (const Algorithm algorithm :
+       {Algorithm::Dense, Algorithm::TopkA, Algorithm::TopkDSA, Algorithm::GaussianK,
+        Algorithm::OkTopk, Algorithm::S2Reducer}) {
     SCOPED_TRACE(oktopk::to_string(algorithm));
     const bool s2 = algorithm == Algorithm::S2Reducer;
     const Handle plain = oktopk::make_sparse_allreduce(Exec(), algorithm, comm, n, o);
@@ -422,7 +428,8 @@ TEST(LayoutOtherMethods, SameOutputAndSegmentCounts) {
       const std::vector<float> a = reduce(*plain, g);
       const std::vector<float> b = reduce(*labelled, g);
       for (std::size_t i = 0; i < a.size(); ++i) {
-        ASSERT_EQ(oktopk::test::bits_of(a[i]), oktopk::test::bits_of(b[i])) << "call " << call << " entry " << i;
+        ASSERT_EQ(oktopk::test::bits_of(a[i]), oktopk::test::bits_of(b[i]))
+            << "call " << call << " entry " << i;
       }
       EXPECT_TRUE(plain->stats().segments.empty());
       if (s2) {
@@ -456,8 +463,9 @@ std::string saved(const oktopk::SparseAllreduce<Exec>& h) {
 TEST(LayoutCheckpoint, RejectsAnotherLayout) {
   Communicator comm;
   const Layout layout = mixed_layout();
-  const Layout renamed = Layout(std::vector<Segment>(layout.segments().begin(), layout.segments().end()))
-                             .append_dense(0, "extra");
+  const Layout renamed =
+      Layout(std::vector<Segment>(layout.segments().begin(), layout.segments().end()))
+          .append_dense(0, "extra");
   const std::int64_t n = layout.end();
   const Options o = s2_options(3, 20);
   const Handle with = make(Algorithm::S2Reducer, comm, n, o, layout);

@@ -345,8 +345,9 @@ struct S2SegmentMap {
                              const std::vector<std::int64_t>& values) {
     Positions view(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, std::string(label)),
                    values.size());
-    const Kokkos::View<const std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>
-        host(values.data(), values.size());
+    using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+    const Kokkos::View<const std::int64_t*, Kokkos::HostSpace, Unmanaged> host(values.data(),
+                                                                               values.size());
     Kokkos::deep_copy(exec, view, host);
     // `values` is the caller's: the copy must finish before it goes.
     fence(exec, "OkTopk::s2::segment_map");
@@ -365,7 +366,7 @@ struct S2SegmentBuffers {
   Kokkos::View<float*, memory_space> table;
   Kokkos::View<float*, memory_space> bitmap;
   Kokkos::View<float*, memory_space> dense;
-  /// Union rows in ascending order, and the first decoded entry of each (+ sentinel).
+  /// Union rows in ascending order, and the first decoded entry of each.
   Kokkos::View<std::int64_t*, memory_space> union_rows;
   Kokkos::View<std::int64_t*, memory_space> union_entry_begin;
 
@@ -378,7 +379,7 @@ struct S2SegmentBuffers {
                    static_cast<std::size_t>(map.sparse_rows)),
         union_entry_begin(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
                                              "OkTopk::s2::union_entry_begin"),
-                          static_cast<std::size_t>(map.sparse_rows + 1)) {
+                          static_cast<std::size_t>(map.sparse_rows)) {
     const auto cells = static_cast<std::size_t>(sketch.cells());
     const auto rows = static_cast<std::size_t>(map.sparse_rows);
     table = Kokkos::subview(fused, Kokkos::make_pair(std::size_t{0}, cells));
@@ -502,7 +503,6 @@ std::int64_t s2_decode_segments(const ExecSpace& exec, const S2Sketch& sketch, c
       totals);
   const std::int64_t union_count = totals & 0xffffffff;
   const std::int64_t decoded = totals >> entry_shift;
-  Kokkos::deep_copy(exec, Kokkos::subview(union_entry_begin, union_count), decoded);
   // Rows outside the union: 0, whatever out held.
   Kokkos::parallel_for(
       "OkTopk::s2::clear_other_rows", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
