@@ -299,6 +299,17 @@ void check_s2_call(const Options& options, bool exact_sketch, std::uint64_t seed
   }
   EXPECT_EQ(h->stats().global_selected, union_sparse_entries + layout.dense_entries());
   EXPECT_EQ(h->stats().local_selected, my_sparse_nonzeros + layout.dense_entries());
+  const auto& segments = h->stats().segments;
+  ASSERT_EQ(segments.size(), layout.segments().size());
+  for (std::size_t k = 0; k < segments.size(); ++k) {
+    const Segment& s = layout.segments()[k];
+    std::int64_t nonzeros = 0;
+    for (std::int64_t i = s.offset; i < s.offset + s.length; ++i) {
+      nonzeros += out[static_cast<std::size_t>(i)] != 0.0f;
+    }
+    EXPECT_EQ(segments[k].name, s.name);
+    EXPECT_EQ(segments[k].nonzeros, nonzeros) << s.name;
+  }
 }
 
 TEST(S2Layout, ExactSketchGivesTheExactAverage) {
@@ -417,8 +428,8 @@ TEST(LayoutOtherMethods, SameOutputAndSegmentCounts) {
   Options o;
   o.set_density(0.05);
   for (const Algorithm algorithm :
-       {Algorithm::Dense, Algorithm::TopkA, Algorithm::TopkDSA, Algorithm::GaussianK,
-        Algorithm::OkTopk, Algorithm::S2Reducer}) {
+       {Algorithm::Dense, Algorithm::TopkA, Algorithm::TopkDSA, Algorithm::GTopk,
+        Algorithm::GaussianK, Algorithm::OkTopk, Algorithm::S2Reducer}) {
     SCOPED_TRACE(oktopk::to_string(algorithm));
     const bool s2 = algorithm == Algorithm::S2Reducer;
     const Handle plain = oktopk::make_sparse_allreduce(Exec(), algorithm, comm, n, o);
