@@ -141,6 +141,15 @@ Method options (oktopk::Options, defaults are the library's):
      << d.s2_sketch_columns << R"()
   --s2-row-width N       S2: the gradient is read as rows of N entries ()"
      << d.s2_row_width << R"()
+  --layout SPEC          the fused buffer's segments (oktopk::Layout; default none):
+                           embedding:F:W  the first floor(F * N / W) rows of W entries are
+                                          sparse rows (segment embedding), the rest dense
+                                          (segment dense), 0 <= F <= 1, W >= 1
+                           or a comma-separated list, sorted, covering [0, N) exactly, of
+                           rows:OFFSET:LENGTH:WIDTH (segment rowsI) and dense:OFFSET:LENGTH
+                           (segment denseI), I = the item's position from 0
+                         S2 sketches only the sparse rows and averages the dense segments
+                         exactly; the other methods are unchanged. Not with --check for s2.
   --option KEY=VALUE     any other oktopk::Options field by its name (repeatable), e.g.
                          --option guard_low=0 --option guard_factor=1.3333 for the reference's
                          one-sided guard; names and defaults: the user guide, "Options"
@@ -184,6 +193,8 @@ struct Args {
   std::string dump_path;
   std::string trace_path;
   oktopk::Options options;
+  std::string layout_spec;  // --layout as given; `layout` once n is known
+  oktopk::Layout layout;
 };
 
 Distribution parse_distribution(const std::string& text) {
@@ -326,6 +337,9 @@ Args parse(int argc, char* argv[]) {
       o.set_s2_sketch_columns(parse_number<std::int64_t>(flag, value));
     } else if (flag == "--s2-row-width") {
       o.set_s2_row_width(parse_number<std::int64_t>(flag, value));
+    } else if (flag == "--layout") {
+      if (value.empty()) throw UsageError("--layout needs a SPEC");
+      a.layout_spec = value;
     } else if (flag == "--option") {
       const auto equals = value.find('=');
       if (equals == std::string::npos) throw UsageError("--option needs KEY=VALUE, got '" + value + "'");
@@ -366,6 +380,64 @@ Args parse(int argc, char* argv[]) {
     throw UsageError(e.what());
   }
   return a;
+}
+
+/// --layout SPEC for a buffer of n entries (the forms are --help's).
+oktopk::Layout parse_layout(const std::string& spec, std::int64_t n) {
+  oktopk::Layout layout;
+  if (spec.empty()) return layout;
+  const auto split = [](const std::string& text, char separator) {
+    std::vector<std::string> parts;
+    std::size_t begin = 0;
+    while (true) {
+      const auto end = text.find(separator, begin);
+      parts.push_back(text.substr(begin, end == std::string::npos ? end : end - begin));
+      if (end == std::string::npos) return parts;
+      begin = end + 1;
+    }
+  };
+  const std::vector<std::string> items = split(spec, ',');
+  const std::vector<std::string> first = split(items[0], ':');
+  if (first[0] == "embedding") {
+    if (items.size() != 1 || first.size() != 3) {
+      throw UsageError("--layout embedding:F:W takes exactly two numbers, got '" + spec + "'");
+    }
+    const auto fraction = parse_number<double>("--layout embedding:F:W (F)", first[1]);
+    const auto width = parse_number<std::int64_t>("--layout embedding:F:W (W)", first[2]);
+    if (!(fraction >= 0.0 && fraction <= 1.0) || width < 1) {
+      throw UsageError("--layout embedding:F:W needs 0 <= F <= 1 and W >= 1, got '" + spec + "'");
+    }
+    const std::int64_t rows =
+        static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(n))) / width;
+    layout.append_sparse_rows(rows * width, width, "embedding")
+        .append_dense(n - rows * width, "dense");
+    return layout;
+  }
+  std::vector<oktopk::Segment> segments;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::vector<std::string> fields = split(items[i], ':');
+    const std::string what = "--layout item " + std::to_string(i) + " '" + items[i] + "'";
+    const auto number = [&](std::size_t field) {
+      return parse_number<std::int64_t>(what, fields[field]);
+    };
+    if (fields[0] == "rows" && fields.size() == 4) {
+      segments.push_back(oktopk::Segment{number(1), number(2), oktopk::SegmentKind::SparseRows,
+                                         number(3), "rows" + std::to_string(i)});
+    } else if (fields[0] == "dense" && fields.size() == 3) {
+      segments.push_back(oktopk::Segment{number(1), number(2), oktopk::SegmentKind::Dense, 1,
+                                         "dense" + std::to_string(i)});
+    } else {
+      throw UsageError(what + " is not rows:OFFSET:LENGTH:WIDTH or dense:OFFSET:LENGTH");
+    }
+  }
+  layout = oktopk::Layout(std::move(segments));
+  try {
+    layout.validate(n);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--layout '" + spec + "' does not fit --n " + std::to_string(n) + ": " +
+                     e.what());
+  }
+  return layout;
 }
 
 // ---- gradient files -------------------------------------------------------------------------
@@ -885,7 +957,8 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
   // The handle gets its own duplicate, so the benchmark's own calls never mix with its traffic.
   oktopk::Communicator comm(MPI_COMM_WORLD);
   // The log only in the timed calls: the warm-up's messages would be kept and dropped unread.
-  const auto handle = oktopk::make_sparse_allreduce<Exec>(algorithm, comm, args.n, args.options);
+  const auto handle =
+      oktopk::make_sparse_allreduce(exec, algorithm, comm, args.n, args.options, args.layout);
   Vector grad("oktopk-bench::grad", n);
   Vector out("oktopk-bench::out", n);
   Vector acc, expected, slack;
@@ -1045,6 +1118,11 @@ class Printer {
           static_cast<unsigned long long>(args_.seed), static_cast<long long>(args_.warmup),
           static_cast<long long>(args_.iters), args_.check ? "on" : "off", Exec::name());
       std::printf("# options: %s\n", options.str().c_str());
+      if (!args_.layout.empty()) {
+        std::ostringstream layout;
+        layout << args_.layout;
+        std::printf("# layout: %s\n", layout.str().c_str());
+      }
       std::printf("%-10s %5s %11s %10s %8s %6s %12s %12s %18s %18s %25s %10s %6s %12s %25s\n",
                   "algo", "P", "n", "k", "density", "iters", "time_s_med", "time_s_max",
                   "bytes_per_rank_avg", "bytes_per_rank_max", "words_per_rank_max_over_k",
@@ -1192,6 +1270,12 @@ int bench_main(int argc, char* argv[], const oktopk::Communicator& world) {
                          std::to_string(file.n) + " of '" + args.dist.path + "'");
       }
       args.n = file.n;
+    }
+    args.layout = parse_layout(args.layout_spec, args.n);
+    if (args.check && !args.layout.empty() &&
+        std::find(args.algorithms.begin(), args.algorithms.end(), oktopk::Algorithm::S2Reducer) !=
+            args.algorithms.end()) {
+      throw UsageError("--check has no oracle for s2 with --layout; leave out one of them");
     }
   } catch (const UsageError& e) {
     if (root) std::cerr << "oktopk-bench: " << e.what() << " (see --help)\n";

@@ -5,6 +5,7 @@
 #include <oktopk/algorithm.hpp>
 #include <oktopk/communicator.hpp>
 #include <oktopk/error.hpp>
+#include <oktopk/layout.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/algorithms/dense.hpp>
@@ -42,10 +43,15 @@ namespace oktopk {
 
 /// \brief Collective. A handle running `algorithm` on gradients of length n over `comm`; its
 /// buffers are allocated and zeroed on `exec`, which is fenced before the handle is returned.
+/// `layout` describes the fused buffer's segments (user guide, "Fused buffers: layouts"):
+/// S2 sketches only its SparseRows segments and averages its Dense ones exactly; the other
+/// methods compute what they compute without one, and count the output's non-zeros per
+/// segment in stats().segments. The empty layout is the same as none.
 ///
-/// Every rank must pass the same algorithm, n and options: a mismatch throws the same
+/// Every rank must pass the same algorithm, n, options and layout: a mismatch throws the same
 /// std::invalid_argument on every rank (naming what differs) instead of hanging later. Invalid
-/// values (n outside [0, 2^31 - 1], options out of range) throw std::invalid_argument too.
+/// values (n outside [0, 2^31 - 1], options out of range, a layout that does not cover
+/// [0, n) exactly) throw std::invalid_argument too.
 /// Built with OKTOPK_ENABLE_GPU_AWARE_MPI=ON, a device ExecSpace throws std::runtime_error on
 /// every rank when MPI says it cannot read GPU memory (where MPI can be asked). If building the
 /// handle fails on some ranks only (its buffers do not fit in memory), every rank throws a
@@ -56,7 +62,8 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpac
                                                                   Algorithm algorithm,
                                                                   const Communicator& comm,
                                                                   std::int64_t n,
-                                                                  const Options& options = {}) {
+                                                                  const Options& options,
+                                                                  const Layout& layout) {
   constexpr const char* where = "oktopk::make_sparse_allreduce";
   impl::GpuAwareness gpu_aware = impl::GpuAwareness::Unknown;
   std::string gpu_query;
@@ -67,6 +74,7 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpac
   comm.check_agreement(where, {{"algorithm", static_cast<std::int64_t>(algorithm)},
                                {"n", n},
                                {"options", options.digest()},
+                               {"layout", layout.digest()},
                                {"GPU-aware MPI", static_cast<std::int64_t>(gpu_aware)}});
   OKTOPK_REQUIRE(gpu_aware != impl::GpuAwareness::No, std::runtime_error, where,
                  "this copy of OkTopk hands GPU memory to MPI (OKTOPK_ENABLE_GPU_AWARE_MPI=ON), "
@@ -77,23 +85,25 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpac
   OKTOPK_REQUIRE(n >= 0 && n <= std::numeric_limits<index_type>::max(), std::invalid_argument,
                  where, "n must be in [0, 2^31 - 1], got " << n);
   options.validate();
+  // After the agreement check: every rank has this layout, so every rank throws alike.
+  layout.validate(n);
   const auto build = [&]() -> std::unique_ptr<SparseAllreduce<ExecSpace>> {
     OKTOPK_FAULT_POINT(comm, "construct");
     switch (algorithm) {
       case Algorithm::Dense:
-        return std::make_unique<impl::DenseAllreduce<ExecSpace>>(exec, comm, n, options);
+        return std::make_unique<impl::DenseAllreduce<ExecSpace>>(exec, comm, n, options, layout);
       case Algorithm::TopkA:
-        return std::make_unique<impl::TopkAllgather<ExecSpace>>(exec, comm, n, options);
+        return std::make_unique<impl::TopkAllgather<ExecSpace>>(exec, comm, n, options, layout);
       case Algorithm::TopkDSA:
-        return std::make_unique<impl::TopkDSA<ExecSpace>>(exec, comm, n, options);
+        return std::make_unique<impl::TopkDSA<ExecSpace>>(exec, comm, n, options, layout);
       case Algorithm::GTopk:
-        return std::make_unique<impl::GTopk<ExecSpace>>(exec, comm, n, options);
+        return std::make_unique<impl::GTopk<ExecSpace>>(exec, comm, n, options, layout);
       case Algorithm::GaussianK:
-        return std::make_unique<impl::GaussianK<ExecSpace>>(exec, comm, n, options);
+        return std::make_unique<impl::GaussianK<ExecSpace>>(exec, comm, n, options, layout);
       case Algorithm::OkTopk:
-        return std::make_unique<impl::OkTopkAllreduce<ExecSpace>>(exec, comm, n, options);
+        return std::make_unique<impl::OkTopkAllreduce<ExecSpace>>(exec, comm, n, options, layout);
       case Algorithm::S2Reducer:
-        return std::make_unique<impl::S2Reducer<ExecSpace>>(exec, comm, n, options);
+        return std::make_unique<impl::S2Reducer<ExecSpace>>(exec, comm, n, options, layout);
     }
     throw std::invalid_argument(std::string(where) + ": not an Algorithm value (" +
                                 std::to_string(static_cast<int>(algorithm)) + ")");
@@ -124,13 +134,25 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpac
   return handle;
 }
 
+/// \brief make_sparse_allreduce for a buffer without a layout (the empty Layout).
+template <class ExecSpace,
+          std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
+std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpace& exec,
+                                                                  Algorithm algorithm,
+                                                                  const Communicator& comm,
+                                                                  std::int64_t n,
+                                                                  const Options& options = {}) {
+  return make_sparse_allreduce(exec, algorithm, comm, n, options, Layout());
+}
+
 /// \brief make_sparse_allreduce on a default-constructed instance of ExecSpace.
 template <class ExecSpace = Kokkos::DefaultExecutionSpace>
 std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(Algorithm algorithm,
                                                                   const Communicator& comm,
                                                                   std::int64_t n,
-                                                                  const Options& options = {}) {
-  return make_sparse_allreduce(ExecSpace(), algorithm, comm, n, options);
+                                                                  const Options& options = {},
+                                                                  const Layout& layout = {}) {
+  return make_sparse_allreduce(ExecSpace(), algorithm, comm, n, options, layout);
 }
 
 }  // namespace oktopk

@@ -87,12 +87,14 @@ struct Options {
   double gaussian_step = 1.02;
   int gaussian_loops = 20;
 
-  // ---- S2 Reducer: the gradient is read as rows of s2_row_width entries
+  // ---- S2 Reducer: the gradient is read as rows of s2_row_width entries (with a Layout, its
+  // SparseRows segments are, each with its own width, and this field is not used)
   std::int64_t s2_row_width = 64;
   /// Rows of the count sketch, 1 to 15 (the decode takes the median over them).
   int s2_sketch_rows = 3;
-  /// Columns of the count sketch; 0 means ceil(2 * density * n). A sketch at least as wide as
-  /// the gradient hashes each position to itself (an exact sketch).
+  /// Columns of the count sketch; 0 means ceil(2 * density * n), where with a Layout n counts
+  /// the entries of its SparseRows segments (the sketched ones). A sketch at least as wide as
+  /// the entries it holds hashes each one to itself (an exact sketch).
   std::int64_t s2_sketch_columns = 0;
   /// Keep what the sketch lost (own entries minus their decoded estimate) for the next call.
   bool s2_error_feedback = false;

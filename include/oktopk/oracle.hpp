@@ -322,6 +322,9 @@ template <class ExecSpace>
 void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
                  const OracleConstVector<ExecSpace>& acc, const OracleVector<ExecSpace>& expected,
                  const OracleVector<ExecSpace>& slack) {
+  OKTOPK_REQUIRE(handle.layout().empty(), std::invalid_argument, "oktopk::expected_result",
+                 "S2 handles with a layout are not covered: their sketch holds only the "
+                 "layout's SparseRows segments");
   const Communicator& comm = handle.communicator();
   const std::int64_t n = handle.size();
   s2_oracle(exec, comm, n, handle.options(), acc, expected);

@@ -7,6 +7,7 @@
 #include <oktopk/communicator.hpp>
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
+#include <oktopk/layout.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/progress.hpp>
 #include <oktopk/select.hpp>
@@ -99,6 +100,8 @@ class SparseAllreduce {
   /// floor(density * n).
   std::int64_t k() const { return k_; }
   const Options& options() const { return options_; }
+  /// The segments of the fused buffer the handle was made for (empty: none given).
+  const Layout& layout() const { return layout_; }
   const Communicator& communicator() const { return comm_; }
   const ReduceStats& stats() const { return stats_; }
   /// What error feedback carries to the next call (all zeros for methods without it).
@@ -109,16 +112,17 @@ class SparseAllreduce {
 
   /// \brief Writes this rank's state to `os`: what the next calls depend on (the residual, the
   /// call counter, the method's thresholds and region boundaries), in the versioned binary
-  /// format of the user guide ("Checkpoint and restart"), with the algorithm, n, P, rank and
-  /// options digest it belongs to. Not collective: every rank saves its own state (residuals
-  /// differ). Fences `exec`. Throws std::runtime_error if the stream fails.
+  /// format of the user guide ("Checkpoint and restart"), with the algorithm, n, P, rank,
+  /// options digest and (for a handle with a layout) layout digest it belongs to. Not
+  /// collective: every rank saves its own state (residuals differ). Fences `exec`. Throws
+  /// std::runtime_error if the stream fails.
   void save_state(const ExecSpace& exec, std::ostream& os) const;
 
   /// \brief Collective. Replaces this handle's state by what save_state wrote on this rank, so
   /// that later calls return exactly what the saved handle's later calls would have. Each rank
-  /// checks its stream (magic, version, lengths, checksums, and that algorithm, n, P, rank and
-  /// options are this handle's), then the ranks agree: if any rank's check fails, every rank
-  /// throws the same exception naming the first such rank and the cause
+  /// checks its stream (magic, version, lengths, checksums, and that algorithm, n, P, rank,
+  /// options and layout are this handle's), then the ranks agree: if any rank's check fails,
+  /// every rank throws the same exception naming the first such rank and the cause
   /// (std::invalid_argument for a checkpoint of another handle or call count,
   /// std::runtime_error for a truncated, damaged or unreadable one), and the handle is
   /// unchanged. Reads exactly the checkpoint's bytes from `is` (on failure, an unspecified
@@ -127,9 +131,10 @@ class SparseAllreduce {
   void restore_state(const ExecSpace& exec, std::istream& is);
 
  protected:
-  /// Allocates and zeroes the handle's buffers on `exec`, and fences it.
+  /// Allocates and zeroes the handle's buffers on `exec`, and fences it. `layout` must be
+  /// valid for n (make_sparse_allreduce checks it).
   SparseAllreduce(const ExecSpace& exec, Algorithm algorithm, const Communicator& comm,
-                  std::int64_t n, const Options& options);
+                  std::int64_t n, const Options& options, const Layout& layout = Layout());
 
   /// The method's body, for calls after the warm-up. `acc` holds residual + grad; on return
   /// `out` holds the averaged result and `acc` what stays in the residual (the method clears
@@ -275,6 +280,7 @@ class SparseAllreduce {
   std::int64_t n_;
   std::int64_t k_;
   Options options_;
+  Layout layout_;
   vector_type residual_;
   vector_type acc_;
   ReduceStats stats_;
@@ -292,6 +298,9 @@ class SparseAllreduce {
   /// The body of reduce(), on the thread that works the queue.
   void reduce_now(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out);
 
+  /// stats_.segments from `out`: one count of non-zeros per segment of the layout.
+  void count_segment_nonzeros(const ExecSpace& exec, const vector_type& out);
+
   /// Communicator::next_serial() of the handle, the same on every rank (set by
   /// make_sparse_allreduce): calls check it to detect ranks that launch in different orders.
   std::int64_t serial_ = 0;
@@ -305,12 +314,13 @@ class SparseAllreduce {
 template <class ExecSpace>
 SparseAllreduce<ExecSpace>::SparseAllreduce(const ExecSpace& exec, Algorithm algorithm,
                                             const Communicator& comm, std::int64_t n,
-                                            const Options& options)
+                                            const Options& options, const Layout& layout)
     : algorithm_(algorithm),
       comm_(comm),
       n_(n),
       k_(static_cast<std::int64_t>(std::floor(options.density * static_cast<double>(n)))),
       options_(options),
+      layout_(layout),
       residual_(Kokkos::view_alloc(exec, "OkTopk::SparseAllreduce::residual"),
                 static_cast<std::size_t>(n)),
       acc_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::SparseAllreduce::acc"),
@@ -456,6 +466,7 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
       if (uses_error_feedback()) std::swap(residual_, acc_);
     }
     for (const auto& [name, traffic] : comm_.traffic()) stats_.phases[name].traffic = traffic;
+    if (!layout_.empty()) count_segment_nonzeros(exec, out);
   });
   if (nonfinite_averages != 0) {
     // Rejected, as a non-finite input is: the handle stays as it was. Which rank's gradient is
@@ -478,6 +489,20 @@ void SparseAllreduce<ExecSpace>::reduce_now(const ExecSpace& exec, const const_v
                        << " entries (every gradient is finite)");
   }
   last_out_ = out;
+}
+
+template <class ExecSpace>
+void SparseAllreduce<ExecSpace>::count_segment_nonzeros(const ExecSpace& exec,
+                                                        const vector_type& out) {
+  stats_.segments.clear();
+  stats_.segments.reserve(layout_.segments().size());
+  for (const Segment& segment : layout_.segments()) {
+    const auto range = Kokkos::make_pair(static_cast<std::size_t>(segment.offset),
+                                         static_cast<std::size_t>(segment.offset + segment.length));
+    // |x| > 0: the non-zeros (the output is finite: reduce rejects non-finite input).
+    stats_.segments.push_back(
+        SegmentStats{segment.name, count_above(exec, Kokkos::subview(out, range), 0.0f)});
+  }
 }
 
 namespace impl {
@@ -511,7 +536,9 @@ template <class ExecSpace>
 void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream& os) const {
   impl::ScopedRegion region("OkTopk::SparseAllreduce::save_state");
   impl::StateWriter out(os, "oktopk::SparseAllreduce::save_state");
-  out.header();
+  // Handles without a layout write the first version, byte for byte as before layouts existed.
+  const bool with_layout = !layout_.empty();
+  out.header(with_layout ? impl::state_format_version : impl::state_format_version_without_layout);
   impl::StateBuffer head;
   head.put_u32(static_cast<std::uint32_t>(algorithm_));
   head.put_i64(n_);
@@ -519,6 +546,7 @@ void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream&
   head.put_i32(comm_.rank());
   head.put_i64(options_.digest());
   head.put_i64(iteration_);
+  if (with_layout) head.put_i64(layout_.digest());
   out.section("HEAD", head.bytes());
   auto host = Kokkos::create_mirror_view(Kokkos::HostSpace(), residual_);
   Kokkos::deep_copy(exec, host, residual_);
@@ -544,7 +572,7 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
   std::string message;
   try {
     impl::StateReader in(is);
-    in.header();
+    const std::uint32_t version = in.header();
     impl::StateParser head = in.section("HEAD", "header", 64);
     const std::uint32_t algorithm = head.u32();
     const std::int64_t n = head.i64();
@@ -552,6 +580,9 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
     const std::int32_t rank = head.i32();
     const std::int64_t digest = head.i64();
     iteration = head.i64();
+    // Version 1 predates layouts: it was written by a handle without one.
+    const std::int64_t layout_digest =
+        version == impl::state_format_version_without_layout ? Layout().digest() : head.i64();
     head.expect_end();
     if (algorithm >= all_algorithms.size()) {
       throw impl::StateError(false, "checkpoint is corrupt: unknown algorithm number " +
@@ -580,6 +611,12 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
                                    "handle's (options digest " +
                                        std::to_string(digest) + ", this handle's " +
                                        std::to_string(options_.digest()) + ")");
+    }
+    if (layout_digest != layout_.digest()) {
+      throw impl::StateError(true, "checkpoint was written by a handle with another layout than "
+                                   "this handle's (layout digest " +
+                                       std::to_string(layout_digest) + ", this handle's " +
+                                       std::to_string(layout_.digest()) + ")");
     }
     if (iteration < 0) {
       throw impl::StateError(false, "checkpoint is corrupt: negative call counter " +

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace oktopk {
 
@@ -15,6 +16,13 @@ namespace oktopk {
 struct PhaseStats {
   double seconds = 0.0;
   PhaseTraffic traffic;
+};
+
+/// \brief One segment of a handle's Layout in the last call's output.
+struct SegmentStats {
+  std::string name;
+  /// Non-zero entries of the output in the segment (the same on every rank).
+  std::int64_t nonzeros = 0;
 };
 
 /// \brief Statistics of the last reduce call, on this rank.
@@ -45,6 +53,9 @@ struct ReduceStats {
   bool dense_switch = false;
   /// Time and traffic by phase (selection, split_reduce, allgatherv, ...).
   std::map<std::string, PhaseStats> phases;
+  /// Per segment of the handle's Layout, in its order: the output's non-zeros (one count per
+  /// segment after the call). Empty for handles without a layout.
+  std::vector<SegmentStats> segments;
 
   double total_seconds() const;
   PhaseTraffic total_traffic() const;

@@ -21,8 +21,11 @@ namespace oktopk::impl {
 
 /// The first bytes of every SparseAllreduce checkpoint.
 inline constexpr char state_magic[8] = {'O', 'K', 'T', 'O', 'P', 'K', 'S', 'A'};
-/// Raised whenever the layout changes; a reader refuses versions it does not know.
-inline constexpr std::uint32_t state_format_version = 1;
+/// Raised whenever the format changes; a reader refuses versions it does not know.
+/// Version 2 adds the handle's Layout digest to the header section; handles without a layout
+/// still write version 1, which every reader since layouts exist also reads.
+inline constexpr std::uint32_t state_format_version = 2;
+inline constexpr std::uint32_t state_format_version_without_layout = 1;
 
 /// \brief A checkpoint that cannot be restored. `mismatch()`: intact, but written for another
 /// handle (reported as std::invalid_argument); otherwise damaged or unreadable
@@ -122,10 +125,10 @@ class StateWriter {
  public:
   StateWriter(std::ostream& os, std::string where) : os_(os), where_(std::move(where)) {}
 
-  void header() {
+  void header(std::uint32_t format_version = state_format_version) {
     write(state_magic, sizeof state_magic);
     StateBuffer version;
-    version.put_u32(state_format_version);
+    version.put_u32(format_version);
     write(version.bytes().data(), version.bytes().size());
   }
 
@@ -183,7 +186,8 @@ class StateReader {
  public:
   explicit StateReader(std::istream& is) : is_(is) {}
 
-  void header() {
+  /// Returns the format version, one of those this library reads.
+  std::uint32_t header() {
     char magic[sizeof state_magic] = {};
     read(magic, sizeof magic, "the file header");
     if (std::memcmp(magic, state_magic, sizeof magic) != 0) {
@@ -191,11 +195,13 @@ class StateReader {
     }
     StateParser version(read_string(4, "the file header"), "version");
     const std::uint32_t v = version.u32();
-    if (v != state_format_version) {
+    if (v < state_format_version_without_layout || v > state_format_version) {
       throw StateError(false, "checkpoint format version " + std::to_string(v) +
-                                  " is not the one this library reads (" +
+                                  " is not one this library reads (" +
+                                  std::to_string(state_format_version_without_layout) + " to " +
                                   std::to_string(state_format_version) + ")");
     }
+    return v;
   }
 
   /// A whole section of at most `max_length` bytes (`name` is for messages).

@@ -12,8 +12,9 @@ class DenseAllreduce final : public SparseAllreduce<ExecSpace> {
   using Base = SparseAllreduce<ExecSpace>;
 
  public:
-  DenseAllreduce(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(exec, Algorithm::Dense, comm, n, options) {}
+  DenseAllreduce(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
+                 const Options& options, const Layout& layout = Layout())
+      : Base(exec, Algorithm::Dense, comm, n, options, layout) {}
 
  protected:
   bool uses_error_feedback() const override { return false; }

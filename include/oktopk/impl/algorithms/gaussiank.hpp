@@ -24,8 +24,9 @@ class GaussianK final : public SparseAllreduce<ExecSpace> {
   using vector_type = typename Base::vector_type;
 
  public:
-  GaussianK(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(exec, Algorithm::GaussianK, comm, n, options) {}
+  GaussianK(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
+            const Options& options, const Layout& layout = Layout())
+      : Base(exec, Algorithm::GaussianK, comm, n, options, layout) {}
 
  protected:
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {

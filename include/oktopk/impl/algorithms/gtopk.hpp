@@ -36,8 +36,9 @@ class GTopk final : public SparseAllreduce<ExecSpace> {
   using index_vector_type = typename Base::index_vector_type;
 
  public:
-  GTopk(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(exec, Algorithm::GTopk, comm, n, options) {}
+  GTopk(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
+        const Options& options, const Layout& layout = Layout())
+      : Base(exec, Algorithm::GTopk, comm, n, options, layout) {}
 
  protected:
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {

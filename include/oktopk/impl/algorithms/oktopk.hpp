@@ -79,8 +79,9 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
   using Memory = typename ExecSpace::memory_space;
 
  public:
-  OkTopkAllreduce(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(exec, Algorithm::OkTopk, comm, n, options),
+  OkTopkAllreduce(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
+                  const Options& options, const Layout& layout = Layout())
+      : Base(exec, Algorithm::OkTopk, comm, n, options, layout),
         offsets_(comm.size() + 1, 0),
         offsets_device_(Kokkos::view_alloc(exec, "OkTopk::oktopk::region_offsets"),
                         comm.size() + 1) {}

@@ -2,9 +2,12 @@
 // S2 Reducer (Ge et al., arXiv 2110.02140): each rank puts the non-zeros of its gradient into a
 // count sketch of fixed size and marks the rows that hold them in a bitmap; both are allreduced,
 // so the volume depends on neither P nor the number of non-zeros, and every rank decodes the
-// summed sketch (median over sketch rows) on the union of the marked rows.
+// summed sketch (median over sketch rows) on the union of the marked rows. With a Layout,
+// only its SparseRows segments are sketched, and its Dense segments ride along in the same
+// allreduce, averaged exactly.
 #pragma once
 
+#include <oktopk/layout.hpp>
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/hash.hpp>
 #include <oktopk/impl/mpi_mirror.hpp>
@@ -15,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <vector>
 
 namespace oktopk::impl {
 
@@ -245,6 +249,281 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
   fence(exec, "OkTopk::s2::oracle");
 }
 
+/// \brief Where S2 finds each kind of entry of a fused buffer with a Layout, in device Views.
+///
+/// The SparseRows segments' entries are numbered consecutively in layout order (the keys the
+/// sketch hashes: sparse entry e of segment s is buffer position offset(s) + e -
+/// entry_begin(s)), and so are their rows (the bitmap's positions; each segment has its own
+/// row width, its last row may be shorter). The Dense segments' entries are numbered likewise,
+/// as they are packed after the bitmap. The begin Views have a sentinel at the end.
+template <class MemorySpace>
+struct S2SegmentMap {
+  using Positions = Kokkos::View<std::int64_t*, MemorySpace>;
+  Positions sparse_offset;       // buffer position of each sparse segment
+  Positions sparse_width;        // its row width
+  Positions sparse_entry_begin;  // its first sparse entry number (+ sentinel)
+  Positions sparse_row_begin;    // its first row number (+ sentinel)
+  Positions dense_offset;        // buffer position of each dense segment
+  Positions dense_entry_begin;   // its first packed number (+ sentinel)
+  std::int64_t sparse_segments = 0;
+  std::int64_t dense_segments = 0;
+  std::int64_t sparse_entries = 0;
+  std::int64_t sparse_rows = 0;
+  std::int64_t dense_entries = 0;
+
+  template <class ExecSpace>
+  S2SegmentMap(const ExecSpace& exec, const Layout& layout) {
+    std::vector<std::int64_t> offset, width, entry_begin{0}, row_begin{0}, dense_offset_host,
+        dense_begin{0};
+    for (const Segment& segment : layout.segments()) {
+      if (segment.kind == SegmentKind::SparseRows) {
+        offset.push_back(segment.offset);
+        width.push_back(segment.row_width);
+        entry_begin.push_back(entry_begin.back() + segment.length);
+        row_begin.push_back(row_begin.back() + segment.rows());
+      } else {
+        dense_offset_host.push_back(segment.offset);
+        dense_begin.push_back(dense_begin.back() + segment.length);
+      }
+    }
+    sparse_segments = static_cast<std::int64_t>(offset.size());
+    dense_segments = static_cast<std::int64_t>(dense_offset_host.size());
+    sparse_entries = entry_begin.back();
+    sparse_rows = row_begin.back();
+    dense_entries = dense_begin.back();
+    sparse_offset = to_device(exec, "OkTopk::s2::sparse_offset", offset);
+    sparse_width = to_device(exec, "OkTopk::s2::sparse_width", width);
+    sparse_entry_begin = to_device(exec, "OkTopk::s2::sparse_entry_begin", entry_begin);
+    sparse_row_begin = to_device(exec, "OkTopk::s2::sparse_row_begin", row_begin);
+    dense_offset = to_device(exec, "OkTopk::s2::dense_offset", dense_offset_host);
+    dense_entry_begin = to_device(exec, "OkTopk::s2::dense_entry_begin", dense_begin);
+  }
+
+  /// The last s in [0, count) with begin(s) <= x, for begin(0) <= x < begin(count): the
+  /// segment (or row) that holds x, skipping empty ones, which share their begin with the next.
+  KOKKOS_INLINE_FUNCTION static std::int64_t find(const Positions& begin, std::int64_t count,
+                                                  std::int64_t x) {
+    std::int64_t low = 0;
+    std::int64_t high = count;
+    while (high - low > 1) {
+      const std::int64_t mid = low + (high - low) / 2;
+      if (begin(mid) <= x) {
+        low = mid;
+      } else {
+        high = mid;
+      }
+    }
+    return low;
+  }
+
+  /// The buffer position of sparse entry e, and its row number.
+  KOKKOS_INLINE_FUNCTION std::int64_t sparse_position(std::int64_t e, std::int64_t& row) const {
+    const std::int64_t s = find(sparse_entry_begin, sparse_segments, e);
+    const std::int64_t local = e - sparse_entry_begin(s);
+    row = sparse_row_begin(s) + local / sparse_width(s);
+    return sparse_offset(s) + local;
+  }
+
+  /// The buffer position of packed dense entry d.
+  KOKKOS_INLINE_FUNCTION std::int64_t dense_position(std::int64_t d) const {
+    const std::int64_t s = find(dense_entry_begin, dense_segments, d);
+    return dense_offset(s) + d - dense_entry_begin(s);
+  }
+
+  /// The first sparse entry number of row `row`, and its number of entries.
+  KOKKOS_INLINE_FUNCTION std::int64_t row_entries(std::int64_t row, std::int64_t& count) const {
+    const std::int64_t s = find(sparse_row_begin, sparse_segments, row);
+    const std::int64_t first = sparse_entry_begin(s) + (row - sparse_row_begin(s)) * sparse_width(s);
+    const std::int64_t segment_end = sparse_entry_begin(s + 1);
+    count = segment_end - first < sparse_width(s) ? segment_end - first : sparse_width(s);
+    return first;
+  }
+
+ private:
+  template <class ExecSpace>
+  static Positions to_device(const ExecSpace& exec, const char* label,
+                             const std::vector<std::int64_t>& values) {
+    Positions view(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, std::string(label)),
+                   values.size());
+    using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+    const Kokkos::View<const std::int64_t*, Kokkos::HostSpace, Unmanaged> host(values.data(),
+                                                                               values.size());
+    Kokkos::deep_copy(exec, view, host);
+    // `values` is the caller's: the copy must finish before it goes.
+    fence(exec, "OkTopk::s2::segment_map");
+    return view;
+  }
+};
+
+/// \brief S2's buffers for a fused buffer with a Layout: everything one allreduce carries,
+/// [sketch table | bitmap over the sparse rows (as floats, so one SUM adds it too: a row is in
+/// the union where the sum is non-zero) | the Dense segments' entries], plus the compacted
+/// union rows the decode works from.
+template <class ExecSpace>
+struct S2SegmentBuffers {
+  using memory_space = typename ExecSpace::memory_space;
+  Kokkos::View<float*, memory_space> fused;
+  Kokkos::View<float*, memory_space> table;
+  Kokkos::View<float*, memory_space> bitmap;
+  Kokkos::View<float*, memory_space> dense;
+  /// Union rows in ascending order, and the first decoded entry of each.
+  Kokkos::View<std::int64_t*, memory_space> union_rows;
+  Kokkos::View<std::int64_t*, memory_space> union_entry_begin;
+
+  S2SegmentBuffers() = default;
+  S2SegmentBuffers(const ExecSpace& exec, const S2Sketch& sketch,
+                   const S2SegmentMap<memory_space>& map)
+      : fused(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::s2::fused"),
+              fused_length(sketch, map)),
+        union_rows(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::s2::union_rows"),
+                   static_cast<std::size_t>(map.sparse_rows)),
+        union_entry_begin(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                             "OkTopk::s2::union_entry_begin"),
+                          static_cast<std::size_t>(map.sparse_rows)) {
+    const auto cells = static_cast<std::size_t>(sketch.cells());
+    const auto rows = static_cast<std::size_t>(map.sparse_rows);
+    table = Kokkos::subview(fused, Kokkos::make_pair(std::size_t{0}, cells));
+    bitmap = Kokkos::subview(fused, Kokkos::make_pair(cells, cells + rows));
+    dense = Kokkos::subview(fused, Kokkos::make_pair(cells + rows, fused.extent(0)));
+  }
+
+ private:
+  static std::size_t fused_length(const S2Sketch& sketch, const S2SegmentMap<memory_space>& map) {
+    const std::int64_t length = sketch.cells() + map.sparse_rows + map.dense_entries;
+    // One allreduce carries it all, and MPI counts are ints.
+    OKTOPK_REQUIRE(length <= INT_MAX, std::invalid_argument, "oktopk::make_sparse_allreduce",
+                   "S2 with a layout allreduces sketch cells + sparse rows + dense entries = "
+                       << sketch.cells() << " + " << map.sparse_rows << " + " << map.dense_entries
+                       << " floats in one call, more than 2^31 - 1");
+    return static_cast<std::size_t>(length);
+  }
+};
+
+/// Clears `table` and `bitmap`, then, for every non-zero acc entry of a SparseRows segment
+/// (sparse entry e): table(q, h_q(e)) += s_q(e)·value and bitmap(its row) = 1. Returns the
+/// non-zeros. One work item per sparse entry, in buffer order within each segment.
+template <class ExecSpace, class Map, class Acc, class Table, class Bitmap>
+std::int64_t s2_sketch_segments(const ExecSpace& exec, const S2Sketch& sketch, const Map& map,
+                                const Acc& acc, const Table& table, const Bitmap& bitmap) {
+  const S2Sketch s = sketch;
+  const Map m = map;
+  Kokkos::deep_copy(exec, table, 0.0f);
+  Kokkos::deep_copy(exec, bitmap, 0.0f);
+  std::int64_t nonzeros = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::s2::sketch_segments", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
+      KOKKOS_LAMBDA(std::int64_t e, std::int64_t& count) {
+        std::int64_t row = 0;
+        const float v = acc(m.sparse_position(e, row));
+        if (v == 0.0f) return;
+        ++count;
+        bitmap(row) = 1.0f;
+        const std::uint64_t mixed = s.mix(e);
+        for (int q = 0; q < s.sketch_rows; ++q) {
+          float sign = 1.0f;
+          const std::int64_t c = s.cell(q, e, mixed, sign);
+          Kokkos::atomic_add(&table(c), sign * v);
+        }
+      },
+      nonzeros);
+  return nonzeros;
+}
+
+/// acc -= estimate(table) on the non-zero sparse entries (error feedback, with this rank's
+/// own sketch).
+template <class ExecSpace, class Map, class Table, class Acc>
+void s2_subtract_estimate_segments(const ExecSpace& exec, const S2Sketch& sketch, const Map& map,
+                                   const Table& table, const Acc& acc) {
+  const S2Sketch s = sketch;
+  const Map m = map;
+  Kokkos::parallel_for(
+      "OkTopk::s2::subtract_own_estimate_segments", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
+      KOKKOS_LAMBDA(std::int64_t e) {
+        std::int64_t row = 0;
+        const std::int64_t i = m.sparse_position(e, row);
+        const float v = acc(i);
+        if (v != 0.0f) acc(i) = v - s.estimate(table, e);
+      });
+}
+
+/// dense(d) = acc(position of packed entry d); with `clear`, acc there becomes 0 (the entry is
+/// sent exactly, so error feedback keeps nothing of it).
+template <class ExecSpace, class Map, class Acc, class Dense>
+void s2_pack_dense(const ExecSpace& exec, const Map& map, const Acc& acc, const Dense& dense,
+                   bool clear) {
+  const Map m = map;
+  Kokkos::parallel_for(
+      "OkTopk::s2::pack_dense", RangeOf<ExecSpace>(exec, 0, m.dense_entries),
+      KOKKOS_LAMBDA(std::int64_t d) {
+        const std::int64_t i = m.dense_position(d);
+        dense(d) = acc(i);
+        if (clear) acc(i) = 0.0f;
+      });
+}
+
+/// out(position of packed entry d) = dense(d) / divisor.
+template <class ExecSpace, class Map, class Dense, class Out>
+void s2_unpack_dense(const ExecSpace& exec, const Map& map, const Dense& dense, const Out& out,
+                     float divisor) {
+  const Map m = map;
+  Kokkos::parallel_for(
+      "OkTopk::s2::unpack_dense", RangeOf<ExecSpace>(exec, 0, m.dense_entries),
+      KOKKOS_LAMBDA(std::int64_t d) { out(m.dense_position(d)) = dense(d) / divisor; });
+}
+
+/// Decodes the SparseRows segments into `out`: estimate(table, e) / divisor on the rows the
+/// summed bitmap marks, 0 on the others. The union rows are compacted first (one scan over
+/// the rows), so the estimates, the costly part, run as one flat pass over the union rows'
+/// entries only, neighbouring work items on neighbouring entries. Returns the entries decoded.
+template <class ExecSpace, class Map, class Table, class Bitmap, class Out, class Rows>
+std::int64_t s2_decode_segments(const ExecSpace& exec, const S2Sketch& sketch, const Map& map,
+                                const Table& table, const Bitmap& bitmap, const Out& out,
+                                float divisor, const Rows& union_rows,
+                                const Rows& union_entry_begin) {
+  const S2Sketch s = sketch;
+  const Map m = map;
+  const std::int64_t rows = m.sparse_rows;
+  // The scan carries (entries so far) << 32 | (rows so far): both stay below 2^31, so one
+  // 64-bit sum gives each union row its slot and its first decoded entry in one pass.
+  constexpr std::int64_t row_unit = 1;
+  constexpr int entry_shift = 32;
+  std::int64_t totals = 0;
+  Kokkos::parallel_scan(
+      "OkTopk::s2::compact_union_rows", RangeOf<ExecSpace>(exec, 0, rows),
+      KOKKOS_LAMBDA(std::int64_t row, std::int64_t& prefix, bool final) {
+        if (bitmap(row) == 0.0f) return;
+        std::int64_t entries = 0;
+        m.row_entries(row, entries);
+        if (final) {
+          union_rows(prefix & 0xffffffff) = row;
+          union_entry_begin(prefix & 0xffffffff) = prefix >> entry_shift;
+        }
+        prefix += row_unit + (entries << entry_shift);
+      },
+      totals);
+  const std::int64_t union_count = totals & 0xffffffff;
+  const std::int64_t decoded = totals >> entry_shift;
+  // Rows outside the union: 0, whatever out held.
+  Kokkos::parallel_for(
+      "OkTopk::s2::clear_other_rows", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
+      KOKKOS_LAMBDA(std::int64_t e) {
+        std::int64_t row = 0;
+        const std::int64_t i = m.sparse_position(e, row);
+        if (bitmap(row) == 0.0f) out(i) = 0.0f;
+      });
+  Kokkos::parallel_for(
+      "OkTopk::s2::decode_segments", RangeOf<ExecSpace>(exec, 0, decoded),
+      KOKKOS_LAMBDA(std::int64_t u) {
+        const std::int64_t slot = Map::find(union_entry_begin, union_count, u);
+        std::int64_t entries = 0;
+        const std::int64_t e = m.row_entries(union_rows(slot), entries) + u -
+                               union_entry_begin(slot);
+        std::int64_t row = 0;
+        out(m.sparse_position(e, row)) = s.estimate(table, e) / divisor;
+      });
+  return decoded;
+}
+
 /// \brief S2 Reducer: count sketch + row bitmap, both allreduced.
 ///
 /// Per call: bitmap of this rank's non-zero rows and a count sketch of its non-zeros ("sketch");
@@ -260,15 +539,26 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
 ///
 /// Stats: local_selected = this rank's non-zeros (every non-zero is sketched, so the thresholds
 /// are 0: |x| > 0 selects); global_selected = entries in union rows, the decoded entries.
+///
+/// With a Layout (user guide, "Fused buffers: layouts"): only the SparseRows segments are
+/// sketched, keyed by their entries numbered consecutively over those segments, with a bitmap
+/// over their rows (each segment its own row width; s2_row_width is not used); the Dense
+/// segments' entries are packed behind table and bitmap, and one allreduce (SUM, floats) of
+/// [table | bitmap | dense] replaces the two; the decode computes estimates on the union rows
+/// only, and the dense average goes straight to out. Default columns: ceil(2 * density * the
+/// SparseRows entries). Error feedback keeps nothing of the Dense entries (they are sent
+/// exactly). local_selected and global_selected then also count the Dense entries.
 template <class ExecSpace>
 class S2Reducer final : public SparseAllreduce<ExecSpace> {
   using Base = SparseAllreduce<ExecSpace>;
   using vector_type = typename Base::vector_type;
 
  public:
-  S2Reducer(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
-      : S2Reducer(exec, comm, n, options,
-                  S2Sketch::make("oktopk::make_sparse_allreduce", n, options)) {}
+  S2Reducer(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
+            const Options& options, const Layout& layout = Layout())
+      : S2Reducer(exec, comm, n, options, layout,
+                  S2Sketch::make("oktopk::make_sparse_allreduce",
+                                 layout.empty() ? n : layout.sparse_entries(), options)) {}
 
   const S2Sketch& sketch() const { return sketch_; }
 
@@ -276,6 +566,10 @@ class S2Reducer final : public SparseAllreduce<ExecSpace> {
   bool uses_error_feedback() const override { return this->options_.s2_error_feedback; }
 
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+    if (!this->layout_.empty()) {
+      reduce_segments(exec, acc, out);
+      return;
+    }
     auto& stats = this->stats_;
     {
       auto timer = this->phase(exec, "sketch");
@@ -300,13 +594,55 @@ class S2Reducer final : public SparseAllreduce<ExecSpace> {
   }
 
  private:
-  // Validates (in make) before the base allocates n-long buffers.
+  // Validates (in make) before the base allocates n-long buffers. Without a layout the
+  // segment buffers stay empty, with one the whole-buffer ones hold a single cell.
   S2Reducer(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options,
-            const S2Sketch& sketch)
-      : Base(exec, Algorithm::S2Reducer, comm, n, options), sketch_(sketch), buffers_(exec, sketch) {}
+            const Layout& layout, const S2Sketch& sketch)
+      : Base(exec, Algorithm::S2Reducer, comm, n, options, layout),
+        sketch_(sketch),
+        buffers_(exec, layout.empty() ? sketch : S2Sketch{}),
+        map_(exec, layout),
+        segment_buffers_(layout.empty() ? S2SegmentBuffers<ExecSpace>()
+                                        : S2SegmentBuffers<ExecSpace>(exec, sketch, map_)) {}
+
+  /// reduce_step for a handle with a layout: one allreduce of [table | bitmap | dense].
+  void reduce_segments(const ExecSpace& exec, const vector_type& acc, const vector_type& out) {
+    auto& stats = this->stats_;
+    auto& b = segment_buffers_;
+    const bool feedback = uses_error_feedback();
+    {
+      auto timer = this->phase(exec, "sketch");
+      stats.local_selected = s2_sketch_segments(exec, sketch_, map_, acc, b.table, b.bitmap) +
+                             map_.dense_entries;
+    }
+    if (feedback) {
+      // Before the allreduce, while the table is still this rank's own sketch.
+      auto timer = this->phase(exec, "residual");
+      s2_subtract_estimate_segments(exec, sketch_, map_, b.table, acc);
+    }
+    {
+      auto timer = this->phase(exec, "pack");
+      s2_pack_dense(exec, map_, acc, b.dense, feedback);
+    }
+    const auto P = static_cast<float>(this->comm_.size());
+    {
+      auto timer = this->phase(exec, "allreduce");
+      mpi_allreduce_in_place(exec, this->comm_, b.fused, MPI_SUM);
+    }
+    {
+      auto timer = this->phase(exec, "decode");
+      s2_unpack_dense(exec, map_, b.dense, out, P);
+      stats.global_selected = s2_decode_segments(exec, sketch_, map_, b.table, b.bitmap, out, P,
+                                                 b.union_rows, b.union_entry_begin) +
+                              map_.dense_entries;
+    }
+    stats.local_threshold = stats.global_threshold = 0.0f;
+  }
 
   S2Sketch sketch_;
   S2Buffers<ExecSpace> buffers_;
+  S2SegmentMap<typename ExecSpace::memory_space> map_;
+  S2SegmentBuffers<ExecSpace> segment_buffers_;
 };
 
 }  // namespace oktopk::impl

@@ -15,8 +15,9 @@ class TopkAllgather final : public SparseAllreduce<ExecSpace> {
   using vector_type = typename Base::vector_type;
 
  public:
-  TopkAllgather(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(exec, Algorithm::TopkA, comm, n, options) {}
+  TopkAllgather(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
+                const Options& options, const Layout& layout = Layout())
+      : Base(exec, Algorithm::TopkA, comm, n, options, layout) {}
 
  protected:
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {

@@ -28,8 +28,9 @@ class TopkDSA final : public SparseAllreduce<ExecSpace> {
   using memory_space = typename Base::memory_space;
 
  public:
-  TopkDSA(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options)
-      : Base(exec, Algorithm::TopkDSA, comm, n, options) {
+  TopkDSA(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
+          const Options& options, const Layout& layout = Layout())
+      : Base(exec, Algorithm::TopkDSA, comm, n, options, layout) {
     // Equal regions of floor(n/P) entries; the last one also takes the remainder.
     const int P = this->comm_.size();
     const std::int64_t width = n / P;
