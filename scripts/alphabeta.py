@@ -27,7 +27,7 @@ The model (its assumptions, all of them):
     doubling (log2 P steps, step i moving the largest sum of 2^i consecutive blocks);
     --allgatherv ring or doubling forces one.
   * Schedules follow the code in include/oktopk/impl (a typical call: Ok-Topk's exact
-    thresholds every 32 calls and its repartition every 64 are reported apart, amortized):
+    thresholds every 32 calls and its repartition every 8 are reported apart, amortized):
       every method: the 32-byte agreement allreduce ("check");
       dense: allreduce of 4n bytes;
       topka, gaussiank: allgather of counts, allgatherv of indices and of values (4 bytes
@@ -371,10 +371,12 @@ def communication(algo, P, n, k, density, alpha, beta, dist, options):
             blocks = np.full(P, 4 * total / P)
             blocks[0] *= imbalance  # the largest block sets the ring's steps
         t += 2 * allgatherv(blocks, alpha, beta)
-        # Every threshold_period calls: the distributed radix select's 4 allreduces (instead of
-        # the guard's); every repartition_period calls: one allreduce of P-1 boundaries.
-        exact = sum(allreduce(P, b, alpha, beta) for b in (8, 8192, 8192, 2048)) - guards * allreduce(P, 8, alpha, beta)
-        extra = exact / options.get("threshold_period", 32) + allreduce(P, 8 * (P - 1), alpha, beta) / options.get("repartition_period", 64)
+        # Every threshold_period calls: the distributed radix select's allreduces, the total
+        # and one histogram per digit (instead of the guard's); every repartition_period calls:
+        # one allreduce of P-1 boundaries.
+        histograms = (4 * (1 << bits) for bits in distributed_radix_digits(k))
+        exact = sum(allreduce(P, b, alpha, beta) for b in (8, *histograms)) - guards * allreduce(P, 8, alpha, beta)
+        extra = exact / options.get("threshold_period", 32) + allreduce(P, 8 * (P - 1), alpha, beta) / options.get("repartition_period", 8)
         return t, extra
     if algo == "s2":
         rows = options.get("s2_rows", 3)
@@ -382,6 +384,18 @@ def communication(algo, P, n, k, density, alpha, beta, dist, options):
         t = check + allreduce(P, 4 * rows * columns, alpha, beta) + allreduce(P, math.ceil(n / 64), alpha, beta)
         return t, 0.0
     raise ModelError(f"unknown method '{algo}' (valid: {' '.join(METHODS)} mpi_allreduce)")
+
+
+def distributed_radix_digits(k):
+    """Digit widths of Ok-Topk's exact global threshold for k, as
+    oktopk::impl::distributed_radix_schedule: the fewest digits over the 31 key bits with at
+    most max(16, k // 32) bins each (at most 2^11), as equal as can be, wider ones first."""
+    budget = max(16, k // 32)
+    width = 4
+    while width < 11 and (1 << (width + 1)) <= budget:
+        width += 1
+    passes = -(-31 // width)
+    return [31 // passes + (1 if p < 31 % passes else 0) for p in range(passes)]
 
 
 def compute(algo, P, n, k, params, cores, mem_bw=None, merge_passes=8.0):
