@@ -32,6 +32,11 @@ using oktopk::apps::UsageError;
 using Exec = oktopk::train::ExecutionSpace;
 using Memory = oktopk::train::MemorySpace;
 
+// The build's copy of the King James Bible (apps/oktopk-train/CMakeLists.txt).
+#ifndef OKTOPK_TRAIN_DEFAULT_TEXT
+#define OKTOPK_TRAIN_DEFAULT_TEXT "kjv-verses.txt"
+#endif
+
 constexpr const char* usage = R"(Usage: mpirun -np P oktopk-train [options] [--kokkos-... flags]
 
 Trains a small model with data-parallel SGD (momentum, weight decay): every rank trains on its
@@ -47,7 +52,7 @@ Options:
   --epochs E            passes over the training set, >= 1                   (default 5)
   --batch B             mini-batch per rank, >= 1: images, or windows of --bptt words
                                                               (default 64; lstm: 32)
-  --lr LR               learning rate, > 0                    (default 0.05; lstm: 0.5)
+  --lr LR               learning rate, > 0                    (default 0.05; lstm: 1)
   --lr-decay F          multiply the learning rate by F after every epoch    (default 1)
   --momentum M          SGD momentum, [0, 1)                                 (default 0.9)
   --weight-decay W      L2 weight decay, >= 0                                (default 0.0001)
@@ -65,14 +70,14 @@ Words are lowercased letter runs (punctuation dropped) plus an end-of-verse toke
 verse is held out for the test perplexity, exp(mean cross-entropy per word).
   --text FILE           the King James Bible, one verse a line, as scripts/kjv-corpus.sh FILE
                         writes it with the Debian packages bible-kjv and bible-kjv-text
-                        (default: the build's copy, DEFAULT_TEXT)
+                        (default: the build's copy, )" OKTOPK_TRAIN_DEFAULT_TEXT R"()
   --vocab V             vocabulary: the V - 2 most frequent training words, <unk> and
                         </s>, >= 3                                           (default 10000)
   --embed E             embedding width, >= 1                                (default 64)
   --hidden H            LSTM units, >= 1                                     (default 128)
   --bptt T              words per window, >= 1                               (default 20)
   --tokens-per-epoch N  cap on words predicted per epoch, all ranks together; 0: the whole
-                        training text (about 750,000 words)                 (default 0)
+                        training text (about 780,000 words)             (default 400000)
   --csv FILE            also write one CSV row per epoch to FILE (rank 0)
   --dump-gradients FILE write every rank's local gradients of the first --dump-steps steps, in
                         the format oktopk-bench --dist file:FILE replays
@@ -89,7 +94,8 @@ verse is held out for the test perplexity, exp(mean cross-entropy per word).
                         (bit for bit) as an uninterrupted one would; --epochs is the total, and
                         every other setting that shapes training (model, algo, density, batch,
                         lr, lr-decay, momentum, weight-decay, dense-warmup, --option, seed,
-                        steps per epoch, P) must be the one the checkpoint was written with. --csv
+                        steps per epoch, P; lstm: vocab, embed, hidden, bptt,
+                        tokens-per-epoch) must be the one the checkpoint was written with. --csv
                         appends to an existing file. Not with --dump-gradients.
   --help                print this text
 
@@ -97,10 +103,10 @@ Run with OMP_WAIT_POLICY=passive (and OPENBLAS_NUM_THREADS=1 when ranks share co
 OpenMP threads otherwise starve the BLAS threads of the matrix multiplies.
 
 Per epoch: epoch, mean training loss over the ranks, test accuracy (lstm: "ppl=" and the test
-perplexity), seconds, bytes per rank per step (the larger of sent and received, averaged over steps and ranks), and the achieved
-density (non-zeros of the averaged gradient / parameters, averaged over steps). The last line,
-"final parameter_digest=<16 hex digits>", is a digest of the final parameters (equal on all
-ranks), for comparing runs. An epoch resumed mid-way reports the seconds of its resumed part.
+perplexity), seconds, bytes per rank per step (the larger of sent and received, averaged over
+steps and ranks), and the achieved density (non-zeros of the averaged gradient / parameters,
+averaged over steps). The last line, "final parameter_digest=<16 hex digits>", is a digest of
+the final parameters (equal on all ranks), for comparing runs. An epoch resumed mid-way reports the seconds of its resumed part.
 
 Schedules measured at P = 4 (docs/benchmarks.md): mlp --batch 64 --lr 0.05 --lr-decay 0.8
 --epochs 5 (dense 0.8812); cnn --batch 32 --lr 0.01 --lr-decay 0.8 --epochs 8 (dense 0.9050).
@@ -108,12 +114,8 @@ Schedules measured at P = 4 (docs/benchmarks.md): mlp --batch 64 --lr 0.05 --lr-
 
 /// The language model's defaults where they differ from the classifiers'.
 constexpr std::int64_t lstm_default_batch = 32;
-constexpr double lstm_default_lr = 0.5;
-constexpr std::int64_t lstm_default_tokens_per_epoch = 0;
-
-#ifndef OKTOPK_TRAIN_DEFAULT_TEXT
-#define OKTOPK_TRAIN_DEFAULT_TEXT "kjv-verses.txt"
-#endif
+constexpr double lstm_default_lr = 1.0;
+constexpr std::int64_t lstm_default_tokens_per_epoch = 400000;
 
 struct Settings {
   std::string model = "mlp";
