@@ -39,10 +39,12 @@ oktopk_install_missing() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# bible-kjv and bible-kjv-text: the King James Bible (public domain) that oktopk-train's
+# language model learns; the build prints it to build/data with scripts/kjv-corpus.sh.
 oktopk_install_packages() {
   oktopk_install_missing cmake ninja-build g++ make libopenmpi-dev openmpi-bin libopenblas-dev \
-    libgtest-dev zlib1g-dev dataset-fashion-mnist ca-certificates gfortran ccache \
-    python3-dev python3-numpy python3-mpi4py python3-torch pybind11-dev
+    libgtest-dev zlib1g-dev dataset-fashion-mnist bible-kjv bible-kjv-text ca-certificates \
+    gfortran ccache python3-dev python3-numpy python3-mpi4py python3-torch pybind11-dev
 }
 
 oktopk_codename() { (. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}"); }

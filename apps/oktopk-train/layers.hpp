@@ -21,6 +21,34 @@
 
 namespace oktopk::train::detail {
 
+// Math in kernels: Kokkos::Experimental in 3.4-3.6, Kokkos from 3.7.
+template <class T>
+KOKKOS_INLINE_FUNCTION T kexp(T x) {
+#if KOKKOS_VERSION >= 30700
+  return Kokkos::exp(x);
+#else
+  return Kokkos::Experimental::exp(x);
+#endif
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T klog(T x) {
+#if KOKKOS_VERSION >= 30700
+  return Kokkos::log(x);
+#else
+  return Kokkos::Experimental::log(x);
+#endif
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T ktanh(T x) {
+#if KOKKOS_VERSION >= 30700
+  return Kokkos::tanh(x);
+#else
+  return Kokkos::Experimental::tanh(x);
+#endif
+}
+
 template <class Scalar>
 using Flat = Kokkos::View<Scalar*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 template <class Scalar>

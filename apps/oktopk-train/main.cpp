@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// oktopk-train: data-parallel SGD on Fashion-MNIST, the gradient of every step averaged over
-// the ranks by one of OkTopk's sparse allreduce methods.
+// oktopk-train: data-parallel SGD on Fashion-MNIST (two classifiers) or on the King James
+// Bible (a word-level LSTM language model), the gradient of every step averaged over the ranks
+// by one of OkTopk's sparse allreduce methods.
 #include "checkpoint.hpp"
 #include "common/cli.hpp"
 #include "common/failure.hpp"
-#include "fashion_mnist.hpp"
 #include "model.hpp"
+#include "training_task.hpp"
 
 #include <oktopk/oktopk.hpp>
 
@@ -31,20 +32,27 @@ using oktopk::apps::UsageError;
 using Exec = oktopk::train::ExecutionSpace;
 using Memory = oktopk::train::MemorySpace;
 
+// The build's copy of the King James Bible (apps/oktopk-train/CMakeLists.txt).
+#ifndef OKTOPK_TRAIN_DEFAULT_TEXT
+#define OKTOPK_TRAIN_DEFAULT_TEXT "kjv-verses.txt"
+#endif
+
 constexpr const char* usage = R"(Usage: mpirun -np P oktopk-train [options] [--kokkos-... flags]
 
-Trains a small model on Fashion-MNIST with data-parallel SGD (momentum, weight decay): every
-rank trains on its own shard, and each step's gradient (all parameters in one flat buffer) is
-averaged over the ranks by the chosen OkTopk method. Prints one line per epoch on rank 0 and a
-final line "final test_acc=0.XXXX".
+Trains a small model with data-parallel SGD (momentum, weight decay): every rank trains on its
+own shard, and each step's gradient (all parameters in one flat buffer) is averaged over the
+ranks by the chosen OkTopk method. The classifiers (mlp, cnn) learn Fashion-MNIST; lstm is a
+word-level language model of the King James Bible. Prints one line per epoch on rank 0 and a
+final line "final test_acc=0.XXXX" (classifiers) or "final test_ppl=X.XX" (lstm).
 
 Options:
-  --model NAME          mlp or cnn                                          (default mlp)
+  --model NAME          mlp, cnn or lstm                                     (default mlp)
   --algo NAME           dense topka topkdsa gtopk gaussiank oktopk s2        (default oktopk)
   --density D           fraction of the gradient each step selects, [0, 1]   (default 0.01)
   --epochs E            passes over the training set, >= 1                   (default 5)
-  --batch B             mini-batch per rank, >= 1                            (default 64)
-  --lr LR               learning rate, > 0                                   (default 0.05)
+  --batch B             mini-batch per rank, >= 1: images, or windows of --bptt words
+                                                              (default 64; lstm: 32)
+  --lr LR               learning rate, > 0                    (default 0.05; lstm: 1)
   --lr-decay F          multiply the learning rate by F after every epoch    (default 1)
   --momentum M          SGD momentum, [0, 1)                                 (default 0.9)
   --weight-decay W      L2 weight decay, >= 0                                (default 0.0001)
@@ -54,6 +62,22 @@ Options:
                         one-sided guard); names and defaults: the user guide, "Options"
   --seed S              model initialization and shuffling                   (default 1)
   --data DIR            Fashion-MNIST IDX gz files       (default /usr/share/datasets/fashion-mnist)
+
+Language model (--model lstm): embedding V x E (its gradient is non-zero only in the rows of
+the batch's words), one LSTM layer of H units, dense H -> V, softmax over the next word; each
+window of T words starts from a zero state (backpropagation through time truncated at T).
+Words are lowercased letter runs (punctuation dropped) plus an end-of-verse token; every 20th
+verse is held out for the test perplexity, exp(mean cross-entropy per word).
+  --text FILE           the King James Bible, one verse a line, as scripts/kjv-corpus.sh FILE
+                        writes it with the Debian packages bible-kjv and bible-kjv-text
+                        (default: the build's copy, )" OKTOPK_TRAIN_DEFAULT_TEXT R"()
+  --vocab V             vocabulary: the V - 2 most frequent training words, <unk> and
+                        </s>, >= 3                                           (default 10000)
+  --embed E             embedding width, >= 1                                (default 64)
+  --hidden H            LSTM units, >= 1                                     (default 128)
+  --bptt T              words per window, >= 1                               (default 20)
+  --tokens-per-epoch N  cap on words predicted per epoch, all ranks together; 0: the whole
+                        training text (about 780,000 words)             (default 400000)
   --csv FILE            also write one CSV row per epoch to FILE (rank 0)
   --dump-gradients FILE write every rank's local gradients of the first --dump-steps steps, in
                         the format oktopk-bench --dist file:FILE replays
@@ -70,30 +94,37 @@ Options:
                         (bit for bit) as an uninterrupted one would; --epochs is the total, and
                         every other setting that shapes training (model, algo, density, batch,
                         lr, lr-decay, momentum, weight-decay, dense-warmup, --option, seed,
-                        steps per epoch, P) must be the one the checkpoint was written with. --csv
+                        steps per epoch, P; lstm: vocab, embed, hidden, bptt,
+                        tokens-per-epoch) must be the one the checkpoint was written with. --csv
                         appends to an existing file. Not with --dump-gradients.
   --help                print this text
 
 Run with OMP_WAIT_POLICY=passive (and OPENBLAS_NUM_THREADS=1 when ranks share cores): spinning
 OpenMP threads otherwise starve the BLAS threads of the matrix multiplies.
 
-Per epoch: epoch, mean training loss over the ranks, test accuracy, seconds, bytes per rank
-per step (the larger of sent and received, averaged over steps and ranks), and the achieved
-density (non-zeros of the averaged gradient / parameters, averaged over steps). The last line,
-"final parameter_digest=<16 hex digits>", is a digest of the final parameters (equal on all
-ranks), for comparing runs. An epoch resumed mid-way reports the seconds of its resumed part.
+Per epoch: epoch, mean training loss over the ranks, test accuracy (lstm: "ppl=" and the test
+perplexity), seconds, bytes per rank per step (the larger of sent and received, averaged over
+steps and ranks), and the achieved density (non-zeros of the averaged gradient / parameters,
+averaged over steps). The last line, "final parameter_digest=<16 hex digits>", is a digest of
+the final parameters (equal on all ranks), for comparing runs. An epoch resumed mid-way reports the seconds of its resumed part.
 
 Schedules measured at P = 4 (docs/benchmarks.md): mlp --batch 64 --lr 0.05 --lr-decay 0.8
---epochs 5 (dense 0.8812); cnn --batch 32 --lr 0.01 --lr-decay 0.8 --epochs 8 (dense 0.9050).
+--epochs 5 (dense 0.8812); cnn --batch 32 --lr 0.01 --lr-decay 0.8 --epochs 8 (dense 0.9050);
+lstm with its defaults, --epochs 3 (dense ppl=140.24, oktopk at 0.01 ppl=153.34).
 )";
+
+/// The language model's defaults where they differ from the classifiers'.
+constexpr std::int64_t lstm_default_batch = 32;
+constexpr double lstm_default_lr = 1.0;
+constexpr std::int64_t lstm_default_tokens_per_epoch = 400000;
 
 struct Settings {
   std::string model = "mlp";
   oktopk::Algorithm algorithm = oktopk::Algorithm::OkTopk;
   double density = 0.01;
   std::int64_t epochs = 5;
-  std::int64_t batch = 64;
-  double lr = 0.05;
+  std::int64_t batch = 0;  // 0 until parse() sets the model's default
+  double lr = 0.0;         // 0 until parse() sets the model's default
   double lr_decay = 1.0;
   double momentum = 0.9;
   double weight_decay = 1e-4;
@@ -102,6 +133,12 @@ struct Settings {
   std::vector<std::pair<std::string, std::string>> options;
   std::uint64_t seed = 1;
   std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string text = OKTOPK_TRAIN_DEFAULT_TEXT;
+  std::int64_t vocabulary = 10000;
+  std::int64_t embedding = 64;
+  std::int64_t hidden = 128;
+  std::int64_t bptt = 20;
+  std::int64_t tokens_per_epoch = lstm_default_tokens_per_epoch;
   std::string csv;
   std::string dump_path;
   std::int64_t dump_steps = 8;
@@ -122,6 +159,8 @@ oktopk::Options library_options(const Settings& s) {
 
 Settings parse(int argc, char* argv[]) {
   Settings s;
+  bool batch_given = false;  // otherwise the model's default
+  bool lr_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag.rfind("--kokkos-", 0) == 0) continue;  // Kokkos's own
@@ -145,8 +184,10 @@ Settings parse(int argc, char* argv[]) {
       s.epochs = parse_number<std::int64_t>(flag, value);
     } else if (flag == "--batch") {
       s.batch = parse_number<std::int64_t>(flag, value);
+      batch_given = true;
     } else if (flag == "--lr") {
       s.lr = parse_number<double>(flag, value);
+      lr_given = true;
     } else if (flag == "--lr-decay") {
       s.lr_decay = parse_number<double>(flag, value);
     } else if (flag == "--momentum") {
@@ -163,6 +204,18 @@ Settings parse(int argc, char* argv[]) {
       s.seed = parse_number<std::uint64_t>(flag, value);
     } else if (flag == "--data") {
       s.data = value;
+    } else if (flag == "--text") {
+      s.text = value;
+    } else if (flag == "--vocab") {
+      s.vocabulary = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--embed") {
+      s.embedding = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--hidden") {
+      s.hidden = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--bptt") {
+      s.bptt = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--tokens-per-epoch") {
+      s.tokens_per_epoch = parse_number<std::int64_t>(flag, value);
     } else if (flag == "--csv") {
       s.csv = value;
     } else if (flag == "--dump-gradients") {
@@ -182,13 +235,21 @@ Settings parse(int argc, char* argv[]) {
     }
   }
   const auto names = oktopk::train::model_names();
-  if (std::find(names.begin(), names.end(), s.model) == names.end()) {
-    throw UsageError("unknown --model '" + s.model + "' (valid: mlp cnn)");
+  const bool language = s.model == "lstm";
+  if (!language && std::find(names.begin(), names.end(), s.model) == names.end()) {
+    throw UsageError("unknown --model '" + s.model + "' (valid: mlp cnn lstm)");
   }
   if (!(s.density >= 0.0 && s.density <= 1.0)) throw UsageError("--density must be in [0, 1]");
   if (s.epochs < 1) throw UsageError("--epochs must be at least 1");
-  if (s.batch < 1) throw UsageError("--batch must be at least 1");
-  if (!(s.lr > 0.0)) throw UsageError("--lr must be positive");
+  if (batch_given && s.batch < 1) throw UsageError("--batch must be at least 1");
+  if (!batch_given) s.batch = language ? lstm_default_batch : 64;
+  if (lr_given && !(s.lr > 0.0)) throw UsageError("--lr must be positive");
+  if (!lr_given) s.lr = language ? lstm_default_lr : 0.05;
+  if (s.vocabulary < 3) throw UsageError("--vocab must be at least 3");
+  if (s.embedding < 1) throw UsageError("--embed must be at least 1");
+  if (s.hidden < 1) throw UsageError("--hidden must be at least 1");
+  if (s.bptt < 1) throw UsageError("--bptt must be at least 1");
+  if (s.tokens_per_epoch < 0) throw UsageError("--tokens-per-epoch must be >= 0");
   if (!(s.lr_decay > 0.0 && s.lr_decay <= 1.0)) throw UsageError("--lr-decay must be in (0, 1]");
   if (!(s.momentum >= 0.0 && s.momentum < 1.0)) throw UsageError("--momentum must be in [0, 1)");
   if (!(s.weight_decay >= 0.0)) throw UsageError("--weight-decay must be >= 0");
@@ -261,10 +322,9 @@ class GradientDump {
 };
 
 /// The settings a resumed run must repeat: everything that shapes the sequence of steps.
-std::vector<std::pair<std::string, std::string>> training_settings(const Settings& s,
-                                                                   std::int64_t n,
-                                                                   std::int64_t samples,
-                                                                   std::int64_t steps, int P) {
+std::vector<std::pair<std::string, std::string>> training_settings(
+    const Settings& s, const oktopk::train::TrainingTask& task, std::int64_t n, std::int64_t steps,
+    int P) {
   auto exact = [](double v) {
     std::ostringstream os;
     os.precision(17);
@@ -283,8 +343,11 @@ std::vector<std::pair<std::string, std::string>> training_settings(const Setting
           {"--seed", std::to_string(s.seed)},
           {"ranks", std::to_string(P)},
           {"parameters", std::to_string(n)},
-          {"training samples", std::to_string(samples)},
+          {"training samples", std::to_string(task.training_samples())},
           {"steps per epoch", std::to_string(steps)}};
+  // The language model's own settings: none for the classifiers, so their checkpoints written
+  // before the language model existed still match.
+  for (const auto& setting : task.checkpoint_settings()) settings.push_back(setting);
   // Only when given, so that checkpoints written without them still match.
   for (const auto& [key, value] : s.options) settings.emplace_back("--option", key + "=" + value);
   return settings;
@@ -322,35 +385,51 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
     if (me == 0) std::cout << line << std::endl;
   };
 
-  const Dataset train_all = load_fashion_mnist(s.data, true);
-  const Dataset test_all = load_fashion_mnist(s.data, false);
-  const DeviceDataset train = to_device(exec, shard(train_all, me, P));
-  const DeviceDataset test = to_device(exec, shard(test_all, me, P));
-  std::int64_t steps = common_steps_per_epoch(train_all.size(), P, s.batch);
+  std::unique_ptr<TrainingTask> task;
+  if (s.model == "lstm") {
+    LanguageTaskSettings language;
+    language.text = s.text;
+    language.shape = {s.vocabulary, s.embedding, s.hidden};
+    language.steps = s.bptt;
+    language.batch = s.batch;
+    language.tokens_per_epoch = s.tokens_per_epoch;
+    language.seed = s.seed;
+    task = make_language_task(exec, language, me, P);
+  } else {
+    task = make_classifier_task(exec, s.model, s.seed, s.data, s.batch, me, P);
+  }
+  std::int64_t steps = task->steps_per_epoch();
   if (s.steps_cap > 0) steps = std::min(steps, s.steps_cap);
   if (steps < 1) throw std::runtime_error("--batch is larger than a rank's shard");
 
-  auto model = make_model<float>(s.model, s.seed);
-  const std::int64_t n = model->num_parameters();
+  const auto params = task->parameters();
+  const auto grad = task->gradient();
+  const auto n = static_cast<std::int64_t>(params.extent(0));
   const oktopk::Options options = library_options(s);
   auto allreduce = oktopk::make_sparse_allreduce<Exec>(s.algorithm, comm, n, options);
 
   std::ostringstream head;
-  head << "# oktopk-train: model=" << s.model << " (" << n << " parameters) algo="
+  head << "# oktopk-train: model=" << task->describe() << " algo="
        << oktopk::to_string(s.algorithm) << " P=" << P << " batch/rank=" << s.batch
        << " steps/epoch=" << steps << " lr=" << s.lr << " lr_decay=" << s.lr_decay << " momentum=" << s.momentum
        << " weight_decay=" << s.weight_decay << " seed=" << s.seed << " exec=" << Exec::name()
-       << "\n# options: " << options;
+       << "\n# options: " << options << "\n# gradient segments:";
+  // Where the embedding's row-sparse gradient lies, for a layout-aware allreduce.
+  const char* separator = " ";
+  for (const auto& segment : gradient_segments(task->parameter_blocks())) {
+    head << separator << segment.name << " [" << segment.offset << ", "
+         << segment.offset + segment.length << ")";
+    if (segment.is_sparse_rows) head << " sparse rows of " << segment.row_width;
+    separator = "; ";
+  }
   say(head.str());
 
-  const auto params = model->parameters();
-  const auto grad = model->gradient();
   Kokkos::View<float*, Memory> averaged("oktopk-train::averaged", n);
   Kokkos::View<float*, Memory> velocity("oktopk-train::velocity", n);
 
   // Resuming: the checkpoint replaces the model, the momentum, the allreduce state and the
   // position; the shuffles are functions of (seed, rank, epoch), so nothing else is needed.
-  const auto settings = training_settings(s, n, train_all.size(), steps, P);
+  const auto settings = training_settings(s, *task, n, steps, P);
   oktopk::train::TrainingProgress progress;
   progress.lr = s.lr;
   if (!s.resume.empty()) {
@@ -401,32 +480,25 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
     if (me == 0) {
       csv.open(s.csv, s.resume.empty() ? std::ios::trunc : std::ios::app);
       if (s.resume.empty() || csv.tellp() == 0) {
-        csv << "epoch,train_loss,test_acc,seconds,bytes_per_rank_per_step,density\n";
+        csv << "epoch,train_loss," << task->metric_name()
+            << ",seconds,bytes_per_rank_per_step,density\n";
       }
       ok = csv.good() ? 1 : 0;
     }
     comm.bcast(&ok, 1, 0);
     if (ok == 0) throw std::runtime_error("cannot write --csv " + s.csv);
   }
-  say("epoch  train_loss  test_acc   seconds  bytes_per_rank_per_step  density");
+  const bool perplexity = task->metric_name() == "test_ppl";
+  say(perplexity ? "epoch  train_loss  test_ppl         seconds  bytes_per_rank_per_step  density"
+                 : "epoch  train_loss  test_acc   seconds  bytes_per_rank_per_step  density");
   // The dump's header counts its gradients: no more steps than the run will take.
   GradientDump dump(comm, s.dump_path, n, std::min(s.dump_steps, s.epochs * steps));
 
-  Kokkos::View<float**, Kokkos::LayoutRight, Memory> images("oktopk-train::images", s.batch,
-                                                            Dataset::pixels);
-  Kokkos::View<int*, Memory> labels("oktopk-train::labels", s.batch);
-  Kokkos::View<std::int64_t*, Memory> order("oktopk-train::order", train.size());
-
-  double final_accuracy = progress.final_accuracy;
+  double final_metric = progress.final_accuracy;
   double lr = progress.lr;
   std::int64_t global_step = progress.global_step;
   for (std::int64_t epoch = progress.epoch; epoch <= s.epochs; ++epoch) {
-    // Each rank shuffles its own shard; the seed mixes in the rank so shards are not in step.
-    const auto permutation = epoch_permutation(train.size(), s.seed * 1000003u + me, epoch);
-    Kokkos::deep_copy(exec, order,
-                      Kokkos::View<const std::int64_t*, Kokkos::HostSpace,
-                                   Kokkos::MemoryTraits<Kokkos::Unmanaged>>(permutation.data(),
-                                                                            permutation.size()));
+    task->begin_epoch(exec, epoch);
     comm.barrier();
     Kokkos::Timer timer;
     Kokkos::Timer progress_timer;
@@ -435,8 +507,7 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
     double bytes_sum = resumed ? progress.bytes_sum : 0.0;
     double density_sum = resumed ? progress.density_sum : 0.0;
     for (std::int64_t step = resumed ? progress.step : 0; step < steps; ++step, ++global_step) {
-      gather_batch(exec, train, order, step * s.batch, s.batch, images, labels);
-      loss_sum += model->forward_backward(exec, images, labels, grad);
+      loss_sum += task->train_step(exec, step);
       dump.record(exec, global_step, grad);
       allreduce->reduce(exec, grad, averaged);
       sgd_momentum_step<float>(exec, params, averaged, velocity, lr, s.momentum, s.weight_decay);
@@ -453,20 +524,16 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
       if (s.checkpoint_every > 0 && (global_step + 1) % s.checkpoint_every == 0 &&
           step + 1 < steps) {
         save({epoch, step + 1, global_step + 1, lr, loss_sum, bytes_sum, density_sum,
-              final_accuracy});
+              final_metric});
       }
     }
     exec.fence();
     const double seconds = timer.seconds();
 
     lr *= s.lr_decay;
-    // Test accuracy: each rank evaluates its shard of the test set; weighted by shard size.
-    // (Batches of 256 keep the CNN's im2col scratch near 80 MB.)
-    const Evaluation local = evaluate(exec, *model, test, 256);
-    double sums[4] = {loss_sum / steps, bytes_sum / steps, local.accuracy * test.size(),
-                      static_cast<double>(test.size())};
-    comm.allreduce_in_place(sums, 4, MPI_SUM);
-    final_accuracy = sums[2] / sums[3];
+    final_metric = task->test_metric(exec, comm);
+    double sums[2] = {loss_sum / steps, bytes_sum / steps};
+    comm.allreduce_in_place(sums, 2, MPI_SUM);
     const double train_loss = sums[0] / P;
     const double bytes = sums[1] / P;
     const double density = density_sum / steps;  // the averaged gradient is the same everywhere
@@ -475,24 +542,28 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
     comm.check_agreement("oktopk-train", {{"model parameters", digest}});
 
     char line[256];
-    std::snprintf(line, sizeof line, "%5lld  %10.4f  %8.4f  %8.2f  %23.0f  %7.5f",
-                  static_cast<long long>(epoch), train_loss, final_accuracy, seconds, bytes,
-                  density);
+    if (perplexity) {
+      std::snprintf(line, sizeof line, "%5lld  %10.4f  ppl=%-11.2f  %8.2f  %23.0f  %7.5f",
+                    static_cast<long long>(epoch), train_loss, final_metric, seconds, bytes,
+                    density);
+    } else {
+      std::snprintf(line, sizeof line, "%5lld  %10.4f  %8.4f  %8.2f  %23.0f  %7.5f",
+                    static_cast<long long>(epoch), train_loss, final_metric, seconds, bytes,
+                    density);
+    }
     say(line);
     if (csv.is_open()) {
-      csv << epoch << "," << train_loss << "," << final_accuracy << "," << seconds << ","
+      csv << epoch << "," << train_loss << "," << final_metric << "," << seconds << ","
           << bytes << "," << density << "\n";
       csv.flush();  // a run stopped after a checkpoint keeps its rows
     }
     if (!s.checkpoint.empty() &&
         (s.checkpoint_every == 0 || global_step % s.checkpoint_every == 0)) {
-      save({epoch + 1, 0, global_step, lr, 0.0, 0.0, 0.0, final_accuracy});
+      save({epoch + 1, 0, global_step, lr, 0.0, 0.0, 0.0, final_metric});
     }
   }
-  char final_line[128];
-  std::snprintf(final_line, sizeof final_line,
-                "final test_acc=%.4f (parameters identical on all %d ranks)", final_accuracy, P);
-  say(final_line);
+  say("final " + task->metric_name() + "=" + task->format_metric(final_metric) +
+      " (parameters identical on all " + std::to_string(P) + " ranks)");
   char digest_line[64];
   std::snprintf(digest_line, sizeof digest_line, "final parameter_digest=%016llx",
                 static_cast<unsigned long long>(parameter_digest(params)));

@@ -16,24 +16,8 @@ namespace oktopk::train {
 
 namespace {
 
-// Math in kernels: Kokkos::Experimental in 3.4-3.6, Kokkos from 3.7.
-template <class T>
-KOKKOS_INLINE_FUNCTION T kexp(T x) {
-#if KOKKOS_VERSION >= 30700
-  return Kokkos::exp(x);
-#else
-  return Kokkos::Experimental::exp(x);
-#endif
-}
-
-template <class T>
-KOKKOS_INLINE_FUNCTION T klog(T x) {
-#if KOKKOS_VERSION >= 30700
-  return Kokkos::log(x);
-#else
-  return Kokkos::Experimental::log(x);
-#endif
-}
+using detail::kexp;
+using detail::klog;
 
 template <class Scalar>
 using Flat = detail::Flat<Scalar>;

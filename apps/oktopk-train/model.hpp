@@ -27,6 +27,9 @@ struct ParameterBlock {
   std::string name;  ///< "<layer index>.<kind>.weight" or ".bias", e.g. "0.conv.weight"
   std::int64_t offset;
   std::int64_t size;
+  /// 0 for a dense block. For an embedding table: its row width; a step's gradient is then
+  /// non-zero only in the rows of the words in the batch.
+  std::int64_t row_width = 0;
 };
 
 /// \brief Mean cross-entropy and fraction classified correctly.

@@ -6,9 +6,9 @@
 #       COMMAND (oktopk-train through mpiexec, with its training flags) runs three times:
 #       EPOCHS epochs uninterrupted; STOP epochs with --checkpoint (and --checkpoint-every N if
 #       given); then EPOCHS epochs with --resume. The resumed run must end with the same
-#       "final parameter_digest=" and "final test_acc=" lines, and print the same lines as the
-#       uninterrupted run for the epochs it runs (all columns but seconds). Checkpoints go to
-#       SCRATCH/ckpt.rank<R>.
+#       "final parameter_digest=" and "final test_acc=" (lstm: "final test_ppl=") lines, and
+#       print the same lines as the uninterrupted run for the epochs it runs (all columns but
+#       seconds). Checkpoints go to SCRATCH/ckpt.rank<R>.
 set -u
 
 fail() {
@@ -52,9 +52,10 @@ grep -q "^# resumed from " "$scratch/resumed.txt" || fail "the resumed run did n
 
 # The epoch lines without the seconds column (4), and the final lines.
 summary() {
-  grep -E '^ *[0-9]+ +[0-9.]+ +[0-9]\.[0-9]{4} +[0-9.]+ +[0-9]+ +[0-9]\.[0-9]{5}$' "$1" |
+  # Test accuracy (classifiers) or "ppl=" and the test perplexity (lstm) in column 3.
+  grep -E '^ *[0-9]+ +[0-9.]+ +([0-9]\.[0-9]{4}|ppl=[0-9]+\.[0-9]{2}) +[0-9.]+ +[0-9]+ +[0-9]\.[0-9]{5}$' "$1" |
     awk '{ $4 = ""; print }'
-  grep -E '^final (test_acc|parameter_digest)=' "$1"
+  grep -E '^final (test_acc|test_ppl|parameter_digest)=' "$1"
 }
 summary "$scratch/full.txt" > "$scratch/full.sum"
 summary "$scratch/resumed.txt" > "$scratch/resumed.sum"
