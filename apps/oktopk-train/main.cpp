@@ -406,7 +406,22 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
   const auto grad = task->gradient();
   const auto n = static_cast<std::int64_t>(params.extent(0));
   const oktopk::Options options = library_options(s);
-  auto allreduce = oktopk::make_sparse_allreduce<Exec>(s.algorithm, comm, n, options);
+  // A model with an embedding hands its layout to the allreduce: S2 sketches the embedding's
+  // rows alone and averages the rest exactly, the other methods report per-segment counts.
+  // Models without one keep the plain handle (and its checkpoint format).
+  const auto segments = gradient_segments(task->parameter_blocks());
+  oktopk::Layout layout;
+  if (std::any_of(segments.begin(), segments.end(),
+                  [](const GradientSegment& g) { return g.is_sparse_rows; })) {
+    for (const auto& segment : segments) {
+      if (segment.is_sparse_rows) {
+        layout.append_sparse_rows(segment.length, segment.row_width, segment.name);
+      } else {
+        layout.append_dense(segment.length, segment.name);
+      }
+    }
+  }
+  auto allreduce = oktopk::make_sparse_allreduce<Exec>(s.algorithm, comm, n, options, layout);
 
   std::ostringstream head;
   head << "# oktopk-train: model=" << task->describe() << " algo="
@@ -416,7 +431,7 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
        << "\n# options: " << options << "\n# gradient segments:";
   // Where the embedding's row-sparse gradient lies, for a layout-aware allreduce.
   const char* separator = " ";
-  for (const auto& segment : gradient_segments(task->parameter_blocks())) {
+  for (const auto& segment : segments) {
     head << separator << segment.name << " [" << segment.offset << ", "
          << segment.offset + segment.length << ")";
     if (segment.is_sparse_rows) head << " sparse rows of " << segment.row_width;
