@@ -2,8 +2,10 @@
 // Layout: building, validation, printing and digest.
 #include <oktopk/communicator.hpp>
 #include <oktopk/error.hpp>
+#include <oktopk/fwd.hpp>
 #include <oktopk/layout.hpp>
 
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -43,13 +45,30 @@ bool operator==(const Segment& a, const Segment& b) {
 }
 bool operator!=(const Segment& a, const Segment& b) { return !(a == b); }
 
+namespace {
+/// Where a segment of `length` entries appended after `end` starts; throws when it would not
+/// fit in a gradient's 2^31 - 1 entries (or `end` is past them), before any sum can overflow.
+std::int64_t appended_offset(const char* where, std::int64_t end, std::int64_t length) {
+  constexpr std::int64_t most = std::numeric_limits<index_type>::max();
+  OKTOPK_REQUIRE(length >= 0 && end >= 0 && end <= most && length <= most - end,
+                 std::invalid_argument, where,
+                 "a segment of " << length << " entries after " << end
+                                 << " must lie in [0, 2^31 - 1]");
+  return end;
+}
+}  // namespace
+
 Layout& Layout::append_dense(std::int64_t length, std::string name) {
-  segments_.push_back(Segment{end(), length, SegmentKind::Dense, 1, std::move(name)});
+  const std::int64_t offset = appended_offset("oktopk::Layout::append_dense", end(), length);
+  segments_.push_back(Segment{offset, length, SegmentKind::Dense, 1, std::move(name)});
   return *this;
 }
 
 Layout& Layout::append_sparse_rows(std::int64_t length, std::int64_t row_width, std::string name) {
-  segments_.push_back(Segment{end(), length, SegmentKind::SparseRows, row_width, std::move(name)});
+  const std::int64_t offset =
+      appended_offset("oktopk::Layout::append_sparse_rows", end(), length);
+  segments_.push_back(
+      Segment{offset, length, SegmentKind::SparseRows, row_width, std::move(name)});
   return *this;
 }
 

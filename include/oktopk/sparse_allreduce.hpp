@@ -352,7 +352,11 @@ template <class ExecSpace>
 impl::AccumulateCounts SparseAllreduce<ExecSpace>::accumulate_into_acc(
     const ExecSpace& exec, const const_vector_type& grad, const impl::CountLevels& levels) {
   if constexpr (impl::runs_on_host_v<ExecSpace>) {
-    if (levels.count > 0) {
+    // Room for a whole chunk (k above about n/8) would keep as much as acc itself, twice its
+    // memory, to save nothing: such handles read acc.
+    const bool worth_keeping =
+        impl::candidate_capacity<ExecSpace>(n_, k_) < impl::chunk_length_v<ExecSpace>;
+    if (levels.count > 0 && worth_keeping) {
       const std::int64_t chunks = impl::chunk_count<ExecSpace>(n_);
       if (candidates_.capacity == 0) {
         candidates_.capacity = impl::candidate_capacity<ExecSpace>(n_, k_);

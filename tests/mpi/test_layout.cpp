@@ -210,6 +210,19 @@ TEST(LayoutValidate, RejectsWithTheFunctionName) {
   }
 }
 
+TEST(LayoutValidate, AppendRejectsLengthsOutsideAGradient) {
+  const std::int64_t most = (std::int64_t{1} << 31) - 1;
+  Layout layout;
+  std::string message = invalid_argument_of([&] { layout.append_dense(-1); });
+  EXPECT_TRUE(starts_with(message, "oktopk::Layout::append_dense: ")) << message;
+  layout.append_dense(most - 4);
+  message = invalid_argument_of([&] { layout.append_sparse_rows(5, 1); });
+  EXPECT_TRUE(starts_with(message, "oktopk::Layout::append_sparse_rows: ")) << message;
+  layout.append_sparse_rows(4, 2);  // exactly up to 2^31 - 1
+  EXPECT_EQ(layout.end(), most);
+  EXPECT_EQ(layout.segments().size(), 2u);
+}
+
 TEST(LayoutValidate, DigestSeesEveryField) {
   const Layout a = mixed_layout();
   EXPECT_EQ(a.digest(), mixed_layout().digest());
@@ -492,10 +505,13 @@ TEST(LayoutCheckpoint, RejectsAnotherLayout) {
     std::istringstream is(blob);
     h.restore_state(Exec(), is);
   };
-  for (const auto& [target, blob] :
+  for (const auto& mismatch :
        {std::pair<oktopk::SparseAllreduce<Exec>*, const std::string*>{other.get(), &with_blob},
         {without.get(), &with_blob},
         {with.get(), &without_blob}}) {
+    // Named copies: C++17 lambdas cannot capture structured bindings.
+    oktopk::SparseAllreduce<Exec>* const target = mismatch.first;
+    const std::string* const blob = mismatch.second;
     const std::string message = invalid_argument_of([&] { restore(*target, *blob); });
     EXPECT_TRUE(starts_with(message, "oktopk::SparseAllreduce::restore_state: rank 0: "))
         << message;

@@ -8,6 +8,7 @@
 // Three passes (11 + 11 + 9 bits) read x three times and never write it.
 #pragma once
 
+#include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
 #include <oktopk/impl/kokkos_compat.hpp>
 #include <oktopk/impl/kokkos_ext.hpp>
@@ -64,6 +65,7 @@ struct RadixSchedule {
   /// The fewest digits of at most `width` bits (1 to radix_max_bits), as equal as can be,
   /// wider ones first: ceil(31 / width) passes.
   static RadixSchedule of_width(int width) {
+    OKTOPK_ASSERT(width >= 1 && width <= radix_max_bits);
     RadixSchedule s;
     s.passes = (key_bits + width - 1) / width;
     int covered = 0;
