@@ -86,6 +86,33 @@ int oktopk_create(MPI_Comm comm, const char* algorithm, int64_t n, const char* o
 int oktopk_create_f(MPI_Fint comm, const char* algorithm, int64_t n, const char* options,
                     oktopk_handle** handle);
 
+/* What a segment of a fused buffer holds (oktopk_create_with_layout). */
+#define OKTOPK_SEGMENT_DENSE 0 /* parameters whose gradient is mostly non-zero */
+#define OKTOPK_SEGMENT_ROWS 1  /* rows of row_width floats (an embedding), most of them zero */
+
+/* Collective. oktopk_create for a fused buffer (a DDP bucket, say) of num_segments consecutive
+ * segments (user guide, "Fused buffers: layouts"): segment i holds the lengths[i] floats after
+ * segment i - 1 (segment 0 starts at 0), of kind kinds[i]; an OKTOPK_SEGMENT_ROWS segment holds
+ * rows of row_widths[i] >= 1 floats (the last row is shorter when lengths[i] is not a
+ * multiple); row_widths[i] is ignored for dense segments. names may be NULL, and names[i] may
+ * be NULL (both mean ""): labels for oktopk_get_segment_stats. The lengths must be >= 0 and sum
+ * to n. lengths, kinds and row_widths may be NULL only when num_segments is 0, which is
+ * oktopk_create. S2 then sketches only the rows segments and averages the dense ones exactly;
+ * the other methods compute what they compute without a layout. Every rank must pass the same
+ * layout, names included. A bad segment on any rank returns OKTOPK_ERROR_INVALID_ARGUMENT on
+ * every rank, with the message "oktopk_create_with_layout: rank R: segment I: ...". */
+int oktopk_create_with_layout(MPI_Comm comm, const char* algorithm, int64_t n,
+                              const char* options, int64_t num_segments, const int64_t* lengths,
+                              const int* kinds, const int64_t* row_widths,
+                              const char* const* names, oktopk_handle** handle);
+
+/* oktopk_create_with_layout for a communicator given as a Fortran integer handle. */
+int oktopk_create_with_layout_f(MPI_Fint comm, const char* algorithm, int64_t n,
+                                const char* options, int64_t num_segments,
+                                const int64_t* lengths, const int* kinds,
+                                const int64_t* row_widths, const char* const* names,
+                                oktopk_handle** handle);
+
 /* Frees the handle (NULL is allowed and does nothing), after the calls launched before it.
  * Not collective: handles made on one communicator share a duplicate of it, which is freed
  * (collectively) when that communicator is freed. */
@@ -139,6 +166,26 @@ int oktopk_describe(const oktopk_handle* handle, const char** algorithm, int64_t
 /* Statistics of the handle's last reduce call on this rank (all zero before the first); waits
  * for the calls launched before it. */
 int oktopk_get_stats(const oktopk_handle* handle, oktopk_stats* stats);
+
+/* One segment of a handle's layout and its part of the last reduce call's output. */
+typedef struct oktopk_segment_stats {
+  int64_t offset;     /* where the segment starts in the buffer */
+  int64_t length;
+  int64_t row_width;  /* for OKTOPK_SEGMENT_ROWS; 1 for dense segments */
+  int64_t nonzeros;   /* non-zero entries of the last output in the segment (the same on every
+                         rank; 0 before the first call) */
+  int32_t kind;       /* OKTOPK_SEGMENT_DENSE or OKTOPK_SEGMENT_ROWS */
+  const char* name;   /* the segment's name ("" if none), valid while the handle lives */
+} oktopk_segment_stats;
+
+/* Sets *num_segments to the number of segments of the handle's layout (0 without one). */
+int oktopk_get_num_segments(const oktopk_handle* handle, int64_t* num_segments);
+
+/* Segment `index` (0 <= index < the number of segments) of the handle's layout, with its
+ * non-zeros in the last reduce call's output on this rank; waits for the calls launched before
+ * it. Over the segments, nonzeros sums to the non-zeros of the whole output. */
+int oktopk_get_segment_stats(const oktopk_handle* handle, int64_t index,
+                             oktopk_segment_stats* stats);
 
 /* Writes this rank's state (residual, thresholds, region boundaries, call counter) to
  * `path`, in the checkpoint format of the user guide. Not collective: every rank saves its

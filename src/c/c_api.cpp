@@ -76,12 +76,12 @@ struct oktopk_handle {
 
 namespace {
 
-void check_mpi(int code, const char* call) {
+void check_mpi(const char* where, int code, const char* call) {
   if (code == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(code, text, &length);
-  throw std::runtime_error(std::string("oktopk_create: ") + call + " failed: " +
+  throw std::runtime_error(std::string(where) + ": " + call + " failed: " +
                            std::string(text, static_cast<std::size_t>(length)));
 }
 
@@ -94,37 +94,103 @@ int forget_communicator(MPI_Comm, int, void* value, void*) {
 // Every handle made on one user communicator shares one duplicate of it, cached as an
 // attribute of that communicator: calls launched in different orders on different ranks then
 // meet in the same collective, which detects it, where separate duplicates would deadlock.
-oktopk::Communicator shared_communicator(MPI_Comm comm) {
-  static const int keyval = [] {
+oktopk::Communicator shared_communicator(const char* where, MPI_Comm comm) {
+  static const int keyval = [where] {
     int k = MPI_KEYVAL_INVALID;
-    check_mpi(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, forget_communicator, &k, nullptr),
+    check_mpi(where,
+              MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, forget_communicator, &k, nullptr),
               "MPI_Comm_create_keyval");
     return k;
   }();
-  if (comm == MPI_COMM_NULL) throw std::invalid_argument("oktopk_create: comm is MPI_COMM_NULL");
+  if (comm == MPI_COMM_NULL)
+    throw std::invalid_argument(std::string(where) + ": comm is MPI_COMM_NULL");
   void* value = nullptr;
   int found = 0;
-  check_mpi(MPI_Comm_get_attr(comm, keyval, &value, &found), "MPI_Comm_get_attr");
+  check_mpi(where, MPI_Comm_get_attr(comm, keyval, &value, &found), "MPI_Comm_get_attr");
   if (found) return *static_cast<oktopk::Communicator*>(value);
   // Duplicates comm: collective, like everything after it.
   auto cached = std::make_unique<oktopk::Communicator>(comm);
-  check_mpi(MPI_Comm_set_attr(comm, keyval, cached.get()), "MPI_Comm_set_attr");
+  check_mpi(where, MPI_Comm_set_attr(comm, keyval, cached.get()), "MPI_Comm_set_attr");
   return *cached.release();
 }
 
-oktopk_handle* create(MPI_Comm comm, const char* algorithm, std::int64_t n, const char* options) {
-  constexpr const char* where = "oktopk_create";
-  const oktopk::Communicator communicator = shared_communicator(comm);
-  // A bad method name or option on some ranks only must not leave the others waiting in
-  // make_sparse_allreduce: the ranks agree on whether every one could read its arguments.
+// The segments oktopk_create_with_layout was given, as the caller's arrays.
+struct LayoutArrays {
+  std::int64_t count = 0;
+  const std::int64_t* lengths = nullptr;
+  const int* kinds = nullptr;
+  const std::int64_t* row_widths = nullptr;
+  const char* const* names = nullptr;
+};
+
+// The Layout the arrays describe, segments placed one after the other from 0. Throws
+// std::invalid_argument with a bare reason (create() puts the function and rank in front)
+// for what Layout::validate would otherwise report under its own name, or cannot see (a kind
+// outside the enum, a NULL array).
+oktopk::Layout read_layout(const LayoutArrays& arrays, std::int64_t n) {
+  oktopk::Layout layout;
+  if (arrays.count == 0) return layout;
+  if (arrays.count < 0)
+    throw std::invalid_argument("num_segments must be >= 0, got " +
+                                std::to_string(arrays.count));
+  const auto null_array = [&](const char* name) {
+    return std::invalid_argument(std::string(name) + " is NULL with num_segments = " +
+                                 std::to_string(arrays.count));
+  };
+  if (arrays.lengths == nullptr) throw null_array("lengths");
+  if (arrays.kinds == nullptr) throw null_array("kinds");
+  if (arrays.row_widths == nullptr) throw null_array("row_widths");
+  for (std::int64_t i = 0; i < arrays.count; ++i) {
+    const std::string segment = "segment " + std::to_string(i) + ": ";
+    const std::int64_t length = arrays.lengths[i];
+    if (length < 0)
+      throw std::invalid_argument(segment + "length must be >= 0, got " + std::to_string(length));
+    // Compared before adding, so that no sum of lengths can overflow.
+    if (length > n - layout.end())
+      throw std::invalid_argument(segment + "it ends at " + std::to_string(layout.end()) +
+                                  " + " + std::to_string(length) + ", past n = " +
+                                  std::to_string(n));
+    const char* name =
+        arrays.names != nullptr && arrays.names[i] != nullptr ? arrays.names[i] : "";
+    switch (arrays.kinds[i]) {
+      case OKTOPK_SEGMENT_DENSE:
+        layout.append_dense(length, name);
+        break;
+      case OKTOPK_SEGMENT_ROWS:
+        if (arrays.row_widths[i] < 1)
+          throw std::invalid_argument(segment + "row width must be >= 1, got " +
+                                      std::to_string(arrays.row_widths[i]));
+        layout.append_sparse_rows(length, arrays.row_widths[i], name);
+        break;
+      default:
+        throw std::invalid_argument(segment + "kind must be OKTOPK_SEGMENT_DENSE (" +
+                                    std::to_string(OKTOPK_SEGMENT_DENSE) +
+                                    ") or OKTOPK_SEGMENT_ROWS (" +
+                                    std::to_string(OKTOPK_SEGMENT_ROWS) + "), got " +
+                                    std::to_string(arrays.kinds[i]));
+    }
+  }
+  if (layout.end() != n)
+    throw std::invalid_argument("the segments cover [0, " + std::to_string(layout.end()) +
+                                "), not [0, n = " + std::to_string(n) + ")");
+  return layout;
+}
+
+oktopk_handle* create(const char* where, MPI_Comm comm, const char* algorithm, std::int64_t n,
+                      const char* options, const LayoutArrays& segments) {
+  const oktopk::Communicator communicator = shared_communicator(where, comm);
+  // A bad method name, option or segment on some ranks only must not leave the others waiting
+  // in make_sparse_allreduce: the ranks agree on whether every one could read its arguments.
   oktopk::Algorithm method{};
   oktopk::Options settings;
+  oktopk::Layout layout;
   const int local_code = guarded([&] {
     if (!Kokkos::is_initialized())
       throw std::runtime_error("Kokkos is not initialised (call oktopk_initialize first)");
     if (algorithm == nullptr) throw std::invalid_argument("algorithm is NULL");
     method = oktopk::algorithm_from_string(algorithm);
     if (options != nullptr) settings.set_from_string(options);
+    layout = read_layout(segments, n);
   });
   const std::string local_error = local_code == OKTOPK_SUCCESS ? std::string() : last_error;
   // {the highest failing rank + 1, its return code}
@@ -151,7 +217,7 @@ oktopk_handle* create(MPI_Comm comm, const char* algorithm, std::int64_t n, cons
   // the link fails (docs/kokkos-develop-gcc12/README.md).
   std::unique_ptr<oktopk_handle> handle(new oktopk_handle);
   handle->sparse_allreduce =
-      oktopk::make_sparse_allreduce(Exec(), method, communicator, n, settings);
+      oktopk::make_sparse_allreduce(Exec(), method, communicator, n, settings, layout);
   handle->algorithm = oktopk::to_string(method);
   if constexpr (!host_reads_device_memory) {
     // The copies of host arrays are made now, where the ranks agree on failures: allocated in
@@ -271,9 +337,34 @@ int oktopk_create(MPI_Comm comm, const char* algorithm, int64_t n, const char* o
   return guarded([&] {
     if (handle == nullptr) throw std::invalid_argument("oktopk_create: handle is NULL");
     *handle = nullptr;
-    *handle = oktopk::run_on_progress_thread([&] { return create(comm, algorithm, n, options); });
+    *handle = oktopk::run_on_progress_thread(
+        [&] { return create("oktopk_create", comm, algorithm, n, options, LayoutArrays{}); });
     ++live_handles;
   });
+}
+
+int oktopk_create_with_layout(MPI_Comm comm, const char* algorithm, int64_t n,
+                              const char* options, int64_t num_segments, const int64_t* lengths,
+                              const int* kinds, const int64_t* row_widths,
+                              const char* const* names, oktopk_handle** handle) {
+  return guarded([&] {
+    constexpr const char* where = "oktopk_create_with_layout";
+    if (handle == nullptr) throw std::invalid_argument(std::string(where) + ": handle is NULL");
+    *handle = nullptr;
+    const LayoutArrays segments{num_segments, lengths, kinds, row_widths, names};
+    *handle = oktopk::run_on_progress_thread(
+        [&] { return create(where, comm, algorithm, n, options, segments); });
+    ++live_handles;
+  });
+}
+
+int oktopk_create_with_layout_f(MPI_Fint comm, const char* algorithm, int64_t n,
+                                const char* options, int64_t num_segments,
+                                const int64_t* lengths, const int* kinds,
+                                const int64_t* row_widths, const char* const* names,
+                                oktopk_handle** handle) {
+  return oktopk_create_with_layout(MPI_Comm_f2c(comm), algorithm, n, options, num_segments,
+                                   lengths, kinds, row_widths, names, handle);
 }
 
 int oktopk_create_f(MPI_Fint comm, const char* algorithm, int64_t n, const char* options,
@@ -383,6 +474,45 @@ int oktopk_get_stats(const oktopk_handle* handle, oktopk_stats* stats) {
     stats->local_threshold = s.local_threshold;
     stats->global_threshold = s.global_threshold;
     stats->dense = s.dense ? 1 : 0;
+  });
+}
+
+int oktopk_get_num_segments(const oktopk_handle* handle, int64_t* num_segments) {
+  return guarded([&] {
+    constexpr const char* where = "oktopk_get_num_segments";
+    require_handle(handle, where);
+    if (num_segments == nullptr)
+      throw std::invalid_argument(std::string(where) + ": num_segments is NULL");
+    *num_segments =
+        static_cast<int64_t>(handle->sparse_allreduce->layout().segments().size());
+  });
+}
+
+int oktopk_get_segment_stats(const oktopk_handle* handle, int64_t index,
+                             oktopk_segment_stats* stats) {
+  return guarded([&] {
+    constexpr const char* where = "oktopk_get_segment_stats";
+    require_handle(handle, where);
+    if (stats == nullptr) throw std::invalid_argument(std::string(where) + ": stats is NULL");
+    // The layout never changes after create: only the counts need the calls before this one.
+    const auto& segments = handle->sparse_allreduce->layout().segments();
+    const auto count = static_cast<std::int64_t>(segments.size());
+    if (index < 0 || index >= count)
+      throw std::invalid_argument(std::string(where) + ": index " + std::to_string(index) +
+                                  " is outside [0, " + std::to_string(count) + ")");
+    const oktopk::ReduceStats s =
+        oktopk::run_on_progress_thread([handle] { return handle->sparse_allreduce->stats(); });
+    const oktopk::Segment& segment = segments[static_cast<std::size_t>(index)];
+    *stats = oktopk_segment_stats{};
+    stats->offset = segment.offset;
+    stats->length = segment.length;
+    stats->row_width = segment.kind == oktopk::SegmentKind::SparseRows ? segment.row_width : 1;
+    // Empty before the first call: nothing counted yet.
+    stats->nonzeros =
+        s.segments.empty() ? 0 : s.segments[static_cast<std::size_t>(index)].nonzeros;
+    stats->kind = segment.kind == oktopk::SegmentKind::SparseRows ? OKTOPK_SEGMENT_ROWS
+                                                                   : OKTOPK_SEGMENT_DENSE;
+    stats->name = segment.name.c_str();
   });
 }
 

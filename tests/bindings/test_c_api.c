@@ -241,6 +241,193 @@ static void test_errors(void) {
   free(out);
 }
 
+/* A fused buffer of embedding-like rows then dense entries: rank r's gradient touches a few
+ * rows (distinct per rank and call) and every dense entry. */
+enum { layout_rows = 30, layout_width = 40, layout_dense = 801 };
+static const int64_t layout_n = layout_rows * layout_width + layout_dense;
+
+static void fill_fused(float* g, int r, int call) {
+  fill(g, layout_n, r, call);
+  for (int64_t i = 0; i < layout_rows * layout_width; ++i) {
+    const int64_t row = i / layout_width;
+    if ((row * 7 + r * 3 + call) % 5 != 0) g[i] = 0.0f;
+  }
+}
+
+/* oktopk_create_with_layout for the fused buffer: segment 0 rows, segment 1 dense. */
+static int create_fused(const char* method, const char* options, oktopk_handle** h) {
+  const int64_t lengths[2] = {layout_rows * layout_width, layout_dense};
+  const int kinds[2] = {OKTOPK_SEGMENT_ROWS, OKTOPK_SEGMENT_DENSE};
+  const int64_t widths[2] = {layout_width, 0};
+  const char* const names[2] = {"embedding", NULL};
+  return oktopk_create_with_layout(MPI_COMM_WORLD, method, layout_n, options, 2, lengths, kinds,
+                                   widths, names, h);
+}
+
+/* Every method with a layout: s2 averages the dense segment exactly; the others give the bits
+ * they give without one; per-segment counts add up to the output's non-zeros. */
+static void test_layout_methods(void) {
+  const char* methods[] = {"dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2"};
+  const char* options = "density=0.02 threshold_period=4";
+  const int64_t n = layout_n;
+  const int64_t dense_begin = layout_rows * layout_width;
+  float* grad = malloc((size_t)n * sizeof(float));
+  float* with = malloc((size_t)n * sizeof(float));
+  float* without = malloc((size_t)n * sizeof(float));
+  char what[256];
+  for (size_t m = 0; m < sizeof methods / sizeof methods[0]; ++m) {
+    const char* method = methods[m];
+    const int s2 = strcmp(method, "s2") == 0;
+    oktopk_handle* fused = NULL;
+    oktopk_handle* plain = NULL;
+    snprintf(what, sizeof what, "%s: create with a layout", method);
+    check(create_fused(method, options, &fused) == OKTOPK_SUCCESS && fused != NULL, what);
+    check(oktopk_create(MPI_COMM_WORLD, method, n, options, &plain) == OKTOPK_SUCCESS, what);
+    if (fused == NULL || plain == NULL) continue;
+
+    int64_t count = -1, plain_count = -1;
+    oktopk_segment_stats seg[2];
+    snprintf(what, sizeof what, "%s: the layout as given, counts 0 before the first call",
+             method);
+    int ok = oktopk_get_num_segments(fused, &count) == OKTOPK_SUCCESS && count == 2;
+    ok &= oktopk_get_num_segments(plain, &plain_count) == OKTOPK_SUCCESS && plain_count == 0;
+    ok &= oktopk_get_segment_stats(fused, 0, &seg[0]) == OKTOPK_SUCCESS;
+    ok &= oktopk_get_segment_stats(fused, 1, &seg[1]) == OKTOPK_SUCCESS;
+    ok &= seg[0].offset == 0 && seg[0].length == dense_begin && seg[0].row_width == layout_width &&
+          seg[0].kind == OKTOPK_SEGMENT_ROWS && strcmp(seg[0].name, "embedding") == 0 &&
+          seg[0].nonzeros == 0;
+    ok &= seg[1].offset == dense_begin && seg[1].length == layout_dense &&
+          seg[1].row_width == 1 && seg[1].kind == OKTOPK_SEGMENT_DENSE &&
+          strcmp(seg[1].name, "") == 0 && seg[1].nonzeros == 0;
+    check(ok, what);
+
+    int codes_ok = 1, same = 1, dense_exact = 1, counts_ok = 1, identical = 1;
+    for (int call = 0; call < 5; ++call) {
+      fill_fused(grad, rank, call);
+      codes_ok &= oktopk_reduce(fused, grad, with) == OKTOPK_SUCCESS;
+      codes_ok &= oktopk_reduce(plain, grad, without) == OKTOPK_SUCCESS;
+      identical &= identical_on_all_ranks(with, n);
+      if (s2) {
+        for (int64_t i = dense_begin; i < n; ++i) {
+          double mean = 0.0;
+          for (int r = 0; r < size; ++r) mean += gradient_value(r, i, call);
+          mean /= size;
+          dense_exact &= fabs(with[i] - mean) <= 1e-5 * (1.0 + fabs(mean));
+        }
+      } else {
+        same &= memcmp(with, without, (size_t)n * sizeof(float)) == 0;
+      }
+      counts_ok &= oktopk_get_segment_stats(fused, 0, &seg[0]) == OKTOPK_SUCCESS &&
+                   oktopk_get_segment_stats(fused, 1, &seg[1]) == OKTOPK_SUCCESS &&
+                   seg[0].nonzeros == nonzeros(with, dense_begin) &&
+                   seg[1].nonzeros == nonzeros(with + dense_begin, layout_dense) &&
+                   seg[0].nonzeros + seg[1].nonzeros == nonzeros(with, n);
+    }
+    snprintf(what, sizeof what, "%s with a layout: every reduce returns OKTOPK_SUCCESS", method);
+    check(codes_ok, what);
+    snprintf(what, sizeof what, "%s with a layout: the same bits on every rank", method);
+    check(identical, what);
+    snprintf(what, sizeof what,
+             s2 ? "%s with a layout: the dense segment is the exact mean"
+                : "%s with a layout: the same output as without one",
+             method);
+    check(same && dense_exact, what);
+    snprintf(what, sizeof what, "%s with a layout: per-segment non-zeros sum to the output's",
+             method);
+    check(counts_ok, what);
+    oktopk_destroy(fused);
+    oktopk_destroy(plain);
+  }
+  free(grad);
+  free(with);
+  free(without);
+}
+
+/* A bad layout on the last rank only fails on every rank with the function's name and that
+ * rank; layouts that differ across ranks fail on every rank too. */
+static void test_layout_errors(void) {
+  const int last = rank == size - 1;
+  const int64_t n = 100;
+  int64_t lengths[2] = {60, 40};
+  int kinds[2] = {OKTOPK_SEGMENT_ROWS, OKTOPK_SEGMENT_DENSE};
+  int64_t widths[2] = {10, 1};
+  char expected[96];
+  snprintf(expected, sizeof expected, "oktopk_create_with_layout: rank %d: ", size - 1);
+  struct {
+    const char* what;
+    const char* message; /* expected after "oktopk_create_with_layout: rank R: " */
+  } cases[] = {
+      {"negative length", "segment 1: length must be >= 0, got -40"},
+      {"unknown kind", "segment 0: kind must be OKTOPK_SEGMENT_DENSE (0) or OKTOPK_SEGMENT_ROWS "
+                       "(1), got 7"},
+      {"row width 0", "segment 0: row width must be >= 1, got 0"},
+      {"NULL lengths", "lengths is NULL with num_segments = 2"},
+      {"NULL kinds", "kinds is NULL with num_segments = 2"},
+      {"segments short of n", "the segments cover [0, 99), not [0, n = 100)"},
+      {"segments past n", "segment 1: it ends at 60 + 41, past n = 100"},
+      {"negative num_segments", "num_segments must be >= 0, got -1"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    int64_t my_lengths[2] = {lengths[0], lengths[1]};
+    int my_kinds[2] = {kinds[0], kinds[1]};
+    int64_t my_widths[2] = {widths[0], widths[1]};
+    const int64_t* lengths_arg = my_lengths;
+    const int* kinds_arg = my_kinds;
+    int64_t count = 2;
+    if (last) {
+      switch (c) {
+        case 0: my_lengths[1] = -40; break;
+        case 1: my_kinds[0] = 7; break;
+        case 2: my_widths[0] = 0; break;
+        case 3: lengths_arg = NULL; break;
+        case 4: kinds_arg = NULL; break;
+        case 5: my_lengths[1] = 39; break;
+        case 6: my_lengths[1] = 41; break;
+        default: count = -1; break;
+      }
+    }
+    oktopk_handle* h = (oktopk_handle*)1;
+    const int code = oktopk_create_with_layout(MPI_COMM_WORLD, "s2", n, NULL, count, lengths_arg,
+                                               kinds_arg, my_widths, NULL, &h);
+    const char* error = oktopk_last_error();
+    char what[160];
+    snprintf(what, sizeof what, "layout with %s on the last rank: the error on every rank",
+             cases[c].what);
+    check(code == OKTOPK_ERROR_INVALID_ARGUMENT && h == NULL &&
+              strncmp(error, expected, strlen(expected)) == 0 &&
+              strcmp(error + strlen(expected), cases[c].message) == 0,
+          what);
+    if (code == OKTOPK_SUCCESS) oktopk_destroy(h);
+  }
+
+  /* Valid everywhere but different names on the ranks: the factory's agreement check. */
+  const char* const names[2] = {rank == 0 ? "first" : "other", "rest"};
+  oktopk_handle* h = (oktopk_handle*)1;
+  const int code = oktopk_create_with_layout(MPI_COMM_WORLD, "topka", n, NULL, 2, lengths, kinds,
+                                             widths, names, &h);
+  check(size == 1 ? code == OKTOPK_SUCCESS
+                  : code == OKTOPK_ERROR_INVALID_ARGUMENT && h == NULL &&
+                        strstr(oktopk_last_error(), "oktopk::make_sparse_allreduce") != NULL &&
+                        strstr(oktopk_last_error(), "layout") != NULL,
+        "layouts that differ across ranks: OKTOPK_ERROR_INVALID_ARGUMENT on every rank");
+  if (code == OKTOPK_SUCCESS) {
+    oktopk_segment_stats seg;
+    check(oktopk_get_segment_stats(h, 2, &seg) == OKTOPK_ERROR_INVALID_ARGUMENT &&
+              strstr(oktopk_last_error(), "oktopk_get_segment_stats: index 2") ==
+                  oktopk_last_error(),
+          "segment index out of range");
+    oktopk_destroy(h);
+  }
+  /* No segments is oktopk_create, NULL arrays allowed. */
+  h = NULL;
+  int64_t count = -1;
+  check(oktopk_create_with_layout(MPI_COMM_WORLD, "gtopk", n, NULL, 0, NULL, NULL, NULL, NULL,
+                                  &h) == OKTOPK_SUCCESS &&
+            oktopk_get_num_segments(h, &count) == OKTOPK_SUCCESS && count == 0,
+        "an empty layout is no layout");
+  oktopk_destroy(h);
+}
+
 /* Four handles with calls in flight at once, completed out of order by oktopk_test, give what
  * the same calls made blocking on twin handles give; calls launched in different orders on
  * different ranks fail on every rank instead of mixing handles. */
@@ -358,6 +545,8 @@ int main(int argc, char** argv) {
   const char* methods[] = {"dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2"};
   for (size_t m = 0; m < sizeof methods / sizeof methods[0]; ++m) test_method(methods[m], 3001);
   test_errors();
+  test_layout_methods();
+  test_layout_errors();
   test_async();
 
   check(oktopk_finalize() == OKTOPK_SUCCESS, "finalize");
