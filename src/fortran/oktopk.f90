@@ -13,6 +13,9 @@ module oktopk
   integer, parameter, public :: OKTOPK_ERROR_INVALID_ARGUMENT = 1
   integer, parameter, public :: OKTOPK_ERROR_RUNTIME = 2
   integer, parameter, public :: OKTOPK_ERROR_OUT_OF_MEMORY = 3
+  !> Segment kinds of a fused buffer (oktopk_create_with_layout).
+  integer, parameter, public :: OKTOPK_SEGMENT_DENSE = 0
+  integer, parameter, public :: OKTOPK_SEGMENT_ROWS = 1
 
   !> A sparse allreduce handle; null until oktopk_create succeeds.
   type, public :: oktopk_handle
@@ -28,9 +31,18 @@ module oktopk
     integer(c_int32_t) :: dense
   end type oktopk_stats
 
-  public :: oktopk_initialize, oktopk_finalize, oktopk_create, oktopk_destroy, oktopk_reduce, &
-            oktopk_reduce_inplace, oktopk_get_stats, oktopk_save_state, oktopk_restore_state, &
-            oktopk_last_error, oktopk_version
+  !> One segment of a handle's layout and its non-zeros in the last output (the C struct
+  !> oktopk_segment_stats). name is a C string: "" for handles made from Fortran.
+  type, public, bind(c) :: oktopk_segment_stats
+    integer(c_int64_t) :: offset, length, row_width, nonzeros
+    integer(c_int32_t) :: kind
+    type(c_ptr) :: name
+  end type oktopk_segment_stats
+
+  public :: oktopk_initialize, oktopk_finalize, oktopk_create, oktopk_create_with_layout, &
+            oktopk_destroy, oktopk_reduce, oktopk_reduce_inplace, oktopk_get_stats, &
+            oktopk_get_num_segments, oktopk_get_segment_stats, oktopk_save_state, &
+            oktopk_restore_state, oktopk_last_error, oktopk_version
 
   interface
     function c_initialize(argc, argv) result(code) bind(c, name="oktopk_initialize")
@@ -53,6 +65,35 @@ module oktopk
       type(c_ptr), intent(out) :: handle
       integer(c_int) :: code
     end function c_create_f
+
+    function c_create_with_layout_f(comm, algorithm, n, options, num_segments, lengths, kinds, &
+                                    row_widths, names, handle) result(code) &
+        bind(c, name="oktopk_create_with_layout_f")
+      import :: c_int, c_char, c_int64_t, c_ptr
+      integer(c_int), value :: comm
+      character(kind=c_char), dimension(*), intent(in) :: algorithm, options
+      integer(c_int64_t), value :: n, num_segments
+      type(c_ptr), value :: lengths, kinds, row_widths, names
+      type(c_ptr), intent(out) :: handle
+      integer(c_int) :: code
+    end function c_create_with_layout_f
+
+    function c_get_num_segments(handle, num_segments) result(code) &
+        bind(c, name="oktopk_get_num_segments")
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: handle
+      integer(c_int64_t), intent(out) :: num_segments
+      integer(c_int) :: code
+    end function c_get_num_segments
+
+    function c_get_segment_stats(handle, index, stats) result(code) &
+        bind(c, name="oktopk_get_segment_stats")
+      import :: c_ptr, c_int, c_int64_t, oktopk_segment_stats
+      type(c_ptr), value :: handle
+      integer(c_int64_t), value :: index
+      type(oktopk_segment_stats), intent(out) :: stats
+      integer(c_int) :: code
+    end function c_get_segment_stats
 
     function c_destroy(handle) result(code) bind(c, name="oktopk_destroy")
       import :: c_ptr, c_int
@@ -156,6 +197,39 @@ contains
                           handle%ptr))
   end function oktopk_create
 
+  !> Collective. oktopk_create for a fused buffer of size(lengths) consecutive segments, the
+  !> first at offset 0: segment i holds lengths(i) reals of kind kinds(i), OKTOPK_SEGMENT_DENSE
+  !> or OKTOPK_SEGMENT_ROWS (rows of row_widths(i) >= 1 reals; row_widths(i) is ignored for
+  !> dense segments); the lengths must sum to n. Segments are unnamed. kinds and row_widths must
+  !> have size(lengths) elements: one of another size reaches the C interface as NULL, which
+  !> reports it ("kinds is NULL with num_segments = ...") on every rank, as it does any bad
+  !> segment on any rank.
+  integer function oktopk_create_with_layout(comm, algorithm, n, options, lengths, kinds, &
+                                             row_widths, handle) result(code)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: algorithm
+    integer(c_int64_t), intent(in) :: n
+    character(len=*), intent(in) :: options
+    integer(c_int64_t), intent(in), target, contiguous :: lengths(:)
+    integer(c_int), intent(in), target, contiguous :: kinds(:)
+    integer(c_int64_t), intent(in), target, contiguous :: row_widths(:)
+    type(oktopk_handle), intent(out) :: handle
+    type(c_ptr) :: lengths_ptr, kinds_ptr, widths_ptr
+    lengths_ptr = c_null_ptr
+    kinds_ptr = c_null_ptr
+    widths_ptr = c_null_ptr
+    ! c_loc of a zero-sized array is not a valid address; NULL is the C interface's empty array.
+    if (size(lengths) > 0) then
+      lengths_ptr = c_loc(lengths)
+      if (size(kinds) == size(lengths)) kinds_ptr = c_loc(kinds)
+      if (size(row_widths) == size(lengths)) widths_ptr = c_loc(row_widths)
+    end if
+    code = int(c_create_with_layout_f(int(comm, c_int), c_string(algorithm), n, &
+                                      c_string(options), size(lengths, kind=c_int64_t), &
+                                      lengths_ptr, kinds_ptr, widths_ptr, c_null_ptr, &
+                                      handle%ptr))
+  end function oktopk_create_with_layout
+
   !> Frees the handle and nulls it (a null handle is allowed).
   integer function oktopk_destroy(handle) result(code)
     type(oktopk_handle), intent(inout) :: handle
@@ -199,6 +273,21 @@ contains
     type(oktopk_stats), intent(out) :: stats
     code = int(c_get_stats(handle%ptr, stats))
   end function oktopk_get_stats
+
+  !> The number of segments of the handle's layout (0 without one).
+  integer function oktopk_get_num_segments(handle, num_segments) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    integer(c_int64_t), intent(out) :: num_segments
+    code = int(c_get_num_segments(handle%ptr, num_segments))
+  end function oktopk_get_num_segments
+
+  !> Segment `index` (from 1) of the handle's layout, with its non-zeros in the last output.
+  integer function oktopk_get_segment_stats(handle, index, stats) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    integer(c_int64_t), intent(in) :: index
+    type(oktopk_segment_stats), intent(out) :: stats
+    code = int(c_get_segment_stats(handle%ptr, index - 1, stats))
+  end function oktopk_get_segment_stats
 
   !> Writes this rank's state to `path` (give every rank its own path). Not collective.
   integer function oktopk_save_state(handle, path) result(code)

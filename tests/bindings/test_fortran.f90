@@ -6,7 +6,7 @@
 program test_fortran
   use mpi
   use oktopk
-  use, intrinsic :: iso_c_binding, only: c_float, c_int32_t, c_int64_t
+  use, intrinsic :: iso_c_binding, only: c_float, c_int, c_int32_t, c_int64_t
   use, intrinsic :: ieee_arithmetic, only: ieee_value, ieee_quiet_nan
   implicit none
 
@@ -26,6 +26,9 @@ program test_fortran
     call test_method(trim(methods(m)))
   end do
   call test_errors()
+  call test_layout('s2')
+  call test_layout('topka')
+  call test_layout_errors()
 
   call check(oktopk_finalize() == OKTOPK_SUCCESS, 'finalize')
   if (rank == 0) write (*, '(i0, a, i0, a)') passed, ' passed, ', failed, ' failed'
@@ -197,5 +200,102 @@ contains
     call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. &
                index(message, "unknown algorithm 'nosuch'") > 0, 'unknown method')
   end subroutine test_errors
+
+  ! A fused buffer of 30 rows of 40 reals, then 800 dense reals: s2 averages the dense part
+  ! exactly, other methods give what they give without the layout; segment counts add up.
+  subroutine test_layout(method)
+    character(len=*), intent(in) :: method
+    integer(c_int64_t), parameter :: rows_length = 1200
+    type(oktopk_handle) :: fused, plain
+    type(oktopk_segment_stats) :: rows, rest
+    real(c_float), allocatable :: grad(:), with(:), without(:)
+    real(c_float) :: mean
+    integer(c_int64_t) :: segments, i
+    integer :: c, r, code_a, code_b, code_c
+    logical :: codes_ok, values_ok, counts_ok
+
+    code_a = oktopk_create_with_layout(MPI_COMM_WORLD, method, n, 'density=0.02', &
+                                       [rows_length, n - rows_length], &
+                                       [integer(c_int) :: OKTOPK_SEGMENT_ROWS, &
+                                        OKTOPK_SEGMENT_DENSE], [40_c_int64_t, 1_c_int64_t], fused)
+    code_b = oktopk_create(MPI_COMM_WORLD, method, n, 'density=0.02', plain)
+    code_c = oktopk_get_num_segments(fused, segments)
+    call check(all([code_a, code_b, code_c] == OKTOPK_SUCCESS) .and. segments == 2, &
+               method // ' with a layout: create, two segments')
+    allocate(grad(n), with(n), without(n))
+    codes_ok = .true.; values_ok = .true.; counts_ok = .true.
+    do c = 1, 4
+      call fill(grad, rank, c)
+      ! Rows 1, 2, ... of 40: a rank's gradient touches one row in five.
+      do i = 1, rows_length
+        if (mod((i - 1) / 40 + rank * 3 + c, 5_c_int64_t) /= 0) grad(i) = 0
+      end do
+      code_a = oktopk_reduce(fused, grad, with)
+      code_b = oktopk_reduce(plain, grad, without)
+      codes_ok = codes_ok .and. code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS
+      if (method == 's2') then
+        do i = rows_length + 1, n
+          mean = 0
+          do r = 0, nranks - 1
+            mean = mean + gradient_value(r, i, c)
+          end do
+          mean = mean / nranks
+          values_ok = values_ok .and. abs(with(i) - mean) <= 1e-5 * (1 + abs(mean))
+        end do
+      else
+        values_ok = values_ok .and. all(bits(with) == bits(without))
+      end if
+      code_a = oktopk_get_segment_stats(fused, 1_c_int64_t, rows)
+      code_b = oktopk_get_segment_stats(fused, 2_c_int64_t, rest)
+      counts_ok = counts_ok .and. code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS .and. &
+                  rows%kind == OKTOPK_SEGMENT_ROWS .and. rows%row_width == 40 .and. &
+                  rest%kind == OKTOPK_SEGMENT_DENSE .and. rest%offset == rows_length .and. &
+                  rows%nonzeros == count(abs(with(:rows_length)) > 0) .and. &
+                  rows%nonzeros + rest%nonzeros == count(abs(with) > 0)
+    end do
+    call check(codes_ok, method // ' with a layout: every reduce succeeds')
+    if (method == 's2') then
+      call check(values_ok, method // ' with a layout: the dense segment is the exact mean')
+    else
+      call check(values_ok, method // ' with a layout: the same bits as without one')
+    end if
+    call check(counts_ok, method // ' with a layout: segment stats add up to the output')
+    code_a = oktopk_destroy(fused)
+    code_b = oktopk_destroy(plain)
+  end subroutine test_layout
+
+  subroutine test_layout_errors()
+    type(oktopk_handle) :: h
+    integer(c_int64_t) :: second
+    integer :: code
+    character(len=:), allocatable :: message
+    character(len=64) :: expected
+
+    write (expected, '(a, i0, a)') 'oktopk_create_with_layout: rank ', nranks - 1, ': '
+    second = merge(-1900_c_int64_t, 1900_c_int64_t, rank == nranks - 1)
+    code = oktopk_create_with_layout(MPI_COMM_WORLD, 's2', n, '', [100_c_int64_t, second], &
+                                     [integer(c_int) :: OKTOPK_SEGMENT_ROWS, &
+                                      OKTOPK_SEGMENT_DENSE], [10_c_int64_t, 1_c_int64_t], h)
+    message = oktopk_last_error()
+    call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. &
+               index(message, trim(expected) // ' segment 1: length must be >= 0') == 1, &
+               'a negative length on the last rank: the error on every rank')
+    code = oktopk_create_with_layout(MPI_COMM_WORLD, 's2', n, '', &
+                                     [100_c_int64_t, 1900_c_int64_t], &
+                                     [integer(c_int) :: OKTOPK_SEGMENT_ROWS], &
+                                     [10_c_int64_t, 1_c_int64_t], h)
+    message = oktopk_last_error()
+    call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. &
+               index(message, 'kinds is NULL with num_segments = 2') > 0, &
+               'kinds of another size than lengths')
+    code = oktopk_create_with_layout(MPI_COMM_WORLD, 's2', n, '', &
+                                     [100_c_int64_t, 1800_c_int64_t], &
+                                     [integer(c_int) :: OKTOPK_SEGMENT_ROWS, &
+                                      OKTOPK_SEGMENT_DENSE], [10_c_int64_t, 1_c_int64_t], h)
+    message = oktopk_last_error()
+    call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. &
+               index(message, 'the segments cover [0, 1900), not [0, n = 2000)') > 0, &
+               'segments short of n')
+  end subroutine test_layout_errors
 
 end program test_fortran
