@@ -24,6 +24,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -245,18 +246,39 @@ Problem take_arrays(const py::handle& grad, const py::handle& out, std::int64_t 
 
 class Request;
 
+// One segment of a fused buffer as the package passes it: (kind, length, row width, name),
+// kind OKTOPK_SEGMENT_DENSE or OKTOPK_SEGMENT_ROWS; the C interface checks the values.
+using SegmentTuple = std::tuple<int, std::int64_t, std::int64_t, std::string>;
+
 class Handle {
  public:
-  Handle(int comm, const std::string& algorithm, std::int64_t n, const std::string& options) {
+  Handle(int comm, const std::string& algorithm, std::int64_t n, const std::string& options,
+         const std::vector<SegmentTuple>& layout) {
     initialize({});
     core_ = std::make_shared<HandleCore>();
+    // The C interface's arrays, read while the GIL is released.
+    const auto count = static_cast<std::int64_t>(layout.size());
+    std::vector<std::int64_t> lengths, row_widths;
+    std::vector<int> kinds;
+    std::vector<const char*> names;
+    for (const auto& [kind, length, row_width, name] : layout) {
+      kinds.push_back(kind);
+      lengths.push_back(length);
+      row_widths.push_back(row_width);
+      names.push_back(name.c_str());
+    }
     oktopk_handle* handle = nullptr;
     int code = OKTOPK_SUCCESS;
     std::string message;
     {
       py::gil_scoped_release release;  // collective: other Python threads go on meanwhile
-      code = oktopk_create_f(static_cast<MPI_Fint>(comm), algorithm.c_str(), n, options.c_str(),
-                             &handle);
+      const auto fortran_comm = static_cast<MPI_Fint>(comm);
+      code = layout.empty()
+                 ? oktopk_create_f(fortran_comm, algorithm.c_str(), n, options.c_str(), &handle)
+                 : oktopk_create_with_layout_f(fortran_comm, algorithm.c_str(), n,
+                                               options.c_str(), count, lengths.data(),
+                                               kinds.data(), row_widths.data(), names.data(),
+                                               &handle);
       if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
     }
     if (code != OKTOPK_SUCCESS) raise_code(code, message);
@@ -328,6 +350,22 @@ class Handle {
     d["local_threshold"] = s.local_threshold;
     d["global_threshold"] = s.global_threshold;
     d["dense"] = s.dense != 0;
+    std::int64_t count = 0;
+    check(oktopk_get_num_segments(get(), &count));
+    py::list segments;
+    for (std::int64_t i = 0; i < count; ++i) {
+      oktopk_segment_stats segment{};
+      check(oktopk_get_segment_stats(get(), i, &segment));
+      py::dict entry;
+      entry["name"] = segment.name;
+      entry["kind"] = segment.kind == OKTOPK_SEGMENT_ROWS ? "rows" : "dense";
+      entry["offset"] = segment.offset;
+      entry["length"] = segment.length;
+      entry["row_width"] = segment.row_width;
+      entry["nonzeros"] = segment.nonzeros;
+      segments.append(entry);
+    }
+    d["segments"] = segments;
     return d;
   }
 
@@ -464,6 +502,8 @@ PYBIND11_MODULE(_oktopk, m) {
         "this module initialised it. Runs at exit (registered by the package); afterwards no "
         "handle can be made. Call before MPI_Finalize.");
   m.def("finalized", [] { return finalized; }, "Whether shutdown() has run.");
+  m.attr("SEGMENT_DENSE") = OKTOPK_SEGMENT_DENSE;
+  m.attr("SEGMENT_ROWS") = OKTOPK_SEGMENT_ROWS;
 
   py::class_<Request>(m, "Request", "An asynchronous reduce in flight (Handle.reduce_async).")
       .def("test", &Request::test,
@@ -473,10 +513,13 @@ PYBIND11_MODULE(_oktopk, m) {
       .def_property_readonly("done", &Request::done, "Whether the call has completed.");
 
   py::class_<Handle>(m, "Handle", "A sparse allreduce handle (oktopk_create_f).")
-      .def(py::init<int, const std::string&, std::int64_t, const std::string&>(),
+      .def(py::init<int, const std::string&, std::int64_t, const std::string&,
+                    const std::vector<SegmentTuple>&>(),
            py::arg("comm"), py::arg("algorithm"), py::arg("n"), py::arg("options") = "",
+           py::arg("layout") = std::vector<SegmentTuple>(),
            "Collective. comm: a Fortran communicator handle (mpi4py: comm.py2f()); options: "
-           "\"key=value ...\".")
+           "\"key=value ...\"; layout: (kind, length, row_width, name) per segment, kind "
+           "SEGMENT_DENSE or SEGMENT_ROWS (oktopk_create_with_layout_f; [] for none).")
       .def("reduce", &Handle::reduce, py::arg("grad"), py::arg("out"),
            "Collective. out = average over ranks of the sparsified grad (float32 C-contiguous "
            "arrays of n elements; grad is out is allowed). Releases the GIL.")
@@ -490,7 +533,9 @@ PYBIND11_MODULE(_oktopk, m) {
            py::arg("problem"), py::arg("async_") = false,
            "Collective. Joins the peers' reduce (or reduce_async) without arrays, so that they "
            "fail instead of waiting, then raises TypeError(problem) here.")
-      .def("stats", &Handle::stats, "Statistics of the last reduce on this rank, as a dict.")
+      .def("stats", &Handle::stats,
+           "Statistics of the last reduce on this rank, as a dict; \"segments\": one dict per "
+           "segment of the layout.")
       .def("save_state", &Handle::save_state, "This rank's state, as bytes. Not collective.")
       .def("restore_state", &Handle::restore_state, py::arg("state"),
            "Collective. Restores what save_state() returned on this rank.")

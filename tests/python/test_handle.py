@@ -61,10 +61,11 @@ def test_method(method, n):
     stats = a.stats()
     keys = {"iteration", "k", "local_selected", "global_selected", "bytes_sent",
             "bytes_received", "messages_sent", "messages_received", "seconds",
-            "local_threshold", "global_threshold", "dense"}
+            "local_threshold", "global_threshold", "dense", "segments"}
     check(set(stats) == keys and stats["iteration"] == calls and stats["k"] == a.k
           and (size == 1 or stats["bytes_sent"] > 0) and stats["seconds"] >= 0
-          and isinstance(stats["dense"], bool) and stats["dense"] == (method == "dense"),
+          and isinstance(stats["dense"], bool) and stats["dense"] == (method == "dense")
+          and stats["segments"] == [],
           f"{method}: stats {stats}")
 
     # Save, reduce, restore, reduce the same gradient: the same output; then into the twin.
@@ -83,6 +84,100 @@ def test_method(method, n):
     b.close()
     check(a.closed and raises(ValueError, a.reduce_, grad) is not None,
           f"{method}: a closed handle raises ValueError")
+
+
+ROWS, WIDTH, DENSE = 30, 40, 801
+LAYOUT = [("rows", ROWS * WIDTH, WIDTH, "embedding"), ("dense", DENSE)]
+
+
+def fused_gradient(r, call):
+    """A fused buffer's gradient: rank r touches one row in five (rows shifting with r and
+    call), and every dense entry."""
+    g = gradient(r, ROWS * WIDTH + DENSE, call)
+    rows = np.arange(ROWS * WIDTH) // WIDTH
+    g[:ROWS * WIDTH][(rows * 7 + r * 3 + call) % 5 != 0] = 0
+    return g
+
+
+def test_layout(method):
+    """A handle with a layout: s2 averages the dense segment exactly, every other method gives
+    the bits it gives without one; per-segment counts add up to the output's."""
+    n = ROWS * WIDTH + DENSE
+    fused = oktopk.Handle(comm, method, n, layout=LAYOUT, **OPTIONS)
+    plain = oktopk.Handle(comm, method, n, **OPTIONS)
+    check(fused.layout == [("rows", ROWS * WIDTH, WIDTH, "embedding"), ("dense", DENSE, "")]
+          and plain.layout == [], f"{method}: the layout, normalised")
+    before = fused.stats()["segments"]
+    check([(s["name"], s["kind"], s["offset"], s["length"], s["row_width"], s["nonzeros"])
+           for s in before] == [("embedding", "rows", 0, ROWS * WIDTH, WIDTH, 0),
+                                ("", "dense", ROWS * WIDTH, DENSE, 1, 0)],
+          f"{method}: segment stats before the first call {before}")
+    values_ok = counts_ok = identical = True
+    for call in range(5):
+        grad = fused_gradient(rank, call)
+        with_layout = fused.reduce(grad)
+        without = plain.reduce(grad)
+        identical &= identical_on_all_ranks(with_layout)
+        if method == "s2":
+            mean = np.mean([fused_gradient(r, call).astype(np.float64) for r in range(size)], 0)
+            tail = slice(ROWS * WIDTH, n)
+            values_ok &= bool(np.all(np.abs(with_layout[tail] - mean[tail])
+                                     <= 1e-5 * (1 + np.abs(mean[tail]))))
+        else:
+            values_ok &= np.array_equal(with_layout.view(np.uint32), without.view(np.uint32))
+        segments = fused.stats()["segments"]
+        counts_ok &= [s["nonzeros"] for s in segments] == [
+            int(np.count_nonzero(with_layout[:ROWS * WIDTH])),
+            int(np.count_nonzero(with_layout[ROWS * WIDTH:]))]
+        counts_ok &= sum(s["nonzeros"] for s in segments) == int(np.count_nonzero(with_layout))
+    check(identical, f"{method} with a layout: the same bits on every rank")
+    check(values_ok, f"{method} with a layout: " + (
+        "the dense segment is the exact mean" if method == "s2" else "the bits without one"))
+    check(counts_ok, f"{method} with a layout: per-segment non-zeros sum to the output's")
+    fused.close()
+    plain.close()
+
+
+def test_layout_errors():
+    """Bad layouts: ValueError or TypeError on every rank, also when one rank alone is wrong;
+    layouts that differ across ranks: ValueError on every rank."""
+    n = 100
+    last = rank == size - 1
+    good = [("rows", 60, 10), ("dense", 40)]
+    bad_on_last = [
+        (ValueError, [("rows", 60, 10), ("dense", -40)],
+         f"oktopk.Handle: oktopk_create_with_layout: rank {size - 1}: segment 1: length must "
+         "be >= 0, got -40"),
+        (ValueError, [("rows", 60, 0), ("dense", 40)],
+         f"oktopk.Handle: oktopk_create_with_layout: rank {size - 1}: segment 0: row width must "
+         "be >= 1, got 0"),
+        (ValueError, [("rows", 60, 10), ("dense", 39)],
+         f"oktopk.Handle: oktopk_create_with_layout: rank {size - 1}: the segments cover "
+         "[0, 99), not [0, n = 100)"),
+        (ValueError, [("sparse", 60, 10), ("dense", 40)],
+         "oktopk.Handle: layout[0]: the kind must be \"rows\" or \"dense\", not 'sparse'"),
+        (TypeError, [("rows", 60), ("dense", 40)],
+         "oktopk.Handle: layout[0]: a \"rows\" segment is ('rows', length, row_width[, name]), "
+         "not ('rows', 60)"),
+        (TypeError, [("rows", 60, 10.0), ("dense", 40)],
+         "oktopk.Handle: layout[0]'s row_width must be an int, not float"),
+        (TypeError, "rows", "oktopk.Handle: layout must be a list of segments, not str"),
+    ]
+    for kind, bad, message in bad_on_last:
+        e = raises((TypeError, ValueError), oktopk.Handle, comm, "s2", n,
+                   layout=bad if last else good)
+        if last:
+            ok = type(e) is kind and str(e) == message
+        else:
+            # The peers learn of it: C's own message, or the Python side's agreement.
+            ok = isinstance(e, ValueError) and (
+                str(e) == message or "rank " + str(size - 1) in str(e))
+        check(ok, f"bad layout {bad!r} on the last rank: {e!r} on every rank")
+    e = raises(ValueError, oktopk.Handle, comm, "topka", n,
+               layout=[("rows", 60, 10, f"rank{rank}"), ("dense", 40)])
+    if size > 1:
+        check(e is not None and "layout" in str(e) and str(e).startswith("oktopk.Handle: "),
+              f"layouts that differ across ranks: ValueError on every rank ({e})")
 
 
 def test_arguments():
@@ -292,6 +387,9 @@ def main():
           f"Kokkos arguments once Kokkos runs: RuntimeError ({e})")
     for method in oktopk.ALGORITHMS:
         test_method(method, 5000)
+    for method in oktopk.ALGORITHMS:
+        test_layout(method)
+    test_layout_errors()
     test_arguments()
     test_torch()
     test_async()

@@ -108,6 +108,54 @@ def _options_string(where, options):
     return " ".join(items)
 
 
+def _int64(where, what, value):
+    """value as an int, if it is one a C int64_t holds."""
+    if isinstance(value, bool) or not isinstance(value, _numbers.Integral):
+        raise TypeError(f"{where}: {what} must be an int, not {type(value).__name__}")
+    if not -(1 << 63) <= int(value) < (1 << 63):
+        raise ValueError(f"{where}: {what} = {value} does not fit in 64 bits")
+    return int(value)
+
+
+def _layout_segments(where, layout):
+    """The segments of a ``layout`` argument, normalised: ``("rows", length, row_width, name)``
+    or ``("dense", length, name)`` each. Their values (lengths >= 0 summing to n, row widths
+    >= 1) are the C interface's to check, on every rank alike."""
+    if layout is None:
+        return []
+    if isinstance(layout, (str, bytes)) or not hasattr(layout, "__iter__"):
+        raise TypeError(f"{where}: layout must be a list of segments, not "
+                        f"{type(layout).__name__}")
+    segments = []
+    for i, segment in enumerate(layout):
+        what = f"layout[{i}]"
+        if not isinstance(segment, (tuple, list)) or not segment:
+            raise TypeError(f"{where}: {what} must be a tuple (\"rows\", length, row_width"
+                            f"[, name]) or (\"dense\", length[, name]), not {segment!r}")
+        kind, fields = segment[0], list(segment[1:])
+        if kind not in ("rows", "dense"):
+            raise ValueError(f"{where}: {what}: the kind must be \"rows\" or \"dense\", not "
+                             f"{kind!r}")
+        numbers = 2 if kind == "rows" else 1
+        if not numbers <= len(fields) <= numbers + 1:
+            raise TypeError(f"{where}: {what}: a \"{kind}\" segment is ({kind!r}, length"
+                            f"{', row_width' if kind == 'rows' else ''}[, name]), not "
+                            f"{segment!r}")
+        name = fields[numbers] if len(fields) > numbers else ""
+        if not isinstance(name, str):
+            raise TypeError(f"{where}: {what}: the name must be a str, not "
+                            f"{type(name).__name__}")
+        if "\0" in name:
+            raise ValueError(f"{where}: {what}: the name must not contain NUL characters")
+        length = _int64(where, f"{what}'s length", fields[0])
+        if kind == "rows":
+            segments.append(("rows", length, _int64(where, f"{what}'s row_width", fields[1]),
+                             name))
+        else:
+            segments.append(("dense", length, name))
+    return segments
+
+
 def _is_torch_tensor(obj):
     """Whether obj is a torch.Tensor, without importing torch if the program has not."""
     torch = _sys.modules.get("torch")
@@ -195,12 +243,21 @@ class Handle:
     ``comm``. It keeps state between calls (error feedback residual, thresholds): reduce each
     gradient stream with its own handle.
 
+    ``layout`` describes a fused buffer (a DDP bucket, say; user guide, "Fused buffers:
+    layouts") as a list of segments, consecutive from offset 0 and covering ``n``:
+    ``("rows", length, row_width[, name])`` for embedding-like rows of ``row_width`` entries,
+    most of them zero, and ``("dense", length[, name])`` for everything else. ``s2`` then
+    sketches only the rows and averages the dense segments exactly; the other methods compute
+    what they compute without a layout. Either way :meth:`stats` counts the output's non-zeros
+    per segment. Every rank must pass the same layout, names included; a bad segment on any
+    rank raises ``ValueError`` on every rank (``TypeError`` for a malformed entry).
+
     Arrays: numpy arrays or CPU torch tensors of n float32 values, C-contiguous. A wrong kind
     of array is ``TypeError``, a wrong length ``ValueError``, on this rank; the peers' call then
     fails with ``ValueError`` instead of waiting for it.
     """
 
-    def __init__(self, comm=None, algorithm="oktopk", n=None, **options):
+    def __init__(self, comm=None, algorithm="oktopk", n=None, layout=None, **options):
         where = "oktopk.Handle"
         if comm is None:
             comm = _MPI.COMM_WORLD
@@ -221,6 +278,7 @@ class Handle:
             if isinstance(n, bool) or not isinstance(n, _numbers.Integral):
                 raise TypeError(f"{where}: n must be an int, not {type(n).__name__}")
             text = _options_string(where, options)
+            segments = _layout_segments(where, layout)
         except (TypeError, ValueError) as error:
             problem = error
         failing = comm.allreduce(comm.Get_rank() if problem is not None else -1, op=_MPI.MAX)
@@ -231,8 +289,11 @@ class Handle:
                              "(its own error says which)")
         self._comm = comm
         self._options = dict(options)
+        self._layout = segments
+        compiled = [(_oktopk.SEGMENT_ROWS, s[1], s[2], s[3]) if s[0] == "rows"
+                    else (_oktopk.SEGMENT_DENSE, s[1], 1, s[2]) for s in segments]
         with _Prefixed(where):
-            self._handle = _oktopk.Handle(comm.py2f(), algorithm, int(n), text)
+            self._handle = _oktopk.Handle(comm.py2f(), algorithm, int(n), text, compiled)
 
     # ---- reduces
 
@@ -300,8 +361,11 @@ class Handle:
     def stats(self):
         """Statistics of this rank's last reduce (all zero before the first), as a dict:
         iteration, k, local_selected, global_selected, bytes_sent, bytes_received,
-        messages_sent, messages_received, seconds, local_threshold, global_threshold, dense.
-        Call it once the reduce has completed."""
+        messages_sent, messages_received, seconds, local_threshold, global_threshold, dense,
+        and segments: per segment of the layout (none without one), a dict of name, kind
+        ("rows" or "dense"), offset, length, row_width (1 for dense) and nonzeros, the last
+        output's non-zeros in the segment (they sum to the output's). Call it once the reduce
+        has completed."""
         with _Prefixed("oktopk.Handle.stats"):
             return self._handle.stats()
 
@@ -370,6 +434,12 @@ class Handle:
     def options(self):
         """The options given at construction."""
         return dict(self._options)
+
+    @property
+    def layout(self):
+        """The layout given at construction, normalised: ``("rows", length, row_width, name)``
+        and ``("dense", length, name)`` tuples (``[]`` for none)."""
+        return list(self._layout)
 
     def __repr__(self):
         state = "closed" if self.closed else f"n={self.n} k={self.k}"
