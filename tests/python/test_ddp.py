@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The DDP communication hook (oktopk.torch) at any number of ranks, on a small MLP and
 deterministic synthetic data: parameters stay identical on every rank with oktopk and topka,
-per bucket and over the whole model; method dense through the hook matches plain DDP bit for
+per bucket and over the whole model, also with an embedding as sparse_rows; method dense through the hook matches plain DDP bit for
 bit at P = 2; DDP's bucket rebuild after the first iteration gets a new handle and a warning;
 the start_iter warm-up is DDP's own allreduce; and a checkpoint (hook state, model, optimizer)
 resumed in fresh objects continues bit-identically.
@@ -227,6 +227,80 @@ def test_checkpoint(algorithm, whole_model=False, start_iter=0):
           f"({[str(w.message) for w in caught]})")
 
 
+VOCAB, DIM, TOKENS = 400, 32, 6
+
+
+class Bag(torch.nn.Module):
+    """A bag of token embeddings, then a classifier: the embedding's gradient touches only the
+    rows of the batch's tokens."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = torch.nn.Linear(DIM, HIDDEN)
+        self.embedding = torch.nn.Embedding(VOCAB, DIM)
+        self.out = torch.nn.Linear(HIDDEN, CLASSES)
+
+    def forward(self, tokens):
+        return self.out(torch.relu(self.hidden(self.embedding(tokens).mean(1))))
+
+
+class EmbeddingRun(Run):
+    """Run for the Bag model on token batches, with the hook (sparse_rows: its embedding)."""
+
+    def __init__(self, algorithm, sparse_rows=True, whole_model=False):
+        torch.manual_seed(3)
+        module = Bag()
+        self.model = DDP(module, bucket_cap_mb=BUCKET_CAP_MB)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
+        self.state = okt.OkTopkHookState(
+            algorithm=algorithm, density=0.05, whole_model=whole_model,
+            sparse_rows=okt.embedding_weights(module) if sparse_rows else None)
+        self.model.register_comm_hook(self.state, okt.oktopk_hook)
+
+    def step(self, step):
+        rng = np.random.default_rng([99, step, rank])
+        tokens = torch.from_numpy(rng.integers(0, VOCAB, (BATCH, TOKENS)))
+        y = torch.from_numpy((tokens.numpy().sum(1) % CLASSES).astype(np.int64))
+        self.optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(self.model(tokens), y)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss)
+
+
+def test_sparse_rows(algorithm, whole_model=False):
+    """sparse_rows: handles with a layout (the embedding as rows of DIM, the rest dense); the
+    replicas stay identical; methods other than s2 train exactly as without a layout."""
+    name = f"sparse_rows {algorithm}{' whole_model' if whole_model else ''}"
+    run = EmbeddingRun(algorithm, whole_model=whole_model)
+    plain = EmbeddingRun(algorithm, sparse_rows=False, whole_model=whole_model)
+    before = run.parameters()
+    identical, _ = train(run, 5)
+    train(plain, 5)
+    check(identical, f"{name}: parameters identical on every rank after each step")
+    check(not same_bits(before, run.parameters()), f"{name}: the model trained")
+    if algorithm == "s2":
+        check(not same_bits(run.parameters(), plain.parameters()),
+              f"{name}: the layout changes what s2 does")
+    else:
+        check(same_bits(run.parameters(), plain.parameters()),
+              f"{name}: the same parameters as without sparse_rows, bit for bit")
+    stats = run.state.stats()
+    rows = [seg for s in stats.values() for seg in s["segments"] if seg["kind"] == "rows"]
+    handles = run.state._slots.values()
+    covered = all(sum(seg["length"] for seg in stats[key]["segments"]) == slot.handle.n
+                  for key, slot in run.state._slots.items())
+    check(len(rows) == 1 and rows[0]["length"] == VOCAB * DIM and rows[0]["row_width"] == DIM
+          # s2 averages the touched rows; the top-k methods may leave them all out.
+          and (algorithm != "s2" or rows[0]["nonzeros"] > 0)
+          and rows[0]["nonzeros"] <= size * BATCH * TOKENS * DIM and covered,
+          f"{name}: one rows segment, the embedding's, in handles that cover their buffers "
+          f"({stats})")
+    check(all(s["segments"] == [] for s in plain.state.stats().values())
+          and all(len(slot.handle.layout) > 0 for slot in handles),
+          f"{name}: handles have a layout with sparse_rows only")
+
+
 def test_state_errors():
     state = okt.OkTopkHookState(algorithm="topka", density=0.05)
     other = okt.OkTopkHookState(algorithm="oktopk", density=0.05)
@@ -234,6 +308,8 @@ def test_state_errors():
     check(e is not None and "topka" in str(e), f"a state of other settings: ValueError ({e})")
     check(raises(ValueError, okt.OkTopkHookState, start_iter=-1) is not None,
           "start_iter < 0: ValueError")
+    e = raises(TypeError, okt.OkTopkHookState, sparse_rows=[torch.tensor(1.0)])
+    check(e is not None and "sparse_rows" in str(e), f"a 0-d sparse_rows tensor: TypeError ({e})")
     pickled = copy.deepcopy(state)
     check(pickled.process_group is None and not pickled._slots and pickled.algorithm == "topka",
           "pickling drops the process group and the handles")
@@ -264,6 +340,9 @@ def main():
         for algorithm in ("oktopk", "topka"):
             test_sparse(algorithm)
         test_sparse("oktopk", whole_model=True)
+        test_sparse_rows("s2")
+        test_sparse_rows("oktopk")
+        test_sparse_rows("topka", whole_model=True)
         test_hook_returns_early()
         test_dense_matches_ddp()
         test_start_iter()

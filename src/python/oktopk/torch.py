@@ -35,6 +35,13 @@ residual, thresholds) for one layout of parameters, so in per-bucket mode a buck
 parameters change gets a new handle, with a warning, and its residual starts from zero; a
 ``start_iter`` of 2 or more (dense allreduces before it) avoids the loss. In whole-model mode the
 handle's layout never changes: each iteration's buckets are permuted into it.
+
+Embeddings: ``OkTopkHookState(..., sparse_rows=embedding_weights(net))`` makes every handle
+with a layout (user guide, "Fused buffers: layouts") built from its parameters: each parameter
+of ``sparse_rows`` a ``rows`` segment (rows along its first dimension: ``row_width`` = the
+embedding dimension for ``nn.Embedding``), runs of the other parameters one ``dense`` segment.
+``s2`` then sketches only the embedding rows and averages the rest exactly, and every method's
+``stats()`` counts the output's non-zeros per segment.
 """
 
 import queue as _queue
@@ -50,7 +57,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as _defaul
 
 from . import Handle as _Handle
 
-__all__ = ["OkTopkHookState", "oktopk_hook"]
+__all__ = ["OkTopkHookState", "oktopk_hook", "embedding_weights"]
 
 # The key of the whole-model handle among the per-bucket ones (bucket indices are ints).
 _WHOLE_MODEL = "model"
@@ -104,6 +111,13 @@ class _Completer:
                 self._queue.task_done()
 
 
+def embedding_weights(module):
+    """The weights of the ``nn.Embedding`` and ``nn.EmbeddingBag`` modules in ``module``, for
+    ``OkTopkHookState(sparse_rows=...)``."""
+    return [m.weight for m in module.modules()
+            if isinstance(m, (_torch.nn.Embedding, _torch.nn.EmbeddingBag))]
+
+
 class OkTopkHookState:
     """The state of :func:`oktopk_hook`: settings, iteration counter, and OkTopk handles.
 
@@ -117,6 +131,10 @@ class OkTopkHookState:
         start_iter: iterations 0 .. start_iter - 1 are dense allreduces, as DDP's default
             hook makes them; iterations are counted by the last bucket of each.
         whole_model: one handle over all buckets of an iteration (see the module's notes).
+        sparse_rows: parameters whose gradients are rows, most of them zero (embedding
+            weights: :func:`embedding_weights`), each with rows along its first dimension.
+            Given, every handle is made with a layout of the parameters it reduces (see the
+            module's notes); None (the default) makes handles without one. Not pickled.
         **options: further fields of OkTopk's Options (``threshold_period=32``, ...).
 
     :meth:`state_dict` and :meth:`load_state_dict` save and restore the iteration counter and
@@ -131,10 +149,21 @@ class OkTopkHookState:
     """
 
     def __init__(self, process_group=None, algorithm="oktopk", density=0.01, start_iter=0,
-                 whole_model=False, **options):
+                 whole_model=False, sparse_rows=None, **options):
         where = "oktopk.torch.OkTopkHookState"
         if not isinstance(start_iter, int) or start_iter < 0:
             raise ValueError(f"{where}: start_iter must be an int >= 0, not {start_iter!r}")
+        # id -> (weak reference, row width): identity, not equality, picks the parameters.
+        self._sparse_rows = None
+        if sparse_rows is not None:
+            self._sparse_rows = {}
+            for parameter in sparse_rows:
+                if not isinstance(parameter, _torch.Tensor) or parameter.dim() < 1:
+                    raise TypeError(f"{where}: sparse_rows must hold parameters of at least one "
+                                    f"dimension, not {parameter!r:.60}")
+                rows = parameter.shape[0]
+                width = parameter.numel() // rows if rows > 0 else 1
+                self._sparse_rows[id(parameter)] = (_weakref.ref(parameter), width)
         self.process_group = process_group
         self.algorithm = algorithm
         self.density = density
@@ -153,6 +182,7 @@ class OkTopkHookState:
         # A parameter's data_ptr -> (its index, in first-seen order; a weak reference to it).
         self._param_index = {}
         self._numels = []       # index -> the parameter's number of elements
+        self._row_widths = []   # index -> its row width if it is in sparse_rows, else 0
         self._pending = None    # restored, not yet made: key -> (layout, handle state)
         self._saved_numels = None
         self._remap = False     # this iteration goes through the restored layouts
@@ -181,6 +211,7 @@ class OkTopkHookState:
 
     def __setstate__(self, state):
         self.process_group = None
+        self._sparse_rows = None
         self.algorithm = state["algorithm"]
         self.density = state["density"]
         self.start_iter = state["start_iter"]
@@ -223,11 +254,11 @@ class OkTopkHookState:
             slot.handle.close()
         # The parameters keep their numbers if they are all still alive (a roll-back within
         # the same model); otherwise they are numbered anew by the next iteration.
-        numbering = (self._param_index, self._numels)
+        numbering = (self._param_index, self._numels, self._row_widths)
         alive = all(ref() is not None for _, ref in self._param_index.values())
         self._reset()
         if alive:
-            self._param_index, self._numels = numbering
+            self._param_index, self._numels, self._row_widths = numbering
         self.iteration = state_dict["iteration"]
         self._saved_numels = list(state_dict["numels"])
         self._pending = {key: (tuple(entry["layout"]), entry["state"])
@@ -260,13 +291,37 @@ class OkTopkHookState:
                 entry = (len(self._numels), _weakref.ref(parameter))
                 self._param_index[key] = entry
                 self._numels.append(parameter.numel())
+                self._row_widths.append(self._row_width(parameter))
             layout.append(entry[0])
         return tuple(layout)
+
+    def _row_width(self, parameter):
+        """The parameter's row width if it is one of sparse_rows, else 0."""
+        entry = (self._sparse_rows or {}).get(id(parameter))
+        return entry[1] if entry is not None and entry[0]() is parameter else 0
+
+    def _segments(self, layout):
+        """oktopk.Handle's layout for the parameters of ``layout``, in that order: a "rows"
+        segment per sparse-rows parameter (named after its index, the same on every rank),
+        one "dense" segment per run of the others; None without sparse_rows."""
+        if self._sparse_rows is None:
+            return None
+        segments = []
+        for i in layout:
+            width = self._row_widths[i]
+            if width > 0:
+                segments.append(("rows", self._numels[i], width, f"param{i}"))
+            elif segments and segments[-1][0] == "dense":
+                segments[-1] = ("dense", segments[-1][1] + self._numels[i])
+            else:
+                segments.append(("dense", self._numels[i]))
+        return segments
 
     def _new_slot(self, layout, state=None):
         """Collective: a handle for the parameters of ``layout`` (restored from ``state``)."""
         n = sum(self._numels[i] for i in layout)
-        handle = _Handle(self._comm, self.algorithm, n, density=self.density, **self.options)
+        handle = _Handle(self._comm, self.algorithm, n, layout=self._segments(layout),
+                         density=self.density, **self.options)
         if state is not None:
             handle.load_state_dict(state)
         return _Slot(handle, layout)
