@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The DDP communication hook (oktopk.torch) at any number of ranks, on a small MLP and
 deterministic synthetic data: parameters stay identical on every rank with oktopk and topka,
-per bucket and over the whole model, also with an embedding as sparse_rows; method dense through the hook matches plain DDP bit for
-bit at P = 2; DDP's bucket rebuild after the first iteration gets a new handle and a warning;
+per bucket and over the whole model, also with an embedding as sparse_rows (which changes
+nothing but s2); method dense through the hook matches plain DDP bit for bit at P = 2; DDP's bucket rebuild after the first iteration gets a new handle and a warning;
 the start_iter warm-up is DDP's own allreduce; and a checkpoint (hook state, model, optimizer)
 resumed in fresh objects continues bit-identically.
 
