@@ -4,6 +4,8 @@
 #   bash scripts/train-table.sh MODEL P EPOCHS BATCH LR LR_DECAY [EXTRA_RUNS...]
 # BATCH is the mini-batch per rank.
 # EXTRA_RUNS are "algo:density" pairs added after the default ones (every method at 0.01).
+# OKTOPK_TRAIN_ARGS: more oktopk-train flags for every run (e.g. "--seed 3" or
+# "--momentum-correction off"). For lstm, test_acc is the test perplexity.
 # Expects a build in build/ (scripts/main.sh or scripts/test.sh make one).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,9 +18,10 @@ echo "|---|---|---|---|---|---|---|---|---|---|"
 for run in "${runs[@]}"; do
   algo=${run%%:*} density=${run##*:}
   csv=$(mktemp)
+  # shellcheck disable=SC2086  # OKTOPK_TRAIN_ARGS is split into flags on purpose
   mpirun --oversubscribe -np "$ranks" build/apps/oktopk-train/oktopk-train --model "$model" \
     --algo "$algo" --density "$density" --epochs "$epochs" --batch "$batch" --lr "$lr" \
-    --lr-decay "$decay" --csv "$csv" > /dev/null 2>&1 ||
+    --lr-decay "$decay" --csv "$csv" ${OKTOPK_TRAIN_ARGS:-} > /dev/null 2>&1 ||
     { echo "| $model | $algo | $density | $epochs | $batch | FAILED | | | | |"; continue; }
   # Accuracy and loss of the last epoch; seconds, bytes and density averaged over epochs.
   awk -F, -v m="$model" -v a="$algo" -v d="$density" -v e="$epochs" -v b="$batch" 'NR > 1 {

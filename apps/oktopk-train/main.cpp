@@ -55,6 +55,11 @@ Options:
   --lr LR               learning rate, > 0                    (default 0.05; lstm: 1)
   --lr-decay F          multiply the learning rate by F after every epoch    (default 1)
   --momentum M          SGD momentum, [0, 1)                                 (default 0.9)
+  --momentum-correction on|off
+                        on: every rank keeps its own velocity and the allreduce averages
+                        velocities, so a sparse method's error feedback holds back velocity,
+                        not gradient (DGC's momentum correction); off: momentum is applied to
+                        the averaged gradient. The same update for dense     (default on)
   --weight-decay W      L2 weight decay, >= 0                                (default 0.0001)
   --dense-warmup N      first N steps use a dense allreduce                  (default 0)
   --option KEY=VALUE    any other oktopk::Options field by its name (repeatable), e.g.
@@ -79,7 +84,8 @@ verse is held out for the test perplexity, exp(mean cross-entropy per word).
   --tokens-per-epoch N  cap on words predicted per epoch, all ranks together; 0: the whole
                         training text (about 780,000 words)             (default 400000)
   --csv FILE            also write one CSV row per epoch to FILE (rank 0)
-  --dump-gradients FILE write every rank's local gradients of the first --dump-steps steps, in
+  --dump-gradients FILE write every rank's allreduce input (its gradient; with momentum
+                        correction, its velocity) of the first --dump-steps steps, in
                         the format oktopk-bench --dist file:FILE replays
   --dump-steps N        steps to dump, >= 1                                  (default 8)
   --steps-per-epoch N   cap on steps per epoch (quick runs and tests)       (default: all)
@@ -93,10 +99,11 @@ verse is held out for the test perplexity, exp(mean cross-entropy per word).
   --resume FILE         continue from the checkpoint FILE.rank<R>: the run then ends exactly
                         (bit for bit) as an uninterrupted one would; --epochs is the total, and
                         every other setting that shapes training (model, algo, density, batch,
-                        lr, lr-decay, momentum, weight-decay, dense-warmup, --option, seed,
-                        steps per epoch, P; lstm: vocab, embed, hidden, bptt,
-                        tokens-per-epoch) must be the one the checkpoint was written with. --csv
-                        appends to an existing file. Not with --dump-gradients.
+                        lr, lr-decay, momentum, momentum-correction, weight-decay,
+                        dense-warmup, --option, seed, steps per epoch, P; lstm: vocab, embed,
+                        hidden, bptt, tokens-per-epoch) must be the one the checkpoint was
+                        written with. --csv appends to an existing file. Not with
+                        --dump-gradients.
   --help                print this text
 
 Run with OMP_WAIT_POLICY=passive (and OPENBLAS_NUM_THREADS=1 when ranks share cores): spinning
@@ -127,6 +134,7 @@ struct Settings {
   double lr = 0.0;         // 0 until parse() sets the model's default
   double lr_decay = 1.0;
   double momentum = 0.9;
+  bool momentum_correction = true;
   double weight_decay = 1e-4;
   std::int64_t dense_warmup = 0;
   /// --option KEY=VALUE pairs, in order: more oktopk::Options fields.
@@ -148,6 +156,13 @@ struct Settings {
   std::string resume;
   bool help = false;
 };
+
+/// Whether the velocity is kept per rank, before the allreduce (--momentum-correction): only
+/// for the methods that do not average exactly, since for dense the update is the same and
+/// applying momentum after the allreduce keeps dense runs bit for bit as before the option.
+bool corrects_momentum(const Settings& s) {
+  return s.momentum_correction && s.algorithm != oktopk::Algorithm::Dense;
+}
 
 /// The allreduce's options: density, dense warm-up and seed from their flags, then --option.
 oktopk::Options library_options(const Settings& s) {
@@ -192,6 +207,10 @@ Settings parse(int argc, char* argv[]) {
       s.lr_decay = parse_number<double>(flag, value);
     } else if (flag == "--momentum") {
       s.momentum = parse_number<double>(flag, value);
+    } else if (flag == "--momentum-correction") {
+      if (value != "on" && value != "off")
+        throw UsageError("--momentum-correction must be on or off, not '" + value + "'");
+      s.momentum_correction = value == "on";
     } else if (flag == "--weight-decay") {
       s.weight_decay = parse_number<double>(flag, value);
     } else if (flag == "--dense-warmup") {
@@ -345,6 +364,9 @@ std::vector<std::pair<std::string, std::string>> training_settings(
           {"parameters", std::to_string(n)},
           {"training samples", std::to_string(task.training_samples())},
           {"steps per epoch", std::to_string(steps)}};
+  // Only where it changes the update, and recorded as on: checkpoints from before the option
+  // applied momentum after the allreduce, which is off, and still match when resumed with off.
+  if (corrects_momentum(s)) settings.emplace_back("--momentum-correction", "on");
   // The language model's own settings: none for the classifiers, so their checkpoints written
   // before the language model existed still match.
   for (const auto& setting : task.checkpoint_settings()) settings.push_back(setting);
@@ -427,6 +449,7 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
   head << "# oktopk-train: model=" << task->describe() << " algo="
        << oktopk::to_string(s.algorithm) << " P=" << P << " batch/rank=" << s.batch
        << " steps/epoch=" << steps << " lr=" << s.lr << " lr_decay=" << s.lr_decay << " momentum=" << s.momentum
+       << (corrects_momentum(s) ? " (per rank, before the allreduce)" : " (after the allreduce)")
        << " weight_decay=" << s.weight_decay << " seed=" << s.seed << " exec=" << Exec::name()
        << "\n# options: " << options << "\n# gradient segments:";
   // Where the embedding's row-sparse gradient lies, for a layout-aware allreduce.
@@ -523,9 +546,22 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
     double density_sum = resumed ? progress.density_sum : 0.0;
     for (std::int64_t step = resumed ? progress.step : 0; step < steps; ++step, ++global_step) {
       loss_sum += task->train_step(exec, step);
-      dump.record(exec, global_step, grad);
-      allreduce->reduce(exec, grad, averaged);
-      sgd_momentum_step<float>(exec, params, averaged, velocity, lr, s.momentum, s.weight_decay);
+      // With momentum correction the allreduce averages velocities, and the dump records
+      // what the allreduce is given.
+      const bool correct_momentum = corrects_momentum(s);
+      if (correct_momentum) {
+        oktopk::train::accumulate_velocity<float>(exec, params, grad, velocity, s.momentum,
+                                                  s.weight_decay);
+      }
+      const Kokkos::View<float*, Memory> reduced = correct_momentum ? velocity : grad;
+      dump.record(exec, global_step, reduced);
+      allreduce->reduce(exec, reduced, averaged);
+      if (correct_momentum) {
+        oktopk::train::sgd_apply<float>(exec, params, averaged, lr);
+      } else {
+        sgd_momentum_step<float>(exec, params, averaged, velocity, lr, s.momentum,
+                                 s.weight_decay);
+      }
       const oktopk::PhaseTraffic traffic = allreduce->stats().total_traffic();
       bytes_sum += static_cast<double>(std::max(traffic.bytes_sent, traffic.bytes_received));
       density_sum += static_cast<double>(oktopk::count_above(exec, averaged, 0.0f)) / n;

@@ -389,6 +389,40 @@ void sgd_momentum_step(const ExecutionSpace& exec, const Kokkos::View<Scalar*, M
       });
 }
 
+template <class Scalar>
+void accumulate_velocity(const ExecutionSpace& exec,
+                         const typename BasicModel<Scalar>::ConstParameters& params,
+                         const typename BasicModel<Scalar>::ConstParameters& gradient,
+                         const typename BasicModel<Scalar>::Parameters& velocity, double momentum,
+                         double weight_decay) {
+  OKTOPK_REQUIRE(gradient.extent(0) == params.extent(0) && velocity.extent(0) == params.extent(0),
+                 std::invalid_argument, "oktopk::train::accumulate_velocity",
+                 "params, gradient and velocity have " << params.extent(0) << ", "
+                                                       << gradient.extent(0) << " and "
+                                                       << velocity.extent(0) << " entries");
+  const auto mu = static_cast<Scalar>(momentum);
+  const auto decay = static_cast<Scalar>(weight_decay);
+  Kokkos::parallel_for(
+      "OkTopk::train::accumulate_velocity",
+      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, params.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        velocity(i) = mu * velocity(i) + gradient(i) + decay * params(i);
+      });
+}
+
+template <class Scalar>
+void sgd_apply(const ExecutionSpace& exec, const Kokkos::View<Scalar*, MemorySpace>& params,
+               const typename BasicModel<Scalar>::ConstParameters& update, double lr) {
+  OKTOPK_REQUIRE(update.extent(0) == params.extent(0), std::invalid_argument,
+                 "oktopk::train::sgd_apply",
+                 "params and update have " << params.extent(0) << " and " << update.extent(0)
+                                           << " entries");
+  const auto step = static_cast<Scalar>(lr);
+  Kokkos::parallel_for(
+      "OkTopk::train::sgd_apply", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, params.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) { params(i) -= step * update(i); });
+}
+
 Evaluation evaluate(const ExecutionSpace& exec, Model& model, const DeviceDataset& data,
                     std::int64_t batch) {
   OKTOPK_REQUIRE(batch > 0 && data.size() > 0, std::invalid_argument, "oktopk::train::evaluate",
@@ -422,5 +456,18 @@ template void sgd_momentum_step<double>(const ExecutionSpace&,
                                         const BasicModel<double>::ConstParameters&,
                                         const BasicModel<double>::Parameters&, double, double,
                                         double);
+
+template void accumulate_velocity<float>(const ExecutionSpace&,
+                                         const BasicModel<float>::ConstParameters&,
+                                         const BasicModel<float>::ConstParameters&,
+                                         const BasicModel<float>::Parameters&, double, double);
+template void accumulate_velocity<double>(const ExecutionSpace&,
+                                          const BasicModel<double>::ConstParameters&,
+                                          const BasicModel<double>::ConstParameters&,
+                                          const BasicModel<double>::Parameters&, double, double);
+template void sgd_apply<float>(const ExecutionSpace&, const Kokkos::View<float*, MemorySpace>&,
+                               const BasicModel<float>::ConstParameters&, double);
+template void sgd_apply<double>(const ExecutionSpace&, const Kokkos::View<double*, MemorySpace>&,
+                                const BasicModel<double>::ConstParameters&, double);
 
 }  // namespace oktopk::train

@@ -132,6 +132,26 @@ void sgd_momentum_step(const ExecutionSpace& exec, const Kokkos::View<Scalar*, M
                        const typename BasicModel<Scalar>::Parameters& velocity, double lr,
                        double momentum, double weight_decay = 0.0);
 
+/// \brief The velocity half of SGD with momentum, kept per rank before the allreduce
+/// (momentum correction, Lin et al., "Deep Gradient Compression", ICLR'18):
+/// velocity = momentum velocity + gradient + weight_decay params. The caller averages
+/// `velocity` over the ranks and applies the average with sgd_apply. Through a sparse
+/// allreduce's error feedback, the residual then accumulates velocity, so an entry held back for
+/// several steps arrives with the momentum it would have had, rather than as a gradient sum that
+/// momentum applied after the allreduce scales by 1/(1 - momentum) only from its arrival on. For
+/// an exact (dense) average the two orders give the same update.
+template <class Scalar>
+void accumulate_velocity(const ExecutionSpace& exec,
+                         const typename BasicModel<Scalar>::ConstParameters& params,
+                         const typename BasicModel<Scalar>::ConstParameters& gradient,
+                         const typename BasicModel<Scalar>::Parameters& velocity, double momentum,
+                         double weight_decay);
+
+/// \brief params -= lr update.
+template <class Scalar>
+void sgd_apply(const ExecutionSpace& exec, const Kokkos::View<Scalar*, MemorySpace>& params,
+               const typename BasicModel<Scalar>::ConstParameters& update, double lr);
+
 /// \brief Mean loss and accuracy of `model` over all of `data`, in batches of at most `batch`.
 Evaluation evaluate(const ExecutionSpace& exec, Model& model, const DeviceDataset& data,
                     std::int64_t batch);
