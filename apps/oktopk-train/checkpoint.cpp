@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -291,7 +292,8 @@ void save_checkpoint(const Communicator& comm, const std::string& prefix,
 }
 
 TrainingCheckpoint load_checkpoint(const Communicator& comm, const std::string& prefix,
-                                   const std::vector<std::pair<std::string, std::string>>& expected) {
+                                   const std::vector<std::pair<std::string, std::string>>& expected,
+                                   const std::vector<std::pair<std::string, std::string>>& implied) {
   const std::string file = checkpoint_file(prefix, comm.rank());
   TrainingCheckpoint c;
   std::string error;
@@ -312,11 +314,29 @@ TrainingCheckpoint load_checkpoint(const Communicator& comm, const std::string& 
     } else if (c.rank != comm.rank()) {
       error = file + " was written by rank " + std::to_string(c.rank);
     } else {
-      for (const auto& [name, value] : expected) {
-        std::string written = "(nothing)";
-        for (const auto& [n, v] : c.settings) {
-          if (n == name) written = v;
+      // Per setting name, in order: all its values (--option repeats), else its implied value,
+      // else "(nothing)". Names only the checkpoint has count too.
+      auto values_of = [&implied](const std::vector<std::pair<std::string, std::string>>& settings,
+                                  const std::string& name) {
+        std::string values;
+        for (const auto& [n, v] : settings) {
+          if (n == name) values += (values.empty() ? "" : " ") + v;
         }
+        for (const auto& [n, v] : implied) {
+          if (values.empty() && n == name) values = v;
+        }
+        return values.empty() ? std::string("(nothing)") : values;
+      };
+      std::vector<std::string> names;
+      for (const auto& settings : {expected, c.settings}) {
+        for (const auto& setting : settings) {
+          if (std::find(names.begin(), names.end(), setting.first) == names.end())
+            names.push_back(setting.first);
+        }
+      }
+      for (const auto& name : names) {
+        const std::string written = values_of(c.settings, name);
+        const std::string value = values_of(expected, name);
         if (written != value) {
           error = file + " was written with " + name + " " + written + ", this run has " + name +
                   " " + value;

@@ -59,9 +59,12 @@ void save_checkpoint(const Communicator& comm, const std::string& prefix,
 
 /// \brief Collective. Every rank reads PREFIX.rank<R> and checks that it belongs to this rank
 /// and P and that its settings equal `expected`, and the ranks check that their files are of
-/// the same step. Any problem throws the same std::runtime_error on every rank, naming the
-/// first rank that found one.
-TrainingCheckpoint load_checkpoint(const Communicator& comm, const std::string& prefix,
-                                   const std::vector<std::pair<std::string, std::string>>& expected);
+/// the same step. `implied` gives the value of a setting for checkpoints written before it was
+/// recorded (and for runs that do not record it). Any problem throws the same std::runtime_error
+/// on every rank, naming the first rank that found one.
+TrainingCheckpoint load_checkpoint(
+    const Communicator& comm, const std::string& prefix,
+    const std::vector<std::pair<std::string, std::string>>& expected,
+    const std::vector<std::pair<std::string, std::string>>& implied = {});
 
 }  // namespace oktopk::train

@@ -164,6 +164,11 @@ bool corrects_momentum(const Settings& s) {
   return s.momentum_correction && s.algorithm != oktopk::Algorithm::Dense;
 }
 
+/// The settings checkpoints written before the options existed were trained with: momentum
+/// applied after the allreduce.
+const std::vector<std::pair<std::string, std::string>> checkpoint_implied = {
+    {"--momentum-correction", "off"}};
+
 /// The allreduce's options: density, dense warm-up and seed from their flags, then --option.
 oktopk::Options library_options(const Settings& s) {
   oktopk::Options o =
@@ -364,9 +369,9 @@ std::vector<std::pair<std::string, std::string>> training_settings(
           {"parameters", std::to_string(n)},
           {"training samples", std::to_string(task.training_samples())},
           {"steps per epoch", std::to_string(steps)}};
-  // Only where it changes the update, and recorded as on: checkpoints from before the option
-  // applied momentum after the allreduce, which is off, and still match when resumed with off.
-  if (corrects_momentum(s)) settings.emplace_back("--momentum-correction", "on");
+  // Only where it changes the update (checkpoint_implied gives old checkpoints' value).
+  if (s.algorithm != oktopk::Algorithm::Dense)
+    settings.emplace_back("--momentum-correction", s.momentum_correction ? "on" : "off");
   // The language model's own settings: none for the classifiers, so their checkpoints written
   // before the language model existed still match.
   for (const auto& setting : task.checkpoint_settings()) settings.push_back(setting);
@@ -472,7 +477,7 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
   progress.lr = s.lr;
   if (!s.resume.empty()) {
     const oktopk::train::TrainingCheckpoint checkpoint =
-        oktopk::train::load_checkpoint(comm, s.resume, settings);
+        oktopk::train::load_checkpoint(comm, s.resume, settings, checkpoint_implied);
     from_host_vector(exec, checkpoint.parameters, params);
     from_host_vector(exec, checkpoint.velocity, velocity);
     std::istringstream state(checkpoint.allreduce_state);

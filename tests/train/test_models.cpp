@@ -645,4 +645,72 @@ TEST_P(GradientCheck, BadArgumentsThrow) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GradientCheck, ::testing::Values("mlp", "cnn"));
 
+Kokkos::View<double*, MemorySpace> device_copy(const char* label, const std::vector<double>& host) {
+  Kokkos::View<double*, MemorySpace> v(std::string(label), host.size());
+  Kokkos::deep_copy(v, Kokkos::View<const double*, Kokkos::HostSpace,
+                                    Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(),
+                                                                             host.size()));
+  return v;
+}
+
+// Momentum correction, with an exact average: velocity per rank, then params -= lr average,
+// is the same update as SGD with momentum after the allreduce, entry for entry.
+TEST(MomentumCorrection, WithAnExactAverageIsSgdWithMomentum) {
+  ExecutionSpace exec;
+  const std::int64_t n = 37;
+  const double lr = 0.05, momentum = 0.9, decay = 1e-3;
+  std::vector<double> params0(n);
+  for (std::int64_t i = 0; i < n; ++i) params0[i] = std::sin(0.7 * static_cast<double>(i));
+  auto params_a = device_copy("params_a", params0);
+  auto params_b = device_copy("params_b", params0);
+  Kokkos::View<double*, MemorySpace> velocity_a("velocity_a", n), velocity_b("velocity_b", n);
+  std::vector<double> p = params0, v(n, 0.0);  // host reference of the corrected update
+  for (int step = 0; step < 5; ++step) {
+    std::vector<double> g(n);
+    for (std::int64_t i = 0; i < n; ++i) g[i] = std::cos(1.3 * static_cast<double>(i + 5 * step));
+    const auto gradient = device_copy("gradient", g);
+    oktopk::train::sgd_momentum_step<double>(exec, params_a, gradient, velocity_a, lr, momentum,
+                                             decay);
+    oktopk::train::accumulate_velocity<double>(exec, params_b, gradient, velocity_b, momentum,
+                                               decay);
+    oktopk::train::sgd_apply<double>(exec, params_b, velocity_b, lr);
+    for (std::int64_t i = 0; i < n; ++i) {
+      v[i] = momentum * v[i] + g[i] + decay * p[i];
+      p[i] -= lr * v[i];
+    }
+  }
+  exec.fence();
+  const auto a = to_host(params_a), b = to_host(params_b);
+  const auto va = to_host(velocity_a), vb = to_host(velocity_b);
+  for (std::int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(a[i], b[i]) << "entry " << i;
+    EXPECT_EQ(va[i], vb[i]) << "entry " << i;
+    EXPECT_NEAR(b[i], p[i], 1e-12) << "entry " << i;
+    EXPECT_NEAR(vb[i], v[i], 1e-12) << "entry " << i;
+  }
+}
+
+// sgd_apply applies the update it is given (a sparse average, say), not the velocity.
+TEST(MomentumCorrection, SgdApplyUsesTheUpdate) {
+  ExecutionSpace exec;
+  const std::vector<double> params0 = {1.0, -2.0, 3.0, 0.5};
+  const std::vector<double> update = {0.0, 4.0, 0.0, -1.0};
+  auto params = device_copy("params", params0);
+  oktopk::train::sgd_apply<double>(exec, params, device_copy("update", update), 0.25);
+  exec.fence();
+  const auto after = to_host(params);
+  for (std::size_t i = 0; i < params0.size(); ++i)
+    EXPECT_EQ(after[i], params0[i] - 0.25 * update[i]) << "entry " << i;
+}
+
+TEST(MomentumCorrection, MismatchedSizesThrow) {
+  ExecutionSpace exec;
+  Kokkos::View<float*, MemorySpace> params("params", 8), gradient("gradient", 8),
+      velocity("velocity", 7), update("update", 9);
+  EXPECT_THROW(
+      oktopk::train::accumulate_velocity<float>(exec, params, gradient, velocity, 0.9, 0.0),
+      std::invalid_argument);
+  EXPECT_THROW(oktopk::train::sgd_apply<float>(exec, params, update, 0.1), std::invalid_argument);
+}
+
 }  // namespace
