@@ -149,7 +149,7 @@ Method options (oktopk::Options, defaults are the library's):
                            rows:OFFSET:LENGTH:WIDTH (segment rowsI) and dense:OFFSET:LENGTH
                            (segment denseI), I = the item's position from 0
                          S2 sketches only the sparse rows and averages the dense segments
-                         exactly; the other methods are unchanged. Not with --check for s2.
+                         exactly; the other methods are unchanged
   --option KEY=VALUE     any other oktopk::Options field by its name (repeatable), e.g.
                          --option guard_low=0 --option guard_factor=1.3333 for the reference's
                          one-sided guard; names and defaults: the user guide, "Options"
@@ -1272,11 +1272,6 @@ int bench_main(int argc, char* argv[], const oktopk::Communicator& world) {
       args.n = file.n;
     }
     args.layout = parse_layout(args.layout_spec, args.n);
-    if (args.check && !args.layout.empty() &&
-        std::find(args.algorithms.begin(), args.algorithms.end(), oktopk::Algorithm::S2Reducer) !=
-            args.algorithms.end()) {
-      throw UsageError("--check has no oracle for s2 with --layout; leave out one of them");
-    }
   } catch (const UsageError& e) {
     if (root) std::cerr << "oktopk-bench: " << e.what() << " (see --help)\n";
     return 2;

@@ -9,6 +9,7 @@
 #include <oktopk/communicator.hpp>
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
+#include <oktopk/layout.hpp>
 #include <oktopk/select.hpp>
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/algorithms/s2.hpp>
@@ -56,6 +57,11 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 ///   of the merged set (all of them if k >= its size, none if k == 0); rank 0's final set / P;
 /// - S2Reducer: impl::s2_oracle: the dense mean of acc, sketched once with the method's hashes
 ///   and decoded on the union of the ranks' non-zero rows (equal by linearity of the sketch).
+///   With a layout: the Dense segments get the mean of acc over ranks; the SparseRows segments'
+///   entries, keyed by their number counted over those segments in layout order, get the same
+///   sketch-and-decode of the mean, on the union of the rows (each segment's own row_width)
+///   where some rank's acc is non-zero, 0 on the other rows. Error feedback does not change
+///   the output (the sketch is taken before it), only the next call's acc.
 ///
 /// Two things a correct method may do differently are allowed for:
 /// - Selection on a threshold. Entries whose selection could flip are set to NaN, meaning
@@ -70,7 +76,9 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 ///   a + b == b + a exactly; u = 2^-24); S2: per sketch cell of load L (entries with a non-zero
 ///   on some rank) and mass M (sum over them and over ranks of |acc|), both ways of summing
 ///   are within (L + P)·u·M of the exact cell, and the median moves no more than its inputs, so
-///   4·max over the entry's cells of (L + P)·u·M / P; dense calls with dense_allreduce = ring
+///   4·max over the entry's cells of (L + P)·u·M / P (rows outside the union: 0; with a layout,
+///   Dense segments: as for the ring below, since the method sums them inside a larger
+///   allreduce whose order MPI may choose otherwise); dense calls with dense_allreduce = ring
 ///   (which sums in ring order): 2(P-1)·u·sum over ranks of |acc| / P for P >= 3; other dense
 ///   calls and gTopk: 0 (the same MPI_Allreduce as the library's dense path; the same a + b
 ///   additions as the tree).
@@ -317,14 +325,133 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
   fence(exec, "OkTopk::expected_result::gtopk");
 }
 
+/// The median of e[0, count) (sorted in place): the middle value, or for even counts the mean
+/// of the two middle ones. Written apart from S2Sketch::estimate, so the oracle does not check
+/// the decode against itself.
+KOKKOS_INLINE_FUNCTION float oracle_median(float (&e)[s2_max_sketch_rows], int count) {
+  for (int a = 1; a < count; ++a) {
+    const float v = e[a];
+    int b = a;
+    for (; b > 0 && e[b - 1] > v; --b) e[b] = e[b - 1];
+    e[b] = v;
+  }
+  const int mid = count / 2;
+  return count % 2 == 1 ? e[mid] : 0.5f * (e[mid - 1] + e[mid]);
+}
+
+/// S2 with a layout, from the Layout itself rather than the method's segment map: Dense
+/// segments get the exact mean; the SparseRows segments' entries, numbered consecutively over
+/// them in layout order (the sketch's keys), are sketched once as the mean over ranks with the
+/// method's hashes, and each row of them is decoded (median over sketch rows) where some rank
+/// has a non-zero in it, 0 elsewhere.
+template <class ExecSpace>
+void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
+                        const OracleConstVector<ExecSpace>& acc,
+                        const OracleVector<ExecSpace>& expected,
+                        const OracleVector<ExecSpace>& slack) {
+  const Communicator& comm = handle.communicator();
+  const int P = comm.size();
+  const Layout& layout = handle.layout();
+  const auto n = static_cast<std::size_t>(handle.size());
+  const S2Sketch s =
+      S2Sketch::make("oktopk::expected_result", layout.sparse_entries(), handle.options());
+
+  // expected first holds the mean over ranks, slack the sum over ranks of |acc|.
+  Kokkos::deep_copy(exec, expected, acc);
+  mpi_allreduce_in_place(exec, comm, expected, MPI_SUM);
+  divide(exec, expected, expected, static_cast<float>(P));
+  Kokkos::parallel_for(
+      "OkTopk::expected_result::s2_layout_abs", RangeOf<ExecSpace>(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i) { slack(i) = abs(acc(i)); });
+  mpi_allreduce_in_place(exec, comm, slack, MPI_SUM);
+
+  const auto cells = static_cast<std::size_t>(s.cells());
+  const OracleVector<ExecSpace> table("OkTopk::expected_result::s2_layout_table", cells);
+  const OracleVector<ExecSpace> mass("OkTopk::expected_result::s2_layout_mass", cells);
+  const OracleVector<ExecSpace> load("OkTopk::expected_result::s2_layout_load", cells);
+  std::int64_t first_key = 0;
+  for (const Segment& segment : layout.segments()) {
+    if (segment.kind != SegmentKind::SparseRows) continue;
+    const std::int64_t offset = segment.offset;
+    const std::int64_t key_base = first_key - offset;
+    Kokkos::parallel_for(
+        "OkTopk::expected_result::s2_layout_sketch",
+        RangeOf<ExecSpace>(exec, offset, offset + segment.length), KOKKOS_LAMBDA(std::int64_t i) {
+          const float v = expected(i);
+          const float a = slack(i);
+          if (a == 0.0f) return;  // zero on every rank
+          const std::int64_t key = key_base + i;
+          const std::uint64_t mixed = s.mix(key);
+          for (int q = 0; q < s.sketch_rows; ++q) {
+            float sign = 1.0f;
+            const std::int64_t c = s.cell(q, key, mixed, sign);
+            Kokkos::atomic_add(&table(c), sign * v);
+            Kokkos::atomic_add(&mass(c), a);
+            Kokkos::atomic_add(&load(c), 1.0f);
+          }
+        });
+    first_key += segment.length;
+  }
+
+  const auto ranks = static_cast<float>(P);
+  // The MPI sums of the method's fused buffer and of the oracle's whole one may add in
+  // different orders once there are three terms or more.
+  const float dense_order =
+      P > 2 ? 2.0f * static_cast<float>(P - 1) * float_roundoff / ranks : 0.0f;
+  first_key = 0;
+  for (const Segment& segment : layout.segments()) {
+    const std::int64_t offset = segment.offset;
+    const std::int64_t end = offset + segment.length;
+    if (segment.kind == SegmentKind::Dense) {
+      Kokkos::parallel_for(
+          "OkTopk::expected_result::s2_layout_dense", RangeOf<ExecSpace>(exec, offset, end),
+          KOKKOS_LAMBDA(std::int64_t i) { slack(i) *= dense_order; });
+      continue;
+    }
+    // One work item per row: it alone reads and rewrites its entries, so the row's union
+    // test needs no second pass.
+    const std::int64_t width = segment.row_width;
+    const std::int64_t key_base = first_key - offset;
+    Kokkos::parallel_for(
+        "OkTopk::expected_result::s2_layout_decode", RangeOf<ExecSpace>(exec, 0, segment.rows()),
+        KOKKOS_LAMBDA(std::int64_t row) {
+          const std::int64_t begin = offset + row * width;
+          const std::int64_t stop = begin + width < end ? begin + width : end;
+          bool in_union = false;
+          for (std::int64_t i = begin; i < stop; ++i) in_union = in_union || slack(i) != 0.0f;
+          for (std::int64_t i = begin; i < stop; ++i) {
+            if (!in_union) {
+              expected(i) = 0.0f;
+              slack(i) = 0.0f;
+              continue;
+            }
+            const std::int64_t key = key_base + i;
+            const std::uint64_t mixed = s.mix(key);
+            float e[s2_max_sketch_rows] = {};
+            float worst = 0.0f;
+            for (int q = 0; q < s.sketch_rows; ++q) {
+              float sign = 1.0f;
+              const std::int64_t c = s.cell(q, key, mixed, sign);
+              e[q] = sign * table(c);
+              worst = max_of(worst, (load(c) + ranks) * mass(c));
+            }
+            expected(i) = oracle_median(e, s.sketch_rows);
+            slack(i) = 4.0f * float_roundoff * worst / ranks;
+          }
+        });
+    first_key += segment.length;
+  }
+}
+
 /// S2: its own oracle for the values; the slack from every sketch cell's load and mass.
 template <class ExecSpace>
 void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
                  const OracleConstVector<ExecSpace>& acc, const OracleVector<ExecSpace>& expected,
                  const OracleVector<ExecSpace>& slack) {
-  OKTOPK_REQUIRE(handle.layout().empty(), std::invalid_argument, "oktopk::expected_result",
-                 "S2 handles with a layout are not covered: their sketch holds only the "
-                 "layout's SparseRows segments");
+  if (!handle.layout().empty()) {
+    expected_s2_layout(exec, handle, acc, expected, slack);
+    return;
+  }
   const Communicator& comm = handle.communicator();
   const std::int64_t n = handle.size();
   s2_oracle(exec, comm, n, handle.options(), acc, expected);

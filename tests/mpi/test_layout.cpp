@@ -2,17 +2,21 @@
 // Layouts of fused buffers: validation and cross-rank agreement; S2 with a layout against a
 // host oracle (dense segments averaged exactly, sparse rows decoded on the bitmap union and 0
 // elsewhere, one allreduce of [table | bitmap | dense]); other methods unchanged by a layout but
-// for per-segment statistics; checkpoints tied to their layout.
+// for per-segment statistics; checkpoints tied to their layout; S2 with a layout against
+// oktopk::expected_result, the oracle oktopk-bench --check uses.
 //
 // Values are k/256 with |k| <= 256: sums over ranks are exact in float in any order, so the
-// checks are equalities.
+// checks are equalities. The oracle tests also scale them per rank into inexact floats, which
+// its summation-order slack must then cover.
 #include "mpi/mpi_test_utils.hpp"
 #include <oktopk/layout.hpp>
 #include <oktopk/make_sparse_allreduce.hpp>
+#include <oktopk/oracle.hpp>
 
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -425,6 +429,156 @@ TEST(S2Layout, AllDenseAndAllRows) {
       ASSERT_EQ(out[i], marked[i] != 0 ? sum[i] / P : 0.0f) << i;
     }
   }
+}
+
+// =============================================================================================
+// S2 with a layout against oktopk::expected_result
+// =============================================================================================
+
+/// The oracle on data the host model above decides exactly: dense segments the exact average,
+/// rows outside the union 0, and with an exact sketch the union rows the exact average; a
+/// small sketch is checked there only by count_mismatches.
+TEST(S2LayoutOracle, AgreesWithTheHostModel) {
+  Communicator comm;
+  const Exec exec;
+  const Layout layout = mixed_layout();
+  const std::int64_t n = layout.end();
+  const float P = static_cast<float>(world_size());
+  for (const std::int64_t columns : {layout.sparse_entries(), std::int64_t{17}}) {
+    SCOPED_TRACE("columns " + std::to_string(columns));
+    const bool exact = columns == layout.sparse_entries();
+    const Handle h = make(Algorithm::S2Reducer, comm, n, s2_options(3, columns), layout);
+    const std::vector<float> g = layout_gradient(layout, 61);
+    const auto out = to_view(reduce(*h, g), "out");
+    Kokkos::View<float*, Mem> expected("expected", static_cast<std::size_t>(n));
+    Kokkos::View<float*, Mem> slack("slack", static_cast<std::size_t>(n));
+    oktopk::expected_result(exec, *h, to_view(g, "acc"), expected, oktopk::default_oracle_tolerance,
+                            slack);
+    const std::vector<float> e = to_vector(expected);
+    const std::vector<float> sum = sum_over_ranks(g);
+    const std::vector<int> marked = in_union(layout, g);
+    for (const Segment& s : layout.segments()) {
+      for (std::int64_t i = s.offset; i < s.offset + s.length; ++i) {
+        const auto at = static_cast<std::size_t>(i);
+        SCOPED_TRACE("segment " + s.name + ", entry " + std::to_string(i));
+        if (s.kind == SegmentKind::Dense || (marked[at] != 0 && exact)) {
+          ASSERT_EQ(e[at], sum[at] / P);
+        } else if (marked[at] == 0) {
+          ASSERT_EQ(e[at], 0.0f);
+        } else {
+          ASSERT_TRUE(std::isfinite(e[at]));
+        }
+      }
+    }
+    EXPECT_EQ(oktopk::count_mismatches(exec, *h, expected, out, oktopk::default_oracle_tolerance,
+                                       slack),
+              0);
+  }
+}
+
+/// Per rank, layout_gradient scaled by a factor of the rank and call that makes its sums inexact.
+std::vector<float> inexact_gradient(const Layout& layout, std::uint64_t seed) {
+  std::vector<float> g = layout_gradient(layout, seed);
+  const float scale = 0.7071f + 0.0131f * static_cast<float>(world_rank()) +
+                      0.00173f * static_cast<float>(seed % 7);
+  for (float& v : g) v *= scale;
+  return g;
+}
+
+/// Runs `calls` S2 calls on `layout`, checking each output against expected_result, with the
+/// slack and without it (then order-sensitive entries are skipped). The input handed to the
+/// oracle is the residual before the call plus the gradient, as oktopk-bench computes it.
+void check_against_oracle(const Layout& layout, const Options& options, int calls,
+                          std::uint64_t seed) {
+  Communicator comm;
+  const Exec exec;
+  const std::int64_t n = layout.end();
+  const auto length = static_cast<std::size_t>(n);
+  const Handle h = make(Algorithm::S2Reducer, comm, n, options, layout);
+  Kokkos::View<float*, Mem> expected("expected", length);
+  Kokkos::View<float*, Mem> slack("slack", length);
+  Kokkos::View<float*, Mem> unchecked("unchecked", 0);
+  for (int call = 0; call < calls; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const std::vector<float> g = (call % 2 == 0 ? inexact_gradient : layout_gradient)(
+        layout, seed + static_cast<std::uint64_t>(call));
+    std::vector<float> acc = to_vector(h->residual());
+    for (std::size_t i = 0; i < length; ++i) acc[i] += g[i];
+    const auto acc_view = to_view(acc, "acc");
+    const auto out = to_view(reduce(*h, g), "out");
+    oktopk::expected_result(exec, *h, acc_view, expected, oktopk::default_oracle_tolerance, slack);
+    // With the slack every entry is checked: none is left undecided.
+    for (const float e : to_vector(expected)) ASSERT_FALSE(std::isnan(e));
+    EXPECT_EQ(oktopk::count_mismatches(exec, *h, expected, out, oktopk::default_oracle_tolerance,
+                                       slack),
+              0);
+    oktopk::expected_result(exec, *h, acc_view, expected, oktopk::default_oracle_tolerance,
+                            unchecked);
+    EXPECT_EQ(oktopk::count_mismatches(exec, *h, expected, out), 0);
+  }
+}
+
+/// Rows of several widths, one of them with fewer entries than most runs have ranks.
+Layout rows_only_layout() {
+  return Layout()
+      .append_sparse_rows(64, 8, "wide")
+      .append_sparse_rows(13, 5, "short_last_row")
+      .append_sparse_rows(30, 1, "single_entries")
+      .append_sparse_rows(3, 2, "three_entries");
+}
+
+/// Tiny segments between dense ones: a rows segment of 1 entry and one of 3 (n < P at P = 4),
+/// a row wider than its segment, and empty segments of both kinds at both ends.
+Layout tiny_rows_layout() {
+  return Layout()
+      .append_sparse_rows(0, 3, "empty_rows")
+      .append_dense(10, "a")
+      .append_sparse_rows(1, 4, "one")
+      .append_dense(0, "empty")
+      .append_sparse_rows(3, 2, "three")
+      .append_dense(5, "b")
+      .append_sparse_rows(2, 7, "wide_row")
+      .append_dense(0, "empty_end");
+}
+
+struct OracleCase {
+  const char* name;
+  Layout layout;
+};
+
+std::vector<OracleCase> oracle_cases() {
+  return {{"rows only", rows_only_layout()},
+          {"dense only", Layout().append_dense(50, "a").append_dense(70, "b")},
+          {"mixed", mixed_layout()},
+          {"tiny rows", tiny_rows_layout()}};
+}
+
+// Small sketches (collisions: the median and the slack matter), an even number of sketch rows
+// (the mean of the two middle estimates), and exact ones; error feedback off and on, several
+// calls each, so that with feedback the residual carries inexact values into later calls.
+TEST(S2LayoutOracle, MatchesTheMethod) {
+  for (const OracleCase& c : oracle_cases()) {
+    for (const bool feedback : {false, true}) {
+      // Columns 0 stands for an exact sketch here: as many columns as sparse entries.
+      for (const auto& [sketch_rows, columns] :
+           {std::pair<int, std::int64_t>{3, 5}, {4, 17}, {1, 3}, {3, 0}}) {
+        const std::int64_t width = columns == 0 ? c.layout.sparse_entries() : columns;
+        SCOPED_TRACE(std::string(c.name) + ", feedback " + (feedback ? "on" : "off") +
+                     ", sketch " + std::to_string(sketch_rows) + " x " + std::to_string(width));
+        Options o = s2_options(sketch_rows, width);
+        o.set_s2_error_feedback(feedback);
+        check_against_oracle(c.layout, o, 4, 300);
+      }
+    }
+  }
+}
+
+// Dense warm-up calls take the dense oracle; the calls after them the S2 one, with the
+// residual error feedback builds from then on.
+TEST(S2LayoutOracle, AfterDenseWarmUp) {
+  Options o = s2_options(3, 7);
+  o.set_warmup_iterations(2).set_s2_error_feedback(true);
+  check_against_oracle(mixed_layout(), o, 5, 400);
 }
 
 // =============================================================================================
