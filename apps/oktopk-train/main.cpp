@@ -164,8 +164,8 @@ bool corrects_momentum(const Settings& s) {
   return s.momentum_correction && s.algorithm != oktopk::Algorithm::Dense;
 }
 
-/// The settings checkpoints written before the options existed were trained with: momentum
-/// applied after the allreduce.
+/// Settings that checkpoints written before they were recorded had: checkpoints from before
+/// --momentum-correction applied momentum after the allreduce.
 const std::vector<std::pair<std::string, std::string>> checkpoint_implied = {
     {"--momentum-correction", "off"}};
 

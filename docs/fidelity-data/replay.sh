@@ -5,8 +5,10 @@
 # (200 steps; 100 for the language model, whose gradient is 2 M floats), then replays them
 # through oktopk-bench with three threshold settings (10 calls untimed, the rest timed and
 # checked against the oracle) and prints one markdown row per trace and setting.
-# Usage: docs/fidelity-data/replay.sh [MODEL...] (default: mlp cnn lstm; lstm needs the King
-# James text, see the user guide). The gradient files (up to 3.3 GB for lstm) go to
+# Usage: docs/fidelity-data/replay.sh [--velocities] [MODEL...] (default: mlp cnn lstm; lstm
+# needs the King James text, see the user guide). --velocities dumps what Ok-Topk's allreduce
+# is given in training instead, the velocities of Ok-Topk training with momentum correction
+# (oktopk-train's default). The gradient files (up to 3.3 GB for lstm) go to
 # $OKTOPK_REPLAY_DIR (default /tmp) and are removed afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,6 +16,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 train=build/apps/oktopk-train/oktopk-train
 bench=build/apps/oktopk-bench/oktopk-bench
 dir=${OKTOPK_REPLAY_DIR:-/tmp}
+source_algo=dense
+if [ "${1:-}" = --velocities ]; then
+  source_algo=oktopk
+  shift
+fi
 models=("$@")
 ((${#models[@]})) || models=(mlp cnn lstm)
 declare -A schedule=([mlp]="--batch 64 --lr 0.05" [cnn]="--batch 32 --lr 0.01" [lstm]="")
@@ -28,8 +35,8 @@ for model in "${models[@]}"; do
   trap 'rm -f "$file"' EXIT
   # shellcheck disable=SC2086
   mpirun --oversubscribe -np 4 $train --model "$model" --epochs 1 --seed 3 --density 0.01 \
-    ${schedule[$model]} --algo dense --dump-gradients "$file" --dump-steps "${steps[$model]}" \
-    --steps-per-epoch "${steps[$model]}" > /dev/null
+    ${schedule[$model]} --algo "$source_algo" --dump-gradients "$file" \
+    --dump-steps "${steps[$model]}" --steps-per-epoch "${steps[$model]}" > /dev/null
   for s in "${settings[@]}"; do
     name=${s%%:*} options=${s#*:}
     # shellcheck disable=SC2086
