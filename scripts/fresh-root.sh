@@ -10,7 +10,7 @@ set -euo pipefail
 
 usage() {
   cat <<'USAGE'
-Usage: bash scripts/fresh-root.sh [--test-only] [--keep] [--help]
+Usage: bash scripts/fresh-root.sh [--test-only | --main-only] [--keep] [--help]
 
 Builds a new `debootstrap --variant=minbase bookworm` root in a temporary directory, clones this
 repository into it (committed work only), copies this system's apt sources into it, and runs
@@ -18,6 +18,8 @@ the README's main and test commands there as root, printing each one's wall time
 non-zero if either fails.
 
   --test-only  run only the README's test command (scripts/test.sh)
+  --main-only  run only the README's main command (scripts/main.sh): the same installs, a
+               shorter build
   --keep       keep the root afterwards (unmounted) instead of removing it
   -h, --help   show this help
 
@@ -26,16 +28,21 @@ The main command runs with OKTOPK_EPOCHS=1 unless OKTOPK_EPOCHS is set. TMPDIR (
 USAGE
 }
 
-only_test=0 keep=0
+only_test=0 only_main=0 keep=0
 while (($#)); do
   case $1 in
     --test-only) only_test=1 ;;
+    --main-only) only_main=1 ;;
     --keep) keep=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "fresh-root.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
   shift
 done
+if ((only_test && only_main)); then
+  echo "fresh-root.sh: --test-only and --main-only exclude each other" >&2
+  exit 2
+fi
 
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 [ "$(id -u)" -eq 0 ] || { echo "fresh-root.sh: run as root (debootstrap, mount, chroot)" >&2; exit 1; }
@@ -126,6 +133,9 @@ names=(main test)
 if ((only_test)); then
   names=(test)
   commands=("${commands[1]}")
+elif ((only_main)); then
+  names=(main)
+  commands=("${commands[0]}")
 fi
 
 epochs=${OKTOPK_EPOCHS:-1}
