@@ -57,9 +57,10 @@ Options:
   --momentum M          SGD momentum, [0, 1)                                 (default 0.9)
   --momentum-correction on|off
                         on: every rank keeps its own velocity and the allreduce averages
-                        velocities, so a sparse method's error feedback holds back velocity,
-                        not gradient (DGC's momentum correction); off: momentum is applied to
-                        the averaged gradient. The same update for dense     (default on)
+                        velocities, so error feedback holds back velocity, not gradient (DGC's
+                        momentum correction); off: momentum is applied to the averaged
+                        gradient. For topka topkdsa gtopk gaussiank oktopk; dense and s2
+                        always apply momentum after the allreduce            (default on)
   --weight-decay W      L2 weight decay, >= 0                                (default 0.0001)
   --dense-warmup N      first N steps use a dense allreduce                  (default 0)
   --option KEY=VALUE    any other oktopk::Options field by its name (repeatable), e.g.
@@ -115,9 +116,9 @@ steps and ranks), and the achieved density (non-zeros of the averaged gradient /
 averaged over steps). The last line, "final parameter_digest=<16 hex digits>", is a digest of
 the final parameters (equal on all ranks), for comparing runs. An epoch resumed mid-way reports the seconds of its resumed part.
 
-Schedules measured at P = 4 (docs/benchmarks.md): mlp --batch 64 --lr 0.05 --lr-decay 0.8
---epochs 5 (dense 0.8812); cnn --batch 32 --lr 0.01 --lr-decay 0.8 --epochs 8 (dense 0.9050);
-lstm with its defaults, --epochs 3 (dense ppl=140.24, oktopk at 0.01 ppl=153.34).
+Schedules measured at P = 4 (docs/benchmarks.md), dense and oktopk at 0.01: mlp --batch 64
+--lr 0.05 --lr-decay 0.8 --epochs 5 (0.8812, 0.8800); cnn --batch 32 --lr 0.01 --lr-decay 0.8
+--epochs 8 (0.9050, 0.9061); lstm with its defaults, --epochs 3 (ppl=140.24, ppl=143.17).
 )";
 
 /// The language model's defaults where they differ from the classifiers'.
@@ -157,11 +158,18 @@ struct Settings {
   bool help = false;
 };
 
-/// Whether the velocity is kept per rank, before the allreduce (--momentum-correction): only
-/// for the methods that do not average exactly, since for dense the update is the same and
-/// applying momentum after the allreduce keeps dense runs bit for bit as before the option.
+/// Whether --momentum-correction applies to the method: to those that select entries and keep
+/// the rest as error feedback. Not to dense, for which the update is the same either way (so
+/// dense runs stay bit for bit as before the option), nor to S2, which sketches the rows a step
+/// touches: a velocity is non-zero in every row of the last few dozen steps, and the sketch's
+/// collisions grow with them (the language model: perplexity 152.79 against 139.60).
+bool momentum_correction_applies(oktopk::Algorithm algorithm) {
+  return algorithm != oktopk::Algorithm::Dense && algorithm != oktopk::Algorithm::S2Reducer;
+}
+
+/// Whether the velocity is kept per rank, before the allreduce.
 bool corrects_momentum(const Settings& s) {
-  return s.momentum_correction && s.algorithm != oktopk::Algorithm::Dense;
+  return s.momentum_correction && momentum_correction_applies(s.algorithm);
 }
 
 /// Settings that checkpoints written before they were recorded had: checkpoints from before
@@ -370,7 +378,7 @@ std::vector<std::pair<std::string, std::string>> training_settings(
           {"training samples", std::to_string(task.training_samples())},
           {"steps per epoch", std::to_string(steps)}};
   // Only where it changes the update (checkpoint_implied gives old checkpoints' value).
-  if (s.algorithm != oktopk::Algorithm::Dense)
+  if (momentum_correction_applies(s.algorithm))
     settings.emplace_back("--momentum-correction", s.momentum_correction ? "on" : "off");
   // The language model's own settings: none for the classifiers, so their checkpoints written
   // before the language model existed still match.

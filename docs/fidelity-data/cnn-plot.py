@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
 """Plots test accuracy against bytes sent per rank per step, one point per method, for the
-CNN training table of docs/benchmarks.md (the `bash scripts/train-table.sh cnn 4 8 32 0.01 0.8
-oktopk:0.001` rows), into docs/fidelity-data/cnn-accuracy-bytes.png. Reads the table from the
+CNN training table with momentum correction in docs/benchmarks.md (the rows after `bash
+scripts/train-table.sh cnn 4 8 32 0.01 0.8`, Ok-Topk at 0.001 last), into
+docs/fidelity-data/cnn-accuracy-bytes.png. Reads the table from the
 document, so the plot shows exactly the measured rows. Needs python3-matplotlib (Debian).
 
     /usr/bin/python3 docs/fidelity-data/cnn-plot.py [BENCHMARKS_MD] [OUT_PNG]
@@ -11,7 +12,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-COMMAND = "bash scripts/train-table.sh cnn 4 8 32 0.01 0.8 oktopk:0.001"
+COMMAND = "bash scripts/train-table.sh cnn 4 8 32 0.01 0.8"
 
 
 def cnn_rows(markdown):
@@ -48,7 +49,8 @@ def main():
     ax.set_xscale("log")
     ax.set_xlabel("bytes sent per rank per step (log scale)")
     ax.set_ylabel("test accuracy after 8 epochs")
-    ax.set_title("CNN on Fashion-MNIST, P = 4, density 0.01 (oktopk also 0.001)")
+    ax.set_title("CNN on Fashion-MNIST, P = 4, momentum correction,\n"
+                 "density 0.01 (oktopk also 0.001)")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
