@@ -49,7 +49,7 @@ def main():
     ax.set_xscale("log")
     ax.set_xlabel("bytes sent per rank per step (log scale)")
     ax.set_ylabel("test accuracy after 8 epochs")
-    ax.set_title("CNN on Fashion-MNIST, P = 4, momentum correction,\n"
+    ax.set_title("CNN on Fashion-MNIST, P = 4, momentum correction (not s2),\n"
                  "density 0.01 (oktopk also 0.001)")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
