@@ -481,6 +481,14 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
   // Resuming: the checkpoint replaces the model, the momentum, the allreduce state and the
   // position; the shuffles are functions of (seed, rank, epoch), so nothing else is needed.
   const auto settings = training_settings(s, *task, n, steps, P);
+  // Ranks started with other flags (an MPMD launch, a script that differs per host) would train
+  // apart in silence until the first epoch's parameter check: every rank reports it now.
+  {
+    std::string joined;
+    for (const auto& [name, value] : settings) joined += name + "=" + value + "\n";
+    comm.check_agreement("the command line",
+                         {{"the digest of the training settings", oktopk::agreement_digest(joined)}});
+  }
   oktopk::train::TrainingProgress progress;
   progress.lr = s.lr;
   if (!s.resume.empty()) {
