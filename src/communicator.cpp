@@ -2,7 +2,7 @@
 // Communicator: checked MPI calls on a duplicated communicator, with traffic accounting.
 #include <oktopk/communicator.hpp>
 #include <oktopk/error.hpp>
-#include <oktopk/impl/mpi_check.hpp>
+#include <oktopk/impl/comm/mpi_check.hpp>
 
 #include <algorithm>
 #include <atomic>

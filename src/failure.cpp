@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include <oktopk/impl/failure.hpp>
+#include <oktopk/impl/comm/failure.hpp>
 
 #include <mpi.h>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include <oktopk/impl/gpu_aware_mpi.hpp>
+#include <oktopk/impl/comm/gpu_aware_mpi.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>

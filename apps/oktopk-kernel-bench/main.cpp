@@ -8,7 +8,7 @@
 #include <oktopk/residual.hpp>
 #include <oktopk/select.hpp>
 #include <oktopk/topk.hpp>
-#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Random.hpp>

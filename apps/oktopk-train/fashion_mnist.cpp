@@ -2,8 +2,8 @@
 #include "fashion_mnist.hpp"
 
 #include <oktopk/error.hpp>
-#include <oktopk/impl/hash.hpp>
-#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/base/hash.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
 
 #include <zlib.h>
 

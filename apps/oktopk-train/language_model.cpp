@@ -4,7 +4,7 @@
 #include "layers.hpp"
 
 #include <oktopk/error.hpp>
-#include <oktopk/impl/hash.hpp>
+#include <oktopk/impl/base/hash.hpp>
 
 #include <cmath>
 #include <sstream>

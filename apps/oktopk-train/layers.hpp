@@ -8,7 +8,7 @@
 
 #include "model.hpp"
 
-#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
 
 #include <KokkosBlas3_gemm.hpp>
 #include <Kokkos_Core.hpp>

@@ -5,7 +5,7 @@
 #include "layers.hpp"
 
 #include <oktopk/error.hpp>
-#include <oktopk/impl/hash.hpp>
+#include <oktopk/impl/base/hash.hpp>
 
 #include <algorithm>
 #include <sstream>

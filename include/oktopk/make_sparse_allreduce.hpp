@@ -15,11 +15,11 @@
 #include <oktopk/impl/algorithms/s2.hpp>
 #include <oktopk/impl/algorithms/topka.hpp>
 #include <oktopk/impl/algorithms/topkdsa.hpp>
-#include <oktopk/impl/explicit_instantiation.hpp>
-#include <oktopk/impl/fault_injection.hpp>
-#include <oktopk/impl/gpu_aware_mpi.hpp>
-#include <oktopk/impl/kokkos_ext.hpp>
-#include <oktopk/impl/mpi_mirror.hpp>
+#include <oktopk/impl/base/explicit_instantiation.hpp>
+#include <oktopk/impl/comm/fault_injection.hpp>
+#include <oktopk/impl/comm/gpu_aware_mpi.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
 
 #include <cstdint>
 #include <exception>

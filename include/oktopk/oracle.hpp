@@ -13,10 +13,10 @@
 #include <oktopk/select.hpp>
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/algorithms/s2.hpp>
-#include <oktopk/impl/kokkos_compat.hpp>
-#include <oktopk/impl/kokkos_ext.hpp>
-#include <oktopk/impl/mpi_mirror.hpp>
-#include <oktopk/impl/vector_ops.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
 

@@ -5,8 +5,8 @@
 
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
-#include <oktopk/impl/kokkos_compat.hpp>
-#include <oktopk/impl/kokkos_ext.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -24,7 +24,7 @@ std::int64_t count_order_violations(const ExecSpace& exec, const IdxView& list) 
   if (size < 2) return 0;
   Kokkos::parallel_reduce(
       "OkTopk::check_sorted",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, size - 1),
+      impl::RangeOf<ExecSpace>(exec, 0, size - 1),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& bad) {
         if (!(list(i) < list(i + 1))) ++bad;
       },
@@ -55,7 +55,7 @@ void scatter_add(const ExecSpace& exec, const IdxView& indices, const ValView& v
   std::int64_t outside = 0;
   Kokkos::parallel_reduce(
       "OkTopk::scatter_add",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, indices.extent(0)),
+      impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
       KOKKOS_LAMBDA(std::int64_t j, std::int64_t& bad) {
         const std::int64_t i = indices(j) + offset;
         if (i >= 0 && i < n) {
@@ -80,7 +80,7 @@ void scatter_add_unchecked(const ExecSpace& exec, const IdxView& indices, const 
                            const DenseView& dense, count_type offset = 0) {
   Kokkos::parallel_for(
       "OkTopk::scatter_add_unchecked",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, indices.extent(0)),
+      impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
       KOKKOS_LAMBDA(std::int64_t j) { Kokkos::atomic_add(&dense(indices(j) + offset), values(j)); });
 }
 
@@ -97,7 +97,6 @@ std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices
                                     const BVal& b_values, const OutIdx& out_indices,
                                     const OutVal& out_values) {
   ScopedRegion region("OkTopk::merge_sorted");
-  using Policy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
   const auto na = static_cast<std::int64_t>(a_indices.extent(0));
   const auto nb = static_cast<std::int64_t>(b_indices.extent(0));
 
@@ -107,7 +106,7 @@ std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices
       make_uninitialized<std::int64_t>(exec, "OkTopk::merge_sorted::shared_before", na + 1);
   std::int64_t shared = 0;
   Kokkos::parallel_scan(
-      "OkTopk::merge_sorted::count_shared", Policy(exec, 0, na),
+      "OkTopk::merge_sorted::count_shared", impl::RangeOf<ExecSpace>(exec, 0, na),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& prefix, bool final) {
         if (final) shared_before(i) = prefix;
         const auto j = lower_bound(b_indices, nb, a_indices(i));
@@ -118,7 +117,7 @@ std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices
   if (na == 0) Kokkos::deep_copy(exec, shared_before, 0);
 
   Kokkos::parallel_for(
-      "OkTopk::merge_sorted::place_a", Policy(exec, 0, na), KOKKOS_LAMBDA(std::int64_t i) {
+      "OkTopk::merge_sorted::place_a", impl::RangeOf<ExecSpace>(exec, 0, na), KOKKOS_LAMBDA(std::int64_t i) {
         const index_type key = a_indices(i);
         const auto j = lower_bound(b_indices, nb, key);
         const bool common = j < nb && b_indices(j) == key;
@@ -127,7 +126,7 @@ std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices
         out_values(slot) = common ? a_values(i) + b_values(j) : a_values(i);
       });
   Kokkos::parallel_for(
-      "OkTopk::merge_sorted::place_b", Policy(exec, 0, nb), KOKKOS_LAMBDA(std::int64_t j) {
+      "OkTopk::merge_sorted::place_b", impl::RangeOf<ExecSpace>(exec, 0, nb), KOKKOS_LAMBDA(std::int64_t j) {
         const index_type key = b_indices(j);
         const auto i = lower_bound(a_indices, na, key);
         if (i < na && a_indices(i) == key) return;  // placed with a
@@ -152,7 +151,7 @@ std::int64_t intersect_sorted_unchecked(const ExecSpace& exec, const AIdx& a, co
   std::int64_t count = 0;
   Kokkos::parallel_scan(
       "OkTopk::intersect_sorted",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, shorter),
+      impl::RangeOf<ExecSpace>(exec, 0, shorter),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& slot, bool final) {
         const index_type key = a_shorter ? a(i) : b(i);
         const auto j = a_shorter ? lower_bound(b, nb, key) : lower_bound(a, na, key);

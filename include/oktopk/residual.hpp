@@ -5,8 +5,8 @@
 
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
-#include <oktopk/impl/kokkos_compat.hpp>
-#include <oktopk/impl/kokkos_ext.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -31,7 +31,7 @@ void accumulate_residual(const ExecSpace& exec, const ResidualView& residual, co
   impl::ScopedRegion region("OkTopk::accumulate_residual");
   Kokkos::parallel_for(
       "OkTopk::accumulate_residual",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, grad.extent(0)),
+      impl::RangeOf<ExecSpace>(exec, 0, grad.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) { acc(i) = residual(i) + scale * grad(i); });
 }
 
@@ -49,7 +49,7 @@ void clear_at(const ExecSpace& exec, const VectorView& v, const IdxView& indices
   std::int64_t outside = 0;
   Kokkos::parallel_reduce(
       "OkTopk::clear_at",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, indices.extent(0)),
+      impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
       KOKKOS_LAMBDA(std::int64_t j, std::int64_t& bad) {
         const std::int64_t i = indices(j) + offset;
         if (i >= 0 && i < n) {
@@ -73,7 +73,7 @@ void clear_at_unchecked(const ExecSpace& exec, const VectorView& v, const IdxVie
                         count_type offset = 0) {
   Kokkos::parallel_for(
       "OkTopk::clear_at_unchecked",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, indices.extent(0)),
+      impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
       KOKKOS_LAMBDA(std::int64_t j) { v(indices(j) + offset) = 0.0f; });
 }
 

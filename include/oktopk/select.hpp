@@ -8,9 +8,9 @@
 
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
-#include <oktopk/impl/count_levels.hpp>
-#include <oktopk/impl/kokkos_compat.hpp>
-#include <oktopk/impl/kokkos_ext.hpp>
+#include <oktopk/impl/kernels/count_levels.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -89,7 +89,7 @@ std::int64_t count_above(const ExecSpace& exec, const XView& x, float threshold)
   std::int64_t count = 0;
   Kokkos::parallel_reduce(
       "OkTopk::count_above",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(
+      impl::RangeOf<ExecSpace>(
           exec, 0, impl::chunk_count<ExecSpace>(n)),
       KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
         const std::int64_t begin = c * chunk;
@@ -116,7 +116,7 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::count_above_levels"),
         static_cast<std::size_t>(levels.count), static_cast<std::size_t>(chunks));
     Kokkos::parallel_for(
-        "OkTopk::count_above_levels", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, chunks),
+        "OkTopk::count_above_levels", impl::RangeOf<ExecSpace>(exec, 0, chunks),
         KOKKOS_LAMBDA(std::int64_t c) {
           const std::int64_t begin = c * chunk;
           const std::int64_t end = begin + chunk < n ? begin + chunk : n;
@@ -158,7 +158,7 @@ std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold
   std::int64_t count = 0;
   Kokkos::parallel_scan(
       "OkTopk::select_above::compact",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(
+      impl::RangeOf<ExecSpace>(
           exec, 0, impl::chunk_count<ExecSpace>(n)),
       impl::SelectAboveFunctor<XView, IdxView, ValView>{
           x, threshold, indices, values, capacity, n, impl::chunk_length_v<ExecSpace>},
@@ -199,7 +199,7 @@ std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float t
   std::int64_t count = 0;
   Kokkos::parallel_scan(
       "OkTopk::select_above_counted::offsets",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, chunks),
+      impl::RangeOf<ExecSpace>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::int64_t c, std::int64_t& slot, bool final) {
         if (final) first_slot(c) = slot;
         slot += chunk_counts(c);
@@ -209,7 +209,7 @@ std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float t
       x, threshold, indices, values, capacity, n, impl::chunk_length_v<ExecSpace>};
   Kokkos::parallel_for(
       "OkTopk::select_above_counted::compact",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, chunks),
+      impl::RangeOf<ExecSpace>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::int64_t c) {
         std::int64_t slot = first_slot(c);
         compact(c, slot, true);
@@ -236,7 +236,7 @@ void split_by_region(const ExecSpace& exec, const OffsetView& region_offsets,
   // a binary search for the region's first index. This touches only the selected entries.
   Kokkos::parallel_for(
       "OkTopk::select_above_by_region::count",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, regions),
+      impl::RangeOf<ExecSpace>(exec, 0, regions),
       KOKKOS_LAMBDA(std::int64_t r) {
         const auto begin = impl::lower_bound(indices, total, region_offsets(r));
         const auto end = impl::lower_bound(indices, total, region_offsets(r + 1));
@@ -244,7 +244,7 @@ void split_by_region(const ExecSpace& exec, const OffsetView& region_offsets,
       });
   Kokkos::parallel_for(
       "OkTopk::select_above_by_region::relative_indices",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, total),
+      impl::RangeOf<ExecSpace>(exec, 0, total),
       KOKKOS_LAMBDA(std::int64_t j) {
         const index_type global = indices(j);
         // Last region starting at or before `global`; empty regions share their start with the
@@ -300,7 +300,7 @@ std::int64_t select_above_by_region(const ExecSpace& exec, const XView& x, float
   std::int64_t bad_offsets = 0;
   Kokkos::parallel_reduce(
       "OkTopk::select_above_by_region::check_offsets",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, regions + 1),
+      impl::RangeOf<ExecSpace>(exec, 0, regions + 1),
       KOKKOS_LAMBDA(std::int64_t r, std::int64_t& bad) {
         const bool ends_ok = (r != 0 || region_offsets(0) == 0) &&
                              (r != regions || region_offsets(regions) == n);

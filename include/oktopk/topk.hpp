@@ -5,11 +5,11 @@
 
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
-#include <oktopk/impl/hash.hpp>
-#include <oktopk/impl/inverse_normal.hpp>
-#include <oktopk/impl/kokkos_compat.hpp>
-#include <oktopk/impl/kokkos_ext.hpp>
-#include <oktopk/impl/radix_select.hpp>
+#include <oktopk/impl/base/hash.hpp>
+#include <oktopk/impl/kernels/inverse_normal.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/kernels/radix_select.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -104,7 +104,7 @@ float estimate_threshold_sampled(const ExecSpace& exec, const XView& x, std::int
                                                      static_cast<std::size_t>(sample_size));
   Kokkos::parallel_for(
       "OkTopk::estimate_threshold_sampled::draw",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, sample_size),
+      impl::RangeOf<ExecSpace>(exec, 0, sample_size),
       KOKKOS_LAMBDA(std::int64_t j) {
         const std::uint64_t h = impl::splitmix64(seed ^ impl::splitmix64(static_cast<std::uint64_t>(j)));
         sample(j) = x(static_cast<std::int64_t>(h % static_cast<std::uint64_t>(n)));
@@ -131,8 +131,7 @@ float estimate_threshold_gaussian(const ExecSpace& exec, const XView& x, std::in
   if (k >= n) return -std::numeric_limits<float>::infinity();
 
   // Chunked sums (see impl::chunk_length_v): one loop per chunk, which vectorizes on the host.
-  using Policy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
-  const Policy chunks(exec, 0, impl::chunk_count<ExecSpace>(n));
+  const impl::RangeOf<ExecSpace> chunks(exec, 0, impl::chunk_count<ExecSpace>(n));
   const std::int64_t chunk = impl::chunk_length_v<ExecSpace>;
   double sum = 0.0;
   Kokkos::parallel_reduce(

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // A few reduce() calls of one method, built with OKTOPK_FAULT_INJECTION so that OKTOPK_FAULT can
-// make one rank fail in a chosen phase of a chosen call (include/oktopk/impl/fault_injection.hpp).
+// make one rank fail in a chosen phase of a chosen call (include/oktopk/impl/comm/fault_injection.hpp).
 // check_faults.sh runs it under mpiexec for every phase it lists.
 //
 //   fault_program ALGORITHM CALLS [KEY=VALUE...]

@@ -4,7 +4,7 @@
 // the agreement check. Runs at several rank counts, 1 included.
 #include "mpi/mpi_test_utils.hpp"
 #include <oktopk/communicator.hpp>
-#include <oktopk/impl/mpi_check.hpp>
+#include <oktopk/impl/comm/mpi_check.hpp>
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // histograms' traffic shrinks with k as documented. Runs at several rank counts.
 #include <oktopk/communicator.hpp>
 #include <oktopk/topk.hpp>
-#include <oktopk/impl/distributed_kth.hpp>
+#include <oktopk/impl/collectives/distributed_kth.hpp>
 
 #include "mpi_test_utils.hpp"
 

@@ -6,8 +6,8 @@
 // part holds a sentinel that must never reach another rank.
 #include "mpi/mpi_test_utils.hpp"
 #include <oktopk/communicator.hpp>
-#include <oktopk/impl/mpi_mirror.hpp>
-#include <oktopk/impl/sparse_allgatherv.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/collectives/sparse_allgatherv.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>

@@ -4,7 +4,7 @@
 #include <fashion_mnist.hpp>
 #include <model.hpp>
 
-#include <oktopk/impl/hash.hpp>
+#include <oktopk/impl/base/hash.hpp>
 
 #include <gtest/gtest.h>
 #include <zlib.h>

@@ -7,7 +7,7 @@
 #include "test_data.hpp"
 
 #include <oktopk/select.hpp>
-#include <oktopk/impl/candidates.hpp>
+#include <oktopk/impl/kernels/candidates.hpp>
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <oktopk/fwd.hpp>
-#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
 
 #include <Kokkos_Core.hpp>
 

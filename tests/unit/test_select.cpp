@@ -6,7 +6,7 @@
 #include "test_data.hpp"
 
 #include <oktopk/select.hpp>
-#include <oktopk/impl/vector_ops.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <gtest/gtest.h>
 

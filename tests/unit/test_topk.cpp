@@ -4,7 +4,7 @@
 #include "host_reference.hpp"
 #include "test_data.hpp"
 
-#include <oktopk/impl/inverse_normal.hpp>
+#include <oktopk/impl/kernels/inverse_normal.hpp>
 #include <oktopk/select.hpp>
 #include <oktopk/topk.hpp>
 

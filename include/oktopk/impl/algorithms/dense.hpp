@@ -3,13 +3,13 @@
 // dense_allreduce), then /P. The reference every method is held to.
 #pragma once
 
-#include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/impl/algorithms/method_base.hpp>
 
 namespace oktopk::impl {
 
 template <class ExecSpace>
-class DenseAllreduce final : public SparseAllreduce<ExecSpace> {
-  using Base = SparseAllreduce<ExecSpace>;
+class DenseAllreduce final : public MethodBase<ExecSpace> {
+  using Base = MethodBase<ExecSpace>;
 
  public:
   DenseAllreduce(const ExecSpace& exec, const Communicator& comm, std::int64_t n,

@@ -6,9 +6,9 @@
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
 #include <oktopk/select.hpp>
-#include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/impl/algorithms/method_base.hpp>
 #include <oktopk/topk.hpp>
-#include <oktopk/impl/sparse_allgatherv.hpp>
+#include <oktopk/impl/collectives/sparse_allgatherv.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -19,8 +19,8 @@ namespace oktopk::impl {
 /// Every selected entry reaches the result, so the residual keeps exactly what was not
 /// selected. Ranks select about k entries each, so the result holds up to about P·k.
 template <class ExecSpace>
-class GaussianK final : public SparseAllreduce<ExecSpace> {
-  using Base = SparseAllreduce<ExecSpace>;
+class GaussianK final : public MethodBase<ExecSpace> {
+  using Base = MethodBase<ExecSpace>;
   using vector_type = typename Base::vector_type;
 
  public:

@@ -5,11 +5,11 @@
 
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
-#include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/impl/algorithms/method_base.hpp>
 #include <oktopk/topk.hpp>
-#include <oktopk/impl/fault_injection.hpp>
-#include <oktopk/impl/mpi_mirror.hpp>
-#include <oktopk/impl/vector_ops.hpp>
+#include <oktopk/impl/comm/fault_injection.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -30,8 +30,8 @@ namespace oktopk::impl {
 /// the result; so mass is NOT exactly conserved: sum_i (acc_i - residual_i) may differ from
 /// P·out.
 template <class ExecSpace>
-class GTopk final : public SparseAllreduce<ExecSpace> {
-  using Base = SparseAllreduce<ExecSpace>;
+class GTopk final : public MethodBase<ExecSpace> {
+  using Base = MethodBase<ExecSpace>;
   using vector_type = typename Base::vector_type;
   using index_vector_type = typename Base::index_vector_type;
 

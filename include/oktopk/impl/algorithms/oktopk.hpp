@@ -9,10 +9,10 @@
 #pragma once
 
 #include <oktopk/pack.hpp>
-#include <oktopk/sparse_allreduce.hpp>
-#include <oktopk/impl/distributed_kth.hpp>
-#include <oktopk/impl/sparse_allgatherv.hpp>
-#include <oktopk/impl/split_and_reduce.hpp>
+#include <oktopk/impl/algorithms/method_base.hpp>
+#include <oktopk/impl/collectives/distributed_kth.hpp>
+#include <oktopk/impl/collectives/sparse_allgatherv.hpp>
+#include <oktopk/impl/collectives/split_and_reduce.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -33,7 +33,7 @@ void pick_quantiles(const ExecSpace& exec, const Indices& indices, std::int64_t 
   if (count <= 0) return;
   auto picked = make_uninitialized<std::int64_t>(exec, "OkTopk::oktopk::quantiles", count);
   Kokkos::parallel_for(
-      "OkTopk::oktopk::quantiles", Kokkos::RangePolicy<ExecSpace>(exec, 0, count),
+      "OkTopk::oktopk::quantiles", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(int i) { picked(i) = indices((i + 1) * stride); });
   auto host = Kokkos::create_mirror_view(picked);
   Kokkos::deep_copy(exec, host, picked);
@@ -72,8 +72,8 @@ float guard_walk(float t, const Options& o, std::int64_t k, Passing&& passing) {
 }
 
 template <class ExecSpace>
-class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
-  using Base = SparseAllreduce<ExecSpace>;
+class OkTopkAllreduce final : public MethodBase<ExecSpace> {
+  using Base = MethodBase<ExecSpace>;
   using vector_type = typename Base::vector_type;
   using index_vector_type = typename Base::index_vector_type;
   using Memory = typename ExecSpace::memory_space;
@@ -176,7 +176,7 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     const float selected_above = local_threshold_;
     // Chunk counts at this threshold, and the candidates above it, when the accumulate pass
     // or the guard counted it (host spaces).
-    split_and_reduce(exec, this->comm_, acc, local_threshold_, this->known_above(local_threshold_),
+    split_and_reduce(exec, this->comm_, acc, local_threshold_, this->accumulated_.known_above(local_threshold_),
                      offsets_, offsets_device_, o.throttle, split_, this->timed(exec));
     stats.local_selected = split_.selected;
     nudge(local_threshold_, split_.selected, o.local_low, o.local_high, o.local_step);
@@ -225,19 +225,7 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     if (!(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return true;
     // The accumulate pass counted the thresholds of the first steps; one past them is counted
     // here, per chunk too, so the split's selection still reads acc once.
-    auto passing = [&](float t) {
-      int level = this->counted_level(t);
-      if (level < 0) {
-        Kokkos::View<count_type*, Memory> first_row;  // stays empty on GPUs
-        if (this->counted_chunk_counts_.extent(0) != 0) {
-          first_row = Kokkos::subview(this->counted_chunk_counts_, 0, Kokkos::ALL);
-        }
-        this->counted_levels_ = guard_levels(t, o.guard_step, 0, 1);
-        this->counted_above_[0] = count_above_by_chunk(exec, acc, t, first_row);
-        level = 0;
-      }
-      return this->counted_above_[level];
-    };
+    auto passing = [&](float t) { return this->accumulated_.count_above(exec, acc, t); };
     local_threshold_ = guard_walk(local_threshold_, o, this->k_, passing);
     return !o.guard_exact || in_guard_range(passing(local_threshold_));
   }
@@ -299,7 +287,7 @@ class OkTopkAllreduce final : public SparseAllreduce<ExecSpace> {
     // What the accumulate pass kept makes this selection cheap, also when it runs often.
     const std::int64_t selected =
         this->select_into(exec, acc, local_threshold_, repartition_indices_, repartition_values_,
-                          this->known_above(local_threshold_));
+                          this->accumulated_.known_above(local_threshold_));
     const std::int64_t stride = selected / P;
     std::vector<std::int64_t> boundaries;
     if (stride >= 1 && P > 1) {

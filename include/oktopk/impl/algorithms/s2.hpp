@@ -8,9 +8,9 @@
 #pragma once
 
 #include <oktopk/layout.hpp>
-#include <oktopk/sparse_allreduce.hpp>
-#include <oktopk/impl/hash.hpp>
-#include <oktopk/impl/mpi_mirror.hpp>
+#include <oktopk/impl/algorithms/method_base.hpp>
+#include <oktopk/impl/base/hash.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -549,8 +549,8 @@ std::int64_t s2_decode_segments(const ExecSpace& exec, const S2Sketch& sketch, c
 /// SparseRows entries). Error feedback keeps nothing of the Dense entries (they are sent
 /// exactly). local_selected and global_selected then also count the Dense entries.
 template <class ExecSpace>
-class S2Reducer final : public SparseAllreduce<ExecSpace> {
-  using Base = SparseAllreduce<ExecSpace>;
+class S2Reducer final : public MethodBase<ExecSpace> {
+  using Base = MethodBase<ExecSpace>;
   using vector_type = typename Base::vector_type;
 
  public:

@@ -4,14 +4,14 @@
 
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
-#include <oktopk/sparse_allreduce.hpp>
-#include <oktopk/impl/sparse_allgatherv.hpp>
+#include <oktopk/impl/algorithms/method_base.hpp>
+#include <oktopk/impl/collectives/sparse_allgatherv.hpp>
 
 namespace oktopk::impl {
 
 template <class ExecSpace>
-class TopkAllgather final : public SparseAllreduce<ExecSpace> {
-  using Base = SparseAllreduce<ExecSpace>;
+class TopkAllgather final : public MethodBase<ExecSpace> {
+  using Base = MethodBase<ExecSpace>;
   using vector_type = typename Base::vector_type;
 
  public:

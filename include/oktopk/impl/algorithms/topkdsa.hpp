@@ -5,11 +5,11 @@
 
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
-#include <oktopk/sparse_allreduce.hpp>
-#include <oktopk/impl/mpi_mirror.hpp>
-#include <oktopk/impl/sparse_allgatherv.hpp>
-#include <oktopk/impl/split_and_reduce.hpp>
-#include <oktopk/impl/vector_ops.hpp>
+#include <oktopk/impl/algorithms/method_base.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/collectives/sparse_allgatherv.hpp>
+#include <oktopk/impl/collectives/split_and_reduce.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -22,8 +22,8 @@ namespace oktopk::impl {
 /// Every locally selected entry reaches the result, so the residual keeps exactly what was not
 /// selected (mass is conserved). No global selection: the result holds up to P·k entries.
 template <class ExecSpace>
-class TopkDSA final : public SparseAllreduce<ExecSpace> {
-  using Base = SparseAllreduce<ExecSpace>;
+class TopkDSA final : public MethodBase<ExecSpace> {
+  using Base = MethodBase<ExecSpace>;
   using vector_type = typename Base::vector_type;
   using memory_space = typename Base::memory_space;
 

@@ -8,9 +8,9 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/pack.hpp>
-#include <oktopk/impl/fault_injection.hpp>
-#include <oktopk/impl/mpi_mirror.hpp>
-#include <oktopk/impl/vector_ops.hpp>
+#include <oktopk/impl/comm/fault_injection.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
 

@@ -11,6 +11,11 @@
 
 namespace oktopk::impl {
 
+/// The range policy of every flat kernel: 64-bit indices, so gradients of 2^31 entries and
+/// more index without overflow.
+template <class ExecSpace>
+using RangeOf = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
+
 /// True when kernels of ExecSpace run on the host (Serial, OpenMP, Threads).
 template <class ExecSpace>
 inline constexpr bool runs_on_host_v =

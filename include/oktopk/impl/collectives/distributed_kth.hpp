@@ -5,7 +5,7 @@
 
 #include <oktopk/communicator.hpp>
 #include <oktopk/topk.hpp>
-#include <oktopk/impl/radix_select.hpp>
+#include <oktopk/impl/kernels/radix_select.hpp>
 
 #include <Kokkos_Core.hpp>
 

@@ -5,8 +5,8 @@
 
 #include <oktopk/communicator.hpp>
 #include <oktopk/config.hpp>
-#include <oktopk/impl/kokkos_compat.hpp>
-#include <oktopk/impl/kokkos_ext.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
 
 #include <Kokkos_Core.hpp>
 

@@ -7,10 +7,10 @@
 
 #include <oktopk/fwd.hpp>
 #include <oktopk/select.hpp>
-#include <oktopk/impl/count_levels.hpp>
-#include <oktopk/impl/kokkos_compat.hpp>
-#include <oktopk/impl/kokkos_ext.hpp>
-#include <oktopk/impl/vector_ops.hpp>
+#include <oktopk/impl/kernels/count_levels.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
 

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <oktopk/fwd.hpp>
-#include <oktopk/impl/count_levels.hpp>
-#include <oktopk/impl/kokkos_compat.hpp>
-#include <oktopk/impl/kokkos_ext.hpp>
+#include <oktopk/impl/kernels/count_levels.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -14,9 +14,6 @@
 #include <limits>
 
 namespace oktopk::impl {
-
-template <class ExecSpace>
-using RangeOf = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
 
 KOKKOS_INLINE_FUNCTION bool is_finite(float x) {
   return (float_to_bits(x) & 0x7f800000u) != 0x7f800000u;

@@ -8,10 +8,10 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/pack.hpp>
 #include <oktopk/select.hpp>
-#include <oktopk/impl/candidates.hpp>
-#include <oktopk/impl/fault_injection.hpp>
-#include <oktopk/impl/mpi_mirror.hpp>
-#include <oktopk/impl/vector_ops.hpp>
+#include <oktopk/impl/kernels/candidates.hpp>
+#include <oktopk/impl/comm/fault_injection.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -53,7 +53,7 @@ template <class ExecSpace, class Counts, class Offsets>
 void prefix_offsets(const ExecSpace& exec, const Counts& counts, const Offsets& offsets) {
   const auto parts = static_cast<int>(counts.extent(0));
   Kokkos::parallel_for(
-      "OkTopk::split_and_reduce::send_offsets", Kokkos::RangePolicy<ExecSpace>(exec, 0, 1),
+      "OkTopk::split_and_reduce::send_offsets", RangeOf<ExecSpace>(exec, 0, 1),
       KOKKOS_LAMBDA(int) {
         count_type running = 0;
         offsets(0) = 0;
@@ -195,7 +195,7 @@ void selected_global_indices(const ExecSpace& exec, const SplitReduce<ExecSpace>
   const auto regions = static_cast<std::int64_t>(group_offsets.extent(0)) - 1;
   Kokkos::parallel_for(
       "OkTopk::split_and_reduce::global_indices",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, state.selected),
+      impl::RangeOf<ExecSpace>(exec, 0, state.selected),
       KOKKOS_LAMBDA(std::int64_t j) {
         // The last group starting at or before j: empty groups share their start with the next.
         const auto r = upper_bound(group_offsets, regions + 1, j) - 1;

@@ -5,7 +5,7 @@
 // "Checkpoint and restart").
 #pragma once
 
-#include <oktopk/impl/hash.hpp>
+#include <oktopk/impl/base/hash.hpp>
 
 #include <algorithm>
 #include <cstdint>

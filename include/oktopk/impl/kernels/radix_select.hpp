@@ -10,8 +10,8 @@
 
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
-#include <oktopk/impl/kokkos_compat.hpp>
-#include <oktopk/impl/kokkos_ext.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -104,7 +104,7 @@ void radix_histogram_host(const ExecSpace& exec, const XView& x, const RadixDigi
   const std::int64_t stretches = std::max<std::int64_t>(1, std::min<std::int64_t>(exec.concurrency(), n));
   Kokkos::parallel_for(
       "OkTopk::kth_largest_abs::histogram_host",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, stretches),
+      impl::RangeOf<ExecSpace>(exec, 0, stretches),
       KOKKOS_LAMBDA(std::int64_t s) {
         int local[copies << radix_max_bits];
         for (int b = 0; b < copies * digit.bins; ++b) local[b] = 0;

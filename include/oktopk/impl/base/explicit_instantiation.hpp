@@ -8,7 +8,7 @@
 // enabled later, a user-defined space) still work, by implicit instantiation as before.
 #pragma once
 
-#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
 
 #include <Kokkos_Core.hpp>
 

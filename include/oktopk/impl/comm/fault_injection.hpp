@@ -18,7 +18,7 @@
 #ifdef OKTOPK_FAULT_INJECTION
 
 #include <oktopk/communicator.hpp>
-#include <oktopk/impl/mpi_check.hpp>
+#include <oktopk/impl/comm/mpi_check.hpp>
 
 #include <mpi.h>
 

@@ -5,7 +5,7 @@
 // with one.
 #pragma once
 
-#include <oktopk/impl/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
 
 #include <Kokkos_Core.hpp>
 

@@ -1,0 +1,368 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// What every method shares to implement SparseAllreduce: the driver of one call (checks,
+// accumulate pass, warm-up, the method's step, error feedback, failure handling) and the
+// toolkit the methods' steps use (timed phases, dense averages, selections, exact top-k
+// thresholds, and what the accumulate pass counted).
+#pragma once
+
+#include <oktopk/error.hpp>
+#include <oktopk/layout.hpp>
+#include <oktopk/select.hpp>
+#include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/topk.hpp>
+#include <oktopk/impl/base/explicit_instantiation.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/collectives/ring_allreduce.hpp>
+#include <oktopk/impl/comm/failure.hpp>
+#include <oktopk/impl/comm/fault_injection.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/kernels/accumulate_pass.hpp>
+#include <oktopk/impl/kernels/candidates.hpp>
+#include <oktopk/impl/kernels/count_levels.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace oktopk::impl {
+
+/// \brief The base of every method: reduce_now for all of them, over the hooks a method
+/// overrides (reduce_step at least), and the tools its step uses.
+template <class ExecSpace>
+class MethodBase : public SparseAllreduce<ExecSpace> {
+  using Base = SparseAllreduce<ExecSpace>;
+
+ public:
+  using typename Base::const_vector_type;
+  using typename Base::index_vector_type;
+  using typename Base::memory_space;
+  using typename Base::vector_type;
+
+ protected:
+  /// Allocates the handle's buffers on `exec` and fences it.
+  MethodBase(const ExecSpace& exec, Algorithm algorithm, const Communicator& comm,
+             std::int64_t n, const Options& options, const Layout& layout)
+      : Base(exec, algorithm, comm, n, options, layout),
+        kth_workspace_(exec),
+        acc_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::SparseAllreduce::acc"),
+             static_cast<std::size_t>(n)) {
+    fence(exec, "OkTopk::MethodBase: buffers ready");
+  }
+
+  void reduce_now(const ExecSpace& exec, const const_vector_type& grad,
+                  const vector_type& out) final;
+
+  /// The method's body, for calls after the warm-up. `acc` holds residual + grad; on return
+  /// `out` holds the averaged result and `acc` what stays in the residual (the method clears
+  /// the entries it communicated). `stats_` is reset before the call, except `phases`,
+  /// which reduce_now fills from phase() scopes and the communicator.
+  virtual void reduce_step(const ExecSpace& exec, const vector_type& acc,
+                           const vector_type& out) = 0;
+
+  /// Whether the method keeps a residual (error feedback): without one, the residual stays
+  /// zero and acc is a copy of the gradient.
+  virtual bool uses_error_feedback() const { return true; }
+
+  /// Thresholds the method wants the call's accumulate pass to count |acc| above, for free
+  /// (the pass reads acc anyway): accumulated_ then knows them (on GPUs the first level
+  /// only). None (the default): nothing counted. Asked before the call counter moves, so the
+  /// call it is for is iteration_ + 1.
+  virtual impl::CountLevels accumulate_count_levels() const { return {}; }
+
+  /// Whether every call is a dense average of the gradient as it is (the Dense method): the
+  /// driver then reduces `grad` straight into `out`, without reduce_step and without a copy,
+  /// and checks the average for NaN and Inf instead of the input, passes fewer.
+  virtual bool averages_gradient_as_is() const { return false; }
+
+  /// \brief RAII: while alive, communication is charged to phase `name`; on destruction the
+  /// execution space is fenced and the elapsed time added to that phase's stats.
+  class PhaseTimer {
+   public:
+    PhaseTimer(MethodBase& owner, const ExecSpace& exec, const char* name)
+        : owner_(owner), exec_(exec), name_(name), scope_(owner.comm_.phase(name)) {
+      try {
+        OKTOPK_FAULT_POINT(owner_.comm_, "enter");
+      } catch (...) {
+        // No destructor runs for a constructor that throws: name the phase here.
+        if (owner_.failed_phase_.empty()) owner_.failed_phase_ = name_;
+        throw;
+      }
+    }
+    ~PhaseTimer() {
+      if (std::uncaught_exceptions() > uncaught_at_start_) {
+        // A failure leaves this phase: the innermost phase it left is the one to report.
+        if (owner_.failed_phase_.empty()) owner_.failed_phase_ = name_;
+        return;
+      }
+      impl::fence(exec_, "OkTopk::SparseAllreduce::phase");
+      owner_.stats_.phases[name_].seconds += timer_.seconds();
+    }
+    PhaseTimer(const PhaseTimer&) = delete;
+    PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+   private:
+    MethodBase& owner_;
+    ExecSpace exec_;
+    std::string name_;
+    Communicator::PhaseScope scope_;
+    Kokkos::Timer timer_;
+    int uncaught_at_start_ = std::uncaught_exceptions();
+  };
+  PhaseTimer phase(const ExecSpace& exec, const char* name) { return PhaseTimer(*this, exec, name); }
+
+  /// Dense allreduce of `in` (SUM) into `out`, then out /= P, by options_.dense_allreduce.
+  /// `in` and `out` may be the same. With `count_nonfinite`, returns how many averages this
+  /// rank found not finite: all of them with MPI_Allreduce, those of the chunk it finished
+  /// with the ring (0 otherwise: warm-up calls do not wait for a count they do not use).
+  template <class In>
+  std::int64_t dense_average(const ExecSpace& exec, const In& in, const vector_type& out,
+                             bool count_nonfinite);
+
+  /// A whole dense call (warm-up calls, and the Dense method): dense_average plus its stats.
+  template <class In>
+  std::int64_t dense_step(const ExecSpace& exec, const In& in, const vector_type& out,
+                          bool count_nonfinite);
+
+  /// Stream-compacts {i : |x(i)| > threshold} into (indices, values), growing them if needed;
+  /// returns the count. `known`: what the accumulate pass knows of x = acc at the threshold
+  /// (accumulated_.known_above()), so that fewer passes read x.
+  std::int64_t select_into(const ExecSpace& exec, const vector_type& x, float threshold,
+                           index_vector_type& indices, vector_type& values,
+                           const impl::KnownAbove<ExecSpace>& known = {});
+
+  /// A phase factory for the shared collectives: timed(name) opens phase(exec, name).
+  auto timed(const ExecSpace& exec) {
+    return [this, exec](const char* name) { return phase(exec, name); };
+  }
+
+  /// The k-th largest |x| threshold for "exactly the k largest": selecting |x| > result keeps
+  /// k entries when magnitudes are distinct (-Inf when k >= n keeps all, +Inf when k == 0).
+  float topk_threshold(const ExecSpace& exec, const vector_type& x, std::int64_t k);
+
+  /// What this call's accumulate pass counted of acc_, for the method's selections.
+  AccumulatePass<ExecSpace> accumulated_;
+  KthLargestWorkspace<ExecSpace> kth_workspace_;
+
+ private:
+  /// Runs `body`, part of a collective call; if it throws on this rank, the job ends through
+  /// abort_after_local_failure, since the other ranks may already wait inside MPI.
+  template <class Body>
+  void run_or_abort(std::int64_t call, Body&& body);
+
+  /// stats_.segments from `out`: one count of non-zeros per segment of the layout.
+  void count_segment_nonzeros(const ExecSpace& exec, const vector_type& out);
+
+  vector_type acc_;
+  vector_type ring_received_{"OkTopk::SparseAllreduce::ring_received", 0};
+  std::string failed_phase_;  // set by PhaseTimer when a failure leaves a phase
+};
+
+template <class ExecSpace>
+void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector_type& grad,
+                                            const vector_type& out) {
+  constexpr const char* where = "oktopk::SparseAllreduce::reduce";
+  ScopedRegion region("OkTopk::SparseAllreduce::reduce");
+  const ReduceStats previous_stats = this->stats_;  // restored if the call is rejected
+  accumulated_.forget();
+  this->comm_.reset_traffic();
+  this->stats_ = ReduceStats{};
+  this->stats_.k = this->k_;
+
+  // Local problems become collective ones: every rank learns of any rank's bad input, so all
+  // throw together instead of some waiting forever in the next collective. Anything else that
+  // fails on some ranks only ends the job (run_or_abort): see the user guide, "Failures".
+  const bool length_ok = static_cast<std::int64_t>(grad.extent(0)) == this->n_ &&
+                         static_cast<std::int64_t>(out.extent(0)) == this->n_;
+  std::int64_t nonfinite = 0;
+  // {rank + 1 of a bad length, of a non-finite gradient, this handle's serial, minus it}: one
+  // MPI_MAX also gives the smallest serial, so a mismatch of handles shows on every rank.
+  std::int64_t bad_rank[4] = {0, 0, this->serial_, -this->serial_};
+  const std::int64_t call = this->iteration_ + 1;
+  // The call's input (residual + gradient) goes into acc_, checked on the way, unless the
+  // method averages the gradient as it is: then the average is checked instead (below).
+  const bool as_is = averages_gradient_as_is();
+  run_or_abort(call, [&] {
+    if (length_ok && !as_is) {
+      auto timer = phase(exec, "accumulate");
+      if (uses_error_feedback()) {
+        nonfinite = accumulated_.run(exec, this->residual_, grad, acc_, accumulate_count_levels(), this->k_);
+      } else {
+        nonfinite = copy_counting_nonfinite(exec, grad, acc_);
+      }
+    }
+    bad_rank[0] = length_ok ? 0 : this->comm_.rank() + 1;
+    bad_rank[1] = nonfinite == 0 ? 0 : this->comm_.rank() + 1;
+    auto timer = phase(exec, "check");
+    this->comm_.allreduce_in_place(bad_rank, 4, MPI_MAX);
+  });
+  const bool same_handle = bad_rank[2] == -bad_rank[3];
+  if (bad_rank[0] != 0 || bad_rank[1] != 0 || !same_handle) this->stats_ = previous_stats;
+  OKTOPK_REQUIRE(same_handle, std::invalid_argument, where,
+                 "the ranks' calls at this position belong to different handles (numbers "
+                     << -bad_rank[3] << " to " << bad_rank[2] << " of their communicator; this "
+                     << "rank's is " << this->serial_ << ", " << this->algorithm_ << " on n = " << this->n_
+                     << "): launch calls in the same order on every rank");
+  OKTOPK_REQUIRE(bad_rank[0] == 0, std::invalid_argument, where,
+                 "grad and out must have length " << this->n_ << " on every rank; rank "
+                                                  << bad_rank[0] - 1 << " passed "
+                                                  << (this->comm_.rank() + 1 == bad_rank[0]
+                                                          ? std::to_string(grad.extent(0)) + " and " +
+                                                                std::to_string(out.extent(0))
+                                                          : std::string("other lengths")));
+  OKTOPK_REQUIRE(bad_rank[1] == 0, std::invalid_argument, where,
+                 "the gradient (plus residual) holds NaN or Inf on rank " << bad_rank[1] - 1
+                     << (this->comm_.rank() + 1 == bad_rank[1]
+                             ? " (" + std::to_string(nonfinite) + " entries)"
+                             : std::string()));
+
+  // Non-finite averages of an as-is call, counted over all ranks: NaN or Inf in some rank's
+  // gradient, or a sum that overflows. The same on every rank, so all throw below.
+  std::int64_t nonfinite_averages = 0;
+  run_or_abort(call, [&] {
+    ++this->iteration_;
+    this->stats_.iteration = this->iteration_;
+    if (as_is) {
+      nonfinite_averages = dense_step(exec, grad, out, true);
+      auto timer = phase(exec, "check");
+      // MPI_Allreduce leaves every rank the whole average, the ring each rank its own chunk.
+      this->comm_.allreduce_in_place(&nonfinite_averages, 1,
+                               this->options_.dense_allreduce == DenseAlgorithm::Ring ? MPI_SUM : MPI_MAX);
+    } else if (this->iteration_ <= this->options_.warmup_iterations) {
+      dense_step(exec, acc_, out, false);
+      Kokkos::deep_copy(exec, this->residual_, 0.0f);
+    } else {
+      reduce_step(exec, acc_, out);
+      if (uses_error_feedback()) std::swap(this->residual_, acc_);
+    }
+    for (const auto& [name, traffic] : this->comm_.traffic()) this->stats_.phases[name].traffic = traffic;
+    if (!this->layout_.empty()) count_segment_nonzeros(exec, out);
+  });
+  if (nonfinite_averages != 0) {
+    // Rejected, as a non-finite input is: the handle stays as it was. Which rank's gradient is
+    // to blame takes one more pass and allreduce, on this error path only.
+    --this->iteration_;
+    this->stats_ = previous_stats;
+    std::int64_t bad_input = 0;
+    run_or_abort(call, [&] {
+      nonfinite = count_nonfinite(exec, grad);
+      bad_input = nonfinite == 0 ? 0 : this->comm_.rank() + 1;
+      this->comm_.allreduce_in_place(&bad_input, 1, MPI_MAX);
+    });
+    OKTOPK_REQUIRE(bad_input == 0, std::invalid_argument, where,
+                   "the gradient holds NaN or Inf on rank " << bad_input - 1
+                       << (this->comm_.rank() + 1 == bad_input
+                               ? " (" + std::to_string(nonfinite) + " entries)"
+                               : std::string()));
+    OKTOPK_REQUIRE(false, std::invalid_argument, where,
+                   "the sum over ranks overflows to Inf at " << nonfinite_averages
+                       << " entries (every gradient is finite)");
+  }
+  this->last_out_ = out;
+}
+
+
+template <class ExecSpace>
+void MethodBase<ExecSpace>::count_segment_nonzeros(const ExecSpace& exec,
+                                                        const vector_type& out) {
+  this->stats_.segments.clear();
+  this->stats_.segments.reserve(this->layout_.segments().size());
+  for (const Segment& segment : this->layout_.segments()) {
+    const auto range = Kokkos::make_pair(static_cast<std::size_t>(segment.offset),
+                                         static_cast<std::size_t>(segment.offset + segment.length));
+    // |x| > 0: the non-zeros (the output is finite: reduce rejects non-finite input).
+    this->stats_.segments.push_back(
+        SegmentStats{segment.name, count_above(exec, Kokkos::subview(out, range), 0.0f)});
+  }
+}
+
+
+template <class ExecSpace>
+template <class Body>
+void MethodBase<ExecSpace>::run_or_abort(std::int64_t call, Body&& body) {
+  OKTOPK_FAULT_CALL(call);
+  failed_phase_.clear();
+  try {
+    body();
+  } catch (const std::exception& e) {
+    abort_after_local_failure(this->comm_, e.what(), failed_phase_.empty() ? "other" : failed_phase_,
+                                    this->algorithm_, call);
+  } catch (...) {
+    abort_after_local_failure(this->comm_, "an exception of unknown type",
+                                    failed_phase_.empty() ? "other" : failed_phase_, this->algorithm_,
+                                    call);
+  }
+}
+
+template <class ExecSpace>
+template <class In>
+std::int64_t MethodBase<ExecSpace>::dense_average(const ExecSpace& exec, const In& in,
+                                                       const vector_type& out,
+                                                       bool count_nonfinite) {
+  if (this->options_.dense_allreduce == DenseAlgorithm::Ring) {
+    // The ring's count rides on a pass it makes anyway.
+    const std::int64_t nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_received_);
+    return count_nonfinite ? nonfinite : 0;
+  }
+  if (in.data() == out.data()) {
+    mpi_allreduce_in_place(exec, this->comm_, out, MPI_SUM);
+  } else {
+    // Out of place: MPI reads `in` where it lies, no copy into `out` first.
+    const auto send = mpi_send_view(exec, in);
+    auto receive = mpi_receive_view(exec, out);
+    this->comm_.allreduce(send.data(), receive.data(), this->n_, MPI_SUM);
+    mpi_received(exec, receive, out, 0, this->n_);
+  }
+  const auto P = static_cast<float>(this->comm_.size());
+  if (count_nonfinite) return divide_counting_nonfinite(exec, out, out, P);
+  divide(exec, out, out, P);
+  return 0;
+}
+
+template <class ExecSpace>
+template <class In>
+std::int64_t MethodBase<ExecSpace>::dense_step(const ExecSpace& exec, const In& in,
+                                                    const vector_type& out,
+                                                    bool count_nonfinite) {
+  this->stats_.dense = true;
+  this->stats_.local_threshold = this->stats_.global_threshold = -std::numeric_limits<float>::infinity();
+  this->stats_.local_selected = this->stats_.global_selected = this->n_;
+  auto timer = phase(exec, "dense_allreduce");
+  return dense_average(exec, in, out, count_nonfinite);
+}
+
+template <class ExecSpace>
+std::int64_t MethodBase<ExecSpace>::select_into(const ExecSpace& exec, const vector_type& x,
+                                                     float threshold, index_vector_type& indices,
+                                                     vector_type& values,
+                                                     const KnownAbove<ExecSpace>& known) {
+  std::int64_t count = select_known(exec, known, x, threshold, indices, values);
+  if (count > static_cast<std::int64_t>(std::min(indices.extent(0), values.extent(0)))) {
+    ensure_capacity(exec, indices, count);
+    ensure_capacity(exec, values, count);
+    count = select_known(exec, known, x, threshold, indices, values);
+  }
+  return count;
+}
+
+template <class ExecSpace>
+float MethodBase<ExecSpace>::topk_threshold(const ExecSpace& exec, const vector_type& x,
+                                                 std::int64_t k) {
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  if (k <= 0) return std::numeric_limits<float>::infinity();
+  if (k >= n) return -std::numeric_limits<float>::infinity();
+  return kth_largest_abs(exec, x, k + 1, kth_workspace_);
+}
+
+
+}  // namespace oktopk::impl
+
+// Compiled once, in liboktopk (src/instantiate/).
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::MethodBase)

@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The bodies of SparseAllreduce's public face (include/oktopk/sparse_allreduce.hpp): the queue
+// entry points, the sparse view of the output, and checkpoint save and restore. What one call
+// does is impl::MethodBase::reduce_now.
+#pragma once
+
+#include <oktopk/error.hpp>
+#include <oktopk/select.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <istream>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+
+namespace oktopk {
+
+template <class ExecSpace>
+SparseAllreduce<ExecSpace>::SparseAllreduce(const ExecSpace& exec, Algorithm algorithm,
+                                            const Communicator& comm, std::int64_t n,
+                                            const Options& options, const Layout& layout)
+    : algorithm_(algorithm),
+      comm_(comm),
+      n_(n),
+      k_(static_cast<std::int64_t>(std::floor(options.density * static_cast<double>(n)))),
+      options_(options),
+      layout_(layout),
+      residual_(Kokkos::view_alloc(exec, "OkTopk::SparseAllreduce::residual"),
+                static_cast<std::size_t>(n)) {
+  if (k_ > n_) k_ = n_;
+  impl::fence(exec, "OkTopk::SparseAllreduce: buffers ready");
+}
+
+template <class ExecSpace>
+void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vector_type& grad,
+                                        const vector_type& out) {
+  // A queued call that reduces (the C interface's) is already where the queue is worked.
+  if (impl::in_progress_task()) {
+    reduce_now(exec, grad, out);
+  } else {
+    reduce_async(exec, grad, out).wait();
+  }
+}
+
+template <class ExecSpace>
+ReduceRequest SparseAllreduce<ExecSpace>::reduce_async(const ExecSpace& exec,
+                                                       const const_vector_type& grad,
+                                                       const vector_type& out) {
+  return ReduceRequest(impl::enqueue([this, exec, grad, out] { reduce_now(exec, grad, out); }));
+}
+
+
+template <class ExecSpace>
+void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream& os) const {
+  impl::ScopedRegion region("OkTopk::SparseAllreduce::save_state");
+  impl::StateWriter out(os, "oktopk::SparseAllreduce::save_state");
+  // Handles without a layout write the first version, byte for byte as before layouts existed.
+  const bool with_layout = !layout_.empty();
+  out.header(with_layout ? impl::state_format_version : impl::state_format_version_without_layout);
+  impl::StateBuffer head;
+  head.put_u32(static_cast<std::uint32_t>(algorithm_));
+  head.put_i64(n_);
+  head.put_i32(comm_.size());
+  head.put_i32(comm_.rank());
+  head.put_i64(options_.digest());
+  head.put_i64(iteration_);
+  if (with_layout) head.put_i64(layout_.digest());
+  out.section("HEAD", head.bytes());
+  auto host = Kokkos::create_mirror_view(Kokkos::HostSpace(), residual_);
+  Kokkos::deep_copy(exec, host, residual_);
+  impl::fence(exec, "OkTopk::SparseAllreduce::save_state: residual to host");
+  out.section_floats("RESD", host.data(), host.extent(0));
+  impl::StateBuffer method;
+  save_method_state(method);
+  out.section("METH", method.bytes());
+}
+
+template <class ExecSpace>
+void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istream& is) {
+  constexpr const char* where = "oktopk::SparseAllreduce::restore_state";
+  impl::ScopedRegion region("OkTopk::SparseAllreduce::restore_state");
+  const int P = comm_.size();
+  const int me = comm_.rank();
+
+  // 1. Parse everything into temporaries; the handle is untouched until every rank agrees.
+  Kokkos::View<value_type*, Kokkos::HostSpace> residual;
+  std::int64_t iteration = 0;
+  std::function<void(const ExecSpace&)> install_method;
+  int failure = 0;  // 0: none, 1: mismatch (invalid_argument), 2: damaged (runtime_error)
+  std::string message;
+  try {
+    impl::StateReader in(is);
+    const std::uint32_t version = in.header();
+    impl::StateParser head = in.section("HEAD", "header", 64);
+    const std::uint32_t algorithm = head.u32();
+    const std::int64_t n = head.i64();
+    const std::int32_t size = head.i32();
+    const std::int32_t rank = head.i32();
+    const std::int64_t digest = head.i64();
+    iteration = head.i64();
+    // Version 1 predates layouts: it was written by a handle without one.
+    const std::int64_t layout_digest =
+        version == impl::state_format_version_without_layout ? Layout().digest() : head.i64();
+    head.expect_end();
+    if (algorithm >= all_algorithms.size()) {
+      throw impl::StateError(false, "checkpoint is corrupt: unknown algorithm number " +
+                                        std::to_string(algorithm));
+    }
+    const auto written_for = all_algorithms[algorithm];
+    if (written_for != algorithm_) {
+      throw impl::StateError(true, "checkpoint was written for algorithm " +
+                                       to_string(written_for) + ", this handle runs " +
+                                       to_string(algorithm_));
+    }
+    if (n != n_) {
+      throw impl::StateError(true, "checkpoint was written for n = " + std::to_string(n) +
+                                       ", this handle has n = " + std::to_string(n_));
+    }
+    if (size != P) {
+      throw impl::StateError(true, "checkpoint was written on " + std::to_string(size) +
+                                       " ranks, this handle's communicator has " +
+                                       std::to_string(P));
+    }
+    if (rank != me) {
+      throw impl::StateError(true, "checkpoint was written by rank " + std::to_string(rank));
+    }
+    if (digest != options_.digest()) {
+      throw impl::StateError(true, "checkpoint was written with other options than this "
+                                   "handle's (options digest " +
+                                       std::to_string(digest) + ", this handle's " +
+                                       std::to_string(options_.digest()) + ")");
+    }
+    if (layout_digest != layout_.digest()) {
+      throw impl::StateError(true, "checkpoint was written by a handle with another layout than "
+                                   "this handle's (layout digest " +
+                                       std::to_string(layout_digest) + ", this handle's " +
+                                       std::to_string(layout_.digest()) + ")");
+    }
+    if (iteration < 0) {
+      throw impl::StateError(false, "checkpoint is corrupt: negative call counter " +
+                                        std::to_string(iteration));
+    }
+    residual = Kokkos::View<value_type*, Kokkos::HostSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::SparseAllreduce::restored_residual"),
+        static_cast<std::size_t>(n_));
+    in.section_floats("RESD", "residual", residual.data(), residual.extent(0));
+    // Method sections are small: thresholds and P + 1 region boundaries.
+    impl::StateParser method =
+        in.section("METH", "method state", 4096 + 16 * static_cast<std::uint64_t>(P + 1));
+    install_method = load_method_state(method);
+  } catch (const impl::StateError& e) {
+    failure = e.mismatch() ? 1 : 2;
+    message = e.what();
+  } catch (const std::exception& e) {
+    failure = 2;
+    message = e.what();
+  }
+
+  // 2. Agree: the first failing rank's message, or unequal call counters, throw everywhere.
+  std::int64_t agreed[3] = {failure != 0 ? P - me : 0, failure != 0 ? 0 : iteration,
+                            failure != 0 ? ~std::int64_t{0} : ~iteration};
+  comm_.allreduce_in_place(agreed, 3, MPI_MAX);
+  if (agreed[0] != 0) {
+    const int root = P - static_cast<int>(agreed[0]);
+    std::int64_t kind_length[2] = {failure, static_cast<std::int64_t>(message.size())};
+    comm_.bcast(kind_length, 2, root);
+    message.resize(static_cast<std::size_t>(kind_length[1]));
+    comm_.bcast(message.data(), kind_length[1], root);
+    const std::string text = std::string(where) + ": rank " + std::to_string(root) + ": " + message;
+    if (kind_length[0] == 1) throw std::invalid_argument(text);
+    throw std::runtime_error(text);
+  }
+  const std::int64_t largest = agreed[1];
+  const std::int64_t smallest = ~agreed[2];
+  OKTOPK_REQUIRE(smallest == largest, std::invalid_argument, where,
+                 "the ranks' checkpoints were written after different numbers of calls "
+                 "(smallest "
+                     << smallest << ", largest " << largest << ")");
+
+  // 3. Install.
+  Kokkos::deep_copy(exec, residual_, residual);
+  iteration_ = iteration;
+  stats_ = ReduceStats{};
+  stats_.k = k_;
+  stats_.iteration = iteration_;
+  last_out_ = vector_type();
+  if (install_method) install_method(exec);
+  impl::fence(exec, "OkTopk::SparseAllreduce::restore_state: state installed");
+}
+
+
+template <class ExecSpace>
+SparseResult<typename ExecSpace::memory_space> SparseAllreduce<ExecSpace>::result(
+    const ExecSpace& exec) const {
+  SparseResult<memory_space> r;
+  const auto capacity = static_cast<std::size_t>(last_out_.extent(0) == 0 ? 0 : stats_.global_selected + 1);
+  r.indices = index_vector_type(
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::SparseResult::indices"),
+      capacity);
+  r.values = vector_type(
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::SparseResult::values"),
+      capacity);
+  r.size = select_above(exec, last_out_, 0.0f, r.indices, r.values);
+  if (r.size > static_cast<std::int64_t>(capacity)) {
+    impl::ensure_capacity(exec, r.indices, r.size);
+    impl::ensure_capacity(exec, r.values, r.size);
+    r.size = select_above(exec, last_out_, 0.0f, r.indices, r.values);
+  }
+  return r;
+}
+
+
+}  // namespace oktopk
