@@ -2,6 +2,7 @@
 // Communicator: checked MPI calls on a duplicated communicator, with traffic accounting.
 #include <oktopk/communicator.hpp>
 #include <oktopk/error.hpp>
+#include <oktopk/impl/base/hash.hpp>
 #include <oktopk/impl/comm/mpi_check.hpp>
 
 #include <algorithm>
@@ -179,11 +180,9 @@ bool operator==(const PhaseTraffic& a, const PhaseTraffic& b) {
 
 std::int64_t agreement_digest(std::string_view text) {
   // 64-bit FNV-1a: stable across runs, platforms and compilers, unlike std::hash.
-  std::uint64_t hash = 14695981039346656037ULL;
-  for (const char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 1099511628211ULL;
-  }
+  impl::Fnv1a64 fnv;
+  fnv.update(text.data(), text.size());
+  const std::uint64_t hash = fnv.value();
   std::int64_t digest = 0;
   std::memcpy(&digest, &hash, sizeof digest);
   return digest;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "checkpoint.hpp"
 
+#include <oktopk/section_file.hpp>
+
 #include <mpi.h>
 
 #include <fcntl.h>
@@ -11,9 +13,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
-#include <string_view>
 
 namespace oktopk::train {
 
@@ -21,116 +23,8 @@ namespace {
 
 constexpr char kMagic[8] = {'O', 'K', 'T', 'O', 'P', 'K', 'T', 'R'};
 constexpr std::uint32_t kVersion = 1;
-
-std::uint64_t checksum(std::string_view bytes) {
-  return static_cast<std::uint64_t>(agreement_digest(bytes));  // FNV-1a 64
-}
-
-class Encoder {
- public:
-  void u32(std::uint32_t v) { put(v, 4); }
-  void u64(std::uint64_t v) { put(v, 8); }
-  void i64(std::int64_t v) { put(static_cast<std::uint64_t>(v), 8); }
-  void f64(double v) {
-    std::uint64_t bits = 0;
-    std::memcpy(&bits, &v, sizeof bits);
-    put(bits, 8);
-  }
-  void floats(const std::vector<float>& values) {
-    u64(values.size());
-    for (const float v : values) {
-      std::uint32_t bits = 0;
-      std::memcpy(&bits, &v, sizeof bits);
-      put(bits, 4);
-    }
-  }
-  void raw(std::string_view bytes) { bytes_.append(bytes.data(), bytes.size()); }
-  void section(const char* tag, const Encoder& payload) {
-    raw(std::string_view(tag, 4));
-    u64(payload.bytes_.size());
-    raw(payload.bytes_);
-    u64(checksum(payload.bytes_));
-  }
-  const std::string& bytes() const { return bytes_; }
-
- private:
-  void put(std::uint64_t v, int size) {
-    for (int i = 0; i < size; ++i) bytes_.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
-  }
-  std::string bytes_;
-};
-
-class Decoder {
- public:
-  Decoder(std::string_view bytes, std::string what) : bytes_(bytes), what_(std::move(what)) {}
-
-  std::uint32_t u32() { return static_cast<std::uint32_t>(get(4)); }
-  std::uint64_t u64() { return get(8); }
-  std::int64_t i64() { return static_cast<std::int64_t>(get(8)); }
-  double f64() {
-    const std::uint64_t bits = get(8);
-    double v = 0.0;
-    std::memcpy(&v, &bits, sizeof v);
-    return v;
-  }
-  std::vector<float> floats() {
-    const std::uint64_t count = u64();
-    if (count > remaining() / 4) fail("is truncated: it ends inside " + what_);
-    std::vector<float> values(count);
-    for (auto& v : values) {
-      const auto bits = static_cast<std::uint32_t>(get(4));
-      std::memcpy(&v, &bits, sizeof v);
-    }
-    return values;
-  }
-  std::string_view raw(std::size_t size) {
-    if (size > remaining()) fail("is truncated: it ends inside " + what_);
-    const std::string_view part = bytes_.substr(position_, size);
-    position_ += size;
-    return part;
-  }
-  /// The next section's payload, checked against its tag, length and checksum.
-  Decoder section(const char* tag, const std::string& name) {
-    const std::string what = "the " + name + " section";
-    Decoder head(raw_or_truncated(12, what), what);
-    const std::string_view found = head.raw(4);
-    if (found != std::string_view(tag, 4)) {
-      fail("is corrupt: expected " + what + ", found another tag");
-    }
-    const std::uint64_t length = head.u64();
-    if (length > remaining()) fail("is truncated: it ends inside " + what);
-    const std::string_view payload = raw(static_cast<std::size_t>(length));
-    Decoder sum(raw_or_truncated(8, what), what);
-    if (sum.u64() != checksum(payload)) fail("is corrupt: " + what + " does not match its checksum");
-    return Decoder(payload, what);
-  }
-  void expect_end() const {
-    if (remaining() != 0) fail("is corrupt: " + what_ + " has unexpected trailing bytes");
-  }
-  std::size_t remaining() const { return bytes_.size() - position_; }
-
- private:
-  std::string_view raw_or_truncated(std::size_t size, const std::string& what) {
-    if (size > remaining()) fail("is truncated: it ends inside " + what);
-    return raw(size);
-  }
-  std::uint64_t get(int size) {
-    if (static_cast<std::size_t>(size) > remaining()) {
-      fail("is corrupt: " + what_ + " is too short");
-    }
-    std::uint64_t v = 0;
-    for (int i = 0; i < size; ++i) {
-      v |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes_[position_ + i])) << (8 * i);
-    }
-    position_ += static_cast<std::size_t>(size);
-    return v;
-  }
-  [[noreturn]] static void fail(const std::string& what) { throw std::runtime_error(what); }
-
-  std::string_view bytes_;
-  std::string what_;
-  std::size_t position_ = 0;
-};
+/// No section of a checkpoint is limited but by the file's size.
+constexpr std::uint64_t kAnyLength = std::numeric_limits<std::uint64_t>::max();
 
 /// Collective: if any rank passes a non-empty `error`, every rank throws the first such rank's,
 /// as std::runtime_error("<context>: rank R: <error>").
@@ -184,60 +78,54 @@ std::string checkpoint_file(const std::string& prefix, int rank) {
 }
 
 std::string encode_checkpoint(const TrainingCheckpoint& c) {
-  Encoder file;
-  file.raw(std::string_view(kMagic, sizeof kMagic));
-  file.u32(kVersion);
-  Encoder settings;
+  std::ostringstream bytes;
+  SectionWriter file(bytes, "oktopk-train");
+  file.header(kMagic, kVersion);
   std::string text;
   for (const auto& [name, value] : c.settings) text += name + "=" + value + "\n";
-  settings.raw(text);
-  file.section("SETT", settings);
-  Encoder progress;
-  progress.u32(static_cast<std::uint32_t>(c.rank));
-  progress.u32(static_cast<std::uint32_t>(c.ranks));
+  file.section("SETT", text);
+  SectionPayload progress;
+  progress.put_u32(static_cast<std::uint32_t>(c.rank));
+  progress.put_u32(static_cast<std::uint32_t>(c.ranks));
   const TrainingProgress& p = c.progress;
-  progress.i64(p.epoch);
-  progress.i64(p.step);
-  progress.i64(p.global_step);
-  progress.f64(p.lr);
-  progress.f64(p.loss_sum);
-  progress.f64(p.bytes_sum);
-  progress.f64(p.density_sum);
-  progress.f64(p.final_accuracy);
-  file.section("PROG", progress);
-  Encoder parameters;
-  parameters.floats(c.parameters);
-  file.section("PARM", parameters);
-  Encoder velocity;
-  velocity.floats(c.velocity);
-  file.section("VELO", velocity);
-  Encoder allreduce;
-  allreduce.raw(c.allreduce_state);
-  file.section("HNDL", allreduce);
-  return file.bytes();
+  progress.put_i64(p.epoch);
+  progress.put_i64(p.step);
+  progress.put_i64(p.global_step);
+  progress.put_f64(p.lr);
+  progress.put_f64(p.loss_sum);
+  progress.put_f64(p.bytes_sum);
+  progress.put_f64(p.density_sum);
+  progress.put_f64(p.final_accuracy);
+  file.section("PROG", progress.bytes());
+  SectionPayload parameters;
+  parameters.put_floats(c.parameters);
+  file.section("PARM", parameters.bytes());
+  SectionPayload velocity;
+  velocity.put_floats(c.velocity);
+  file.section("VELO", velocity.bytes());
+  file.section("HNDL", c.allreduce_state);
+  return bytes.str();
 }
 
 TrainingCheckpoint decode_checkpoint(const std::string& bytes) {
-  Decoder file(bytes, "the file header");
-  if (bytes.size() < sizeof kMagic || bytes.compare(0, sizeof kMagic, kMagic, sizeof kMagic) != 0) {
+  std::istringstream stream(bytes);
+  SectionReader file(stream);
+  if (bytes.size() < sizeof kMagic || !file.magic(kMagic)) {
     throw std::runtime_error("is not an oktopk-train checkpoint (wrong magic bytes)");
   }
-  file.raw(sizeof kMagic);
-  if (file.remaining() < 4) throw std::runtime_error("is truncated: it ends inside the file header");
-  const std::uint32_t version = file.u32();
+  const std::uint32_t version = file.version();
   if (version != kVersion) {
     throw std::runtime_error("has format version " + std::to_string(version) +
                              ", this oktopk-train reads version " + std::to_string(kVersion));
   }
   TrainingCheckpoint c;
-  Decoder settings = file.section("SETT", "settings");
-  std::istringstream lines(std::string(settings.raw(settings.remaining())));
+  std::istringstream lines(file.section("SETT", "settings", kAnyLength).rest());
   for (std::string line; std::getline(lines, line);) {
     const auto equals = line.find('=');
     if (equals == std::string::npos) throw std::runtime_error("is corrupt: a settings line lacks '='");
     c.settings.emplace_back(line.substr(0, equals), line.substr(equals + 1));
   }
-  Decoder progress = file.section("PROG", "progress");
+  SectionParser progress = file.section("PROG", "progress", kAnyLength);
   c.rank = static_cast<std::int32_t>(progress.u32());
   c.ranks = static_cast<std::int32_t>(progress.u32());
   TrainingProgress& p = c.progress;
@@ -250,15 +138,16 @@ TrainingCheckpoint decode_checkpoint(const std::string& bytes) {
   p.density_sum = progress.f64();
   p.final_accuracy = progress.f64();
   progress.expect_end();
-  Decoder parameters = file.section("PARM", "parameters");
+  SectionParser parameters = file.section("PARM", "parameters", kAnyLength);
   c.parameters = parameters.floats();
   parameters.expect_end();
-  Decoder velocity = file.section("VELO", "momentum");
+  SectionParser velocity = file.section("VELO", "momentum", kAnyLength);
   c.velocity = velocity.floats();
   velocity.expect_end();
-  Decoder allreduce = file.section("HNDL", "allreduce state");
-  c.allreduce_state = std::string(allreduce.raw(allreduce.remaining()));
-  file.expect_end();
+  c.allreduce_state = file.section("HNDL", "allreduce state", kAnyLength).rest();
+  if (stream.peek() != std::char_traits<char>::eof()) {
+    throw std::runtime_error("is corrupt: unexpected bytes after the last section");
+  }
   if (p.epoch < 1 || p.step < 0 || p.global_step < 0) {
     throw std::runtime_error("is corrupt: negative position");
   }

@@ -41,9 +41,9 @@ struct TrainingCheckpoint {
 /// PREFIX.rank<R>: the file of rank R.
 std::string checkpoint_file(const std::string& prefix, int rank);
 
-/// \brief The file's bytes: "OKTOPKTR", a u32 version, then sections (4-character tag, u64
-/// length, payload, u64 FNV-1a of the payload), little-endian: SETT (settings, "name=value"
-/// lines), PROG (rank, ranks, progress), PARM and VELO (floats), HNDL (the allreduce state).
+/// \brief The file's bytes, in the section format of oktopk/section_file.hpp: "OKTOPKTR", a u32
+/// version, then the sections SETT (settings, "name=value" lines), PROG (rank, ranks,
+/// progress), PARM and VELO (a u64 count, then floats), HNDL (the allreduce state).
 std::string encode_checkpoint(const TrainingCheckpoint& checkpoint);
 
 /// \brief The inverse of encode_checkpoint; throws std::runtime_error("<what is wrong>") for

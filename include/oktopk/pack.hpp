@@ -7,6 +7,7 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/kernels/scatter_in_range.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -52,19 +53,9 @@ void scatter_add(const ExecSpace& exec, const IdxView& indices, const ValView& v
                  indices.extent(0) << " indices but " << values.extent(0) << " values");
   impl::ScopedRegion region("OkTopk::scatter_add");
   const auto n = static_cast<std::int64_t>(dense.extent(0));
-  std::int64_t outside = 0;
-  Kokkos::parallel_reduce(
-      "OkTopk::scatter_add",
-      impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t j, std::int64_t& bad) {
-        const std::int64_t i = indices(j) + offset;
-        if (i >= 0 && i < n) {
-          Kokkos::atomic_add(&dense(i), values(j));
-        } else {
-          ++bad;
-        }
-      },
-      outside);
+  const std::int64_t outside = impl::scatter_in_range(
+      exec, "OkTopk::scatter_add", indices, offset, n,
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { Kokkos::atomic_add(&dense(i), values(j)); });
   OKTOPK_REQUIRE(outside == 0, std::invalid_argument, where,
                  outside << " indices (after adding offset " << offset
                          << ") fall outside the dense vector of length " << n);

@@ -7,6 +7,7 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/kernels/scatter_in_range.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -46,19 +47,9 @@ void clear_at(const ExecSpace& exec, const VectorView& v, const IdxView& indices
   OKTOPK_STATIC_CHECK_WRITABLE(VectorView, "oktopk::clear_at: v");
   impl::ScopedRegion region("OkTopk::clear_at");
   const auto n = static_cast<std::int64_t>(v.extent(0));
-  std::int64_t outside = 0;
-  Kokkos::parallel_reduce(
-      "OkTopk::clear_at",
-      impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t j, std::int64_t& bad) {
-        const std::int64_t i = indices(j) + offset;
-        if (i >= 0 && i < n) {
-          v(i) = 0.0f;
-        } else {
-          ++bad;
-        }
-      },
-      outside);
+  const std::int64_t outside =
+      impl::scatter_in_range(exec, "OkTopk::clear_at", indices, offset, n,
+                             KOKKOS_LAMBDA(std::int64_t i, std::int64_t) { v(i) = 0.0f; });
   OKTOPK_REQUIRE(outside == 0, std::invalid_argument, "oktopk::clear_at",
                  outside << " indices (after adding offset " << offset
                          << ") fall outside the vector of length " << n);

@@ -130,13 +130,13 @@ class SparseAllreduce {
 
   /// Appends the method's own state carried between calls (beyond the residual and the call
   /// counter, which save_state writes) to `out`; methods with such state override both hooks.
-  virtual void save_method_state(impl::StateBuffer& out) const { (void)out; }
+  virtual void save_method_state(SectionPayload& out) const { (void)out; }
 
   /// Parses what save_method_state wrote, throwing impl::StateError for content this handle
   /// cannot take, and returns what installs it (empty: nothing to install). restore_state calls
   /// the result only once every rank's checkpoint checked out, so it must not fail; until then
   /// the handle must stay unchanged.
-  virtual std::function<void(const ExecSpace&)> load_method_state(impl::StateParser& in) {
+  virtual std::function<void(const ExecSpace&)> load_method_state(SectionParser& in) {
     in.expect_end();
     return {};
   }

@@ -8,7 +8,8 @@
 // checks are equalities; tests that need inexact data say so.
 #include "mpi/mpi_test_utils.hpp"
 #include <oktopk/make_sparse_allreduce.hpp>
-#include <oktopk/impl/algorithms/s2.hpp>
+#include <oktopk/oracle.hpp>
+#include <oktopk/impl/kernels/count_sketch.hpp>
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -30,7 +31,7 @@ using Mem = Exec::memory_space;
 using oktopk::Algorithm;
 using oktopk::Communicator;
 using oktopk::Options;
-using oktopk::impl::S2Sketch;
+using oktopk::impl::CountSketch;
 using Handle = std::unique_ptr<oktopk::SparseAllreduce<Exec>>;
 
 using oktopk::test::world_rank;
@@ -120,11 +121,11 @@ Handle make_s2(const Communicator& comm, std::int64_t n, const Options& options)
 }
 
 // ---- a host model of the count sketch, from the hash definition ---------------------------------
-// Only the hash functions (S2Sketch::cell) are shared with the library; the tables are summed in
+// Only the hash functions (CountSketch::cell) are shared with the library; the tables are summed in
 // double and the median is taken with std::sort, so sketching, signs, medians and the /P are
 // checked independently of the kernels.
 
-std::vector<double> host_table(const S2Sketch& s, const std::vector<float>& x) {
+std::vector<double> host_table(const CountSketch& s, const std::vector<float>& x) {
   std::vector<double> table(static_cast<std::size_t>(s.cells()), 0.0);
   for (std::int64_t i = 0; i < s.n; ++i) {
     const float v = x[static_cast<std::size_t>(i)];
@@ -138,7 +139,7 @@ std::vector<double> host_table(const S2Sketch& s, const std::vector<float>& x) {
   return table;
 }
 
-double host_estimate(const S2Sketch& s, const std::vector<double>& table, std::int64_t i) {
+double host_estimate(const CountSketch& s, const std::vector<double>& table, std::int64_t i) {
   std::vector<double> e;
   for (int q = 0; q < s.sketch_rows; ++q) {
     float sign = 0.0f;
@@ -256,7 +257,7 @@ TEST(S2, TinyAndEmptyGradients) {
     for (const std::int64_t columns : {std::int64_t{0}, std::int64_t{2}}) {
       SCOPED_TRACE("n = " + std::to_string(n) + ", columns = " + std::to_string(columns));
       auto options = s2_options(16, 3, columns);
-      const auto sketch = S2Sketch::make("test", n, options);
+      const auto sketch = CountSketch::make("test", n, options);
       EXPECT_EQ(sketch.exact, n <= (columns == 0 ? 1 : columns));
       std::vector<float> grad(static_cast<std::size_t>(n));
       for (std::int64_t i = 0; i < n; ++i) {
@@ -297,7 +298,7 @@ TEST(S2, CompressedSketchMatchesHostModelAndOracle) {
     SCOPED_TRACE("r = " + std::to_string(r));
     auto options = s2_options(m, r, 0);
     options.set_density(0.02);  // c = ceil(2 * 0.02 * 4099) = 164
-    const auto sketch = S2Sketch::make("test", n, options);
+    const auto sketch = CountSketch::make("test", n, options);
     ASSERT_FALSE(sketch.exact);
     ASSERT_EQ(sketch.columns, 164);
     auto handle = make_s2(comm, n, options);
@@ -523,7 +524,7 @@ TEST(S2, ErrorFeedbackKeepsWhatTheOwnSketchLost) {
     SCOPED_TRACE("r = " + std::to_string(r));
     auto options = s2_options(m, r, 61);
     options.set_s2_error_feedback(true);
-    const auto sketch = S2Sketch::make("test", n, options);
+    const auto sketch = CountSketch::make("test", n, options);
     auto handle = make_s2(comm, n, options);
     std::vector<float> residual(static_cast<std::size_t>(n), 0.0f);
     std::int64_t kept = 0;

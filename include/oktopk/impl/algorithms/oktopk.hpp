@@ -90,14 +90,14 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
   // State between calls: both thresholds (reused and nudged between exact recomputations) and
   // the region boundaries (recomputed every tau calls); offsets_device_ mirrors offsets_.
   // split_, gather_ and the index buffers are rebuilt by every call.
-  void save_method_state(StateBuffer& out) const override {
+  void save_method_state(SectionPayload& out) const override {
     out.put_f32(local_threshold_);
     out.put_f32(global_threshold_);
     out.put_u32(static_cast<std::uint32_t>(offsets_.size()));
     for (const std::int64_t o : offsets_) out.put_i64(o);
   }
 
-  std::function<void(const ExecSpace&)> load_method_state(StateParser& in) override {
+  std::function<void(const ExecSpace&)> load_method_state(SectionParser& in) override {
     const float local = in.f32();
     const float global = in.f32();
     const std::uint32_t count = in.u32();

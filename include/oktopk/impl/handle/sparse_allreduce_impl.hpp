@@ -60,11 +60,12 @@ ReduceRequest SparseAllreduce<ExecSpace>::reduce_async(const ExecSpace& exec,
 template <class ExecSpace>
 void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream& os) const {
   impl::ScopedRegion region("OkTopk::SparseAllreduce::save_state");
-  impl::StateWriter out(os, "oktopk::SparseAllreduce::save_state");
+  SectionWriter out(os, "oktopk::SparseAllreduce::save_state");
   // Handles without a layout write the first version, byte for byte as before layouts existed.
   const bool with_layout = !layout_.empty();
-  out.header(with_layout ? impl::state_format_version : impl::state_format_version_without_layout);
-  impl::StateBuffer head;
+  out.header(impl::state_magic,
+             with_layout ? impl::state_format_version : impl::state_format_version_without_layout);
+  SectionPayload head;
   head.put_u32(static_cast<std::uint32_t>(algorithm_));
   head.put_i64(n_);
   head.put_i32(comm_.size());
@@ -77,7 +78,7 @@ void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream&
   Kokkos::deep_copy(exec, host, residual_);
   impl::fence(exec, "OkTopk::SparseAllreduce::save_state: residual to host");
   out.section_floats("RESD", host.data(), host.extent(0));
-  impl::StateBuffer method;
+  SectionPayload method;
   save_method_state(method);
   out.section("METH", method.bytes());
 }
@@ -96,9 +97,19 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
   int failure = 0;  // 0: none, 1: mismatch (invalid_argument), 2: damaged (runtime_error)
   std::string message;
   try {
-    impl::StateReader in(is);
-    const std::uint32_t version = in.header();
-    impl::StateParser head = in.section("HEAD", "header", 64);
+    SectionReader in(is);
+    if (!in.magic(impl::state_magic)) {
+      throw impl::StateError(false, "not an OkTopk SparseAllreduce checkpoint (wrong magic bytes)");
+    }
+    const std::uint32_t version = in.version();
+    if (version < impl::state_format_version_without_layout ||
+        version > impl::state_format_version) {
+      throw impl::StateError(false, "checkpoint format version " + std::to_string(version) +
+                                        " is not one this library reads (" +
+                                        std::to_string(impl::state_format_version_without_layout) +
+                                        " to " + std::to_string(impl::state_format_version) + ")");
+    }
+    SectionParser head = in.section("HEAD", "header", 64);
     const std::uint32_t algorithm = head.u32();
     const std::int64_t n = head.i64();
     const std::int32_t size = head.i32();
@@ -152,9 +163,12 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
         static_cast<std::size_t>(n_));
     in.section_floats("RESD", "residual", residual.data(), residual.extent(0));
     // Method sections are small: thresholds and P + 1 region boundaries.
-    impl::StateParser method =
+    SectionParser method =
         in.section("METH", "method state", 4096 + 16 * static_cast<std::uint64_t>(P + 1));
     install_method = load_method_state(method);
+  } catch (const SectionError& e) {
+    failure = 2;
+    message = std::string("checkpoint ") + e.what();
   } catch (const impl::StateError& e) {
     failure = e.mismatch() ? 1 : 2;
     message = e.what();

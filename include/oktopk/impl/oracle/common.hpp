@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// What every family of the result oracle shares: the float roundoff, the tolerance tests
+// near a threshold, and the checks every rank agrees on.
+#pragma once
+
+#include <oktopk/communicator.hpp>
+#include <oktopk/error.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+
+namespace oktopk::impl {
+
+template <class ExecSpace>
+using OracleVector = Kokkos::View<float*, typename ExecSpace::memory_space>;
+template <class ExecSpace>
+using OracleConstVector = Kokkos::View<const float*, typename ExecSpace::memory_space>;
+
+/// 2^-24: the unit roundoff of float.
+inline constexpr float float_roundoff = 5.9604645e-8f;
+
+KOKKOS_INLINE_FUNCTION float quiet_nan() { return bits_to_float(0x7fc00000u); }
+
+KOKKOS_INLINE_FUNCTION float max_of(float a, float b) { return a > b ? a : b; }
+
+/// x (a magnitude) lies within tol of a finite threshold t.
+KOKKOS_INLINE_FUNCTION bool near_threshold(float x, float t, float tol) {
+  if (!is_finite(t)) return false;
+  return abs(x - t) <= tol * max_of(x, abs(t));
+}
+
+/// Every rank learns whether any rank's Views have the wrong length, so all throw together.
+inline void oracle_check_lengths(const char* where, const Communicator& comm, std::int64_t n,
+                                 std::initializer_list<std::size_t> lengths) {
+  bool ok = true;
+  for (const std::size_t length : lengths) ok = ok && static_cast<std::int64_t>(length) == n;
+  std::int64_t bad = ok ? 0 : comm.rank() + 1;
+  comm.allreduce_in_place(&bad, 1, MPI_MAX);
+  OKTOPK_REQUIRE(bad == 0, std::invalid_argument, where,
+                 "the Views must have length " << n << " on every rank; rank " << bad - 1
+                                               << " passed other lengths");
+}
+
+/// flags(i) = the number of ranks on which acc(i) != 0 lies within tol of their local threshold.
+template <class ExecSpace>
+void local_borderline_counts(const ExecSpace& exec, const Communicator& comm,
+                             const OracleConstVector<ExecSpace>& acc, float threshold, float tol,
+                             const OracleVector<ExecSpace>& flags) {
+  Kokkos::parallel_for(
+      "OkTopk::expected_result::local_borderline", RangeOf<ExecSpace>(exec, 0, acc.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        const float a = acc(i);
+        flags(i) = (a != 0.0f && near_threshold(abs(a), threshold, tol)) ? 1.0f : 0.0f;
+      });
+  mpi_allreduce_in_place(exec, comm, flags, MPI_SUM);
+}
+
+
+}  // namespace oktopk::impl

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The oracle of gTopk: its reduction tree simulated on the host from every rank's local
+// selection.
+#pragma once
+
+#include <oktopk/communicator.hpp>
+#include <oktopk/error.hpp>
+#include <oktopk/select.hpp>
+#include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
+#include <oktopk/impl/oracle/common.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+namespace oktopk::impl {
+
+/// gTopk: the tree simulated on the host from everyone's local selection.
+template <class ExecSpace>
+void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
+                    const OracleConstVector<ExecSpace>& acc,
+                    const OracleVector<ExecSpace>& expected, float tol) {
+  constexpr const char* where = "oktopk::expected_result";
+  using Memory = typename ExecSpace::memory_space;
+  const Communicator& comm = handle.communicator();
+  const int P = comm.size();
+  const float local_threshold = handle.stats().local_threshold;
+  const std::int64_t k = handle.k();
+
+  // This rank's leaf: its entries above its threshold, ascending (select_above keeps order).
+  std::int64_t count = count_above(exec, acc, local_threshold);
+  Kokkos::View<index_type*, Memory> idx(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::expected_result::leaf_indices"),
+      static_cast<std::size_t>(count));
+  OracleVector<ExecSpace> val(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::expected_result::leaf_values"),
+      static_cast<std::size_t>(count));
+  count = select_above(exec, acc, local_threshold, idx, val);
+  auto host_idx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), idx);
+  auto host_val = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), val);
+
+  std::vector<std::int64_t> counts(P, 0);
+  comm.allgather(&count, 1, counts.data());
+  std::vector<int> int_counts(P, 0), displacements(P, 0);
+  std::int64_t total = 0;
+  for (int r = 0; r < P; ++r) {
+    OKTOPK_REQUIRE(total + counts[r] <= INT_MAX, std::runtime_error, where,
+                   "the gTopk leaves hold more entries than one MPI call can gather");
+    displacements[r] = static_cast<int>(total);
+    int_counts[r] = static_cast<int>(counts[r]);
+    total += counts[r];
+  }
+  std::vector<index_type> all_idx(static_cast<std::size_t>(total));
+  std::vector<float> all_val(static_cast<std::size_t>(total));
+  comm.allgatherv(host_idx.data(), count, all_idx.data(), int_counts.data(), displacements.data());
+  comm.allgatherv(host_val.data(), count, all_val.data(), int_counts.data(), displacements.data());
+
+  using Set = std::vector<std::pair<index_type, float>>;
+  std::vector<Set> sets(P);
+  for (int r = 0; r < P; ++r) {
+    for (std::int64_t j = displacements[r]; j < displacements[r] + counts[r]; ++j) {
+      sets[r].emplace_back(all_idx[j], all_val[j]);
+    }
+  }
+  std::vector<float> magnitudes;
+  for (int s = 1; s < P; s *= 2) {
+    for (int r = 0; r + s < P; r += 2 * s) {
+      const Set& a = sets[r];
+      const Set& b = sets[r + s];
+      Set merged;
+      merged.reserve(a.size() + b.size());
+      std::size_t i = 0, j = 0;
+      while (i < a.size() || j < b.size()) {
+        if (j == b.size() || (i < a.size() && a[i].first < b[j].first)) {
+          merged.push_back(a[i++]);
+        } else if (i == a.size() || b[j].first < a[i].first) {
+          merged.push_back(b[j++]);
+        } else {
+          merged.emplace_back(a[i].first, a[i].second + b[j].second);
+          ++i, ++j;
+        }
+      }
+      if (k == 0) {
+        merged.clear();
+      } else if (k < static_cast<std::int64_t>(merged.size())) {
+        magnitudes.resize(merged.size());
+        for (std::size_t m = 0; m < merged.size(); ++m) magnitudes[m] = std::abs(merged[m].second);
+        std::nth_element(magnitudes.begin(), magnitudes.begin() + k, magnitudes.end(),
+                         std::greater<float>());
+        const float t = magnitudes[static_cast<std::size_t>(k)];
+        merged.erase(std::remove_if(merged.begin(), merged.end(),
+                                    [t](const auto& e) { return !(std::abs(e.second) > t); }),
+                     merged.end());
+      }
+      sets[r] = std::move(merged);
+      sets[r + s].clear();
+    }
+  }
+
+  const Set& result = sets[0];
+  const auto size = static_cast<std::size_t>(result.size());
+  Kokkos::View<index_type*, Memory> result_idx(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::expected_result::tree_indices"),
+      size);
+  OracleVector<ExecSpace> result_val(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::expected_result::tree_values"),
+      size);
+  auto host_result_idx = Kokkos::create_mirror_view(Kokkos::HostSpace(), result_idx);
+  auto host_result_val = Kokkos::create_mirror_view(Kokkos::HostSpace(), result_val);
+  for (std::size_t j = 0; j < size; ++j) {
+    host_result_idx(j) = result[j].first;
+    host_result_val(j) = result[j].second;
+  }
+  Kokkos::deep_copy(exec, result_idx, host_result_idx);
+  Kokkos::deep_copy(exec, result_val, host_result_val);
+
+  const auto borderline = make_uninitialized<float>(exec, "OkTopk::expected_result::borderline",
+                                                    static_cast<std::size_t>(handle.size()));
+  local_borderline_counts(exec, comm, acc, local_threshold, tol, borderline);
+  Kokkos::deep_copy(exec, expected, 0.0f);
+  const auto ranks = static_cast<float>(P);
+  Kokkos::parallel_for(
+      "OkTopk::expected_result::tree_scatter", RangeOf<ExecSpace>(exec, 0, size),
+      KOKKOS_LAMBDA(std::int64_t j) { expected(result_idx(j)) = result_val(j) / ranks; });
+  Kokkos::parallel_for(
+      "OkTopk::expected_result::tree_borderline", RangeOf<ExecSpace>(exec, 0, expected.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        if (borderline(i) > 0.0f) expected(i) = quiet_nan();
+      });
+  // Host vectors above die with this scope: nothing may still read them.
+  fence(exec, "OkTopk::expected_result::gtopk");
+}
+
+}  // namespace oktopk::impl

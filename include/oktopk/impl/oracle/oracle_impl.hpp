@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The bodies of the result oracle's face (include/oktopk/oracle.hpp): expected_result picks
+// the family of the handle's method, count_mismatches compares.
+#pragma once
+
+#include <oktopk/algorithm.hpp>
+#include <oktopk/communicator.hpp>
+#include <oktopk/error.hpp>
+#include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/oracle/common.hpp>
+#include <oktopk/impl/oracle/dense.hpp>
+#include <oktopk/impl/oracle/gtopk_tree.hpp>
+#include <oktopk/impl/oracle/masked_sum.hpp>
+#include <oktopk/impl/oracle/sketch.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace oktopk {
+
+template <class ExecSpace>
+void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
+                     const Kokkos::View<const float*, typename ExecSpace::memory_space>& acc,
+                     const Kokkos::View<float*, typename ExecSpace::memory_space>& expected,
+                     double rel_tol,
+                     const Kokkos::View<float*, typename ExecSpace::memory_space>& slack) {
+  constexpr const char* where = "oktopk::expected_result";
+  impl::ScopedRegion region("OkTopk::expected_result");
+  const Communicator& comm = handle.communicator();
+  // Traffic lands in its own phase; handle.stats() keeps the reduce call's own numbers.
+  auto scope = comm.phase("oracle");
+  const bool slack_given = slack.extent(0) != 0;
+  impl::oracle_check_lengths(
+      where, comm, handle.size(),
+      {acc.extent(0), expected.extent(0), slack_given ? slack.extent(0) : acc.extent(0)});
+  const ReduceStats& stats = handle.stats();
+  OKTOPK_REQUIRE(stats.iteration > 0, std::logic_error, where,
+                 "the handle has not reduced anything yet");
+  const auto tol = static_cast<float>(rel_tol);
+  const auto n = static_cast<std::size_t>(handle.size());
+  const impl::OracleVector<ExecSpace> bound =
+      slack_given ? slack
+                  : impl::make_uninitialized<float>(exec, "OkTopk::expected_result::slack", n);
+
+  if (stats.dense || handle.algorithm() == Algorithm::Dense) {
+    impl::expected_dense(exec, handle, acc, expected, bound);
+  } else {
+    switch (handle.algorithm()) {
+      case Algorithm::TopkA:
+      case Algorithm::TopkDSA:
+      case Algorithm::GaussianK:
+      case Algorithm::OkTopk:
+        impl::expected_masked_sum(exec, handle, acc, expected, bound, tol);
+        break;
+      case Algorithm::GTopk:
+        impl::expected_gtopk(exec, handle, acc, expected, tol);
+        Kokkos::deep_copy(exec, bound, 0.0f);
+        break;
+      case Algorithm::S2Reducer:
+        impl::expected_s2(exec, handle, acc, expected, bound);
+        break;
+      default:
+        throw std::invalid_argument(std::string(where) + ": not an Algorithm value (" +
+                                    std::to_string(static_cast<int>(handle.algorithm())) + ")");
+    }
+  }
+  if (!slack_given) {
+    // Nobody will allow for the summation order: skip the entries it can move beyond rel_tol.
+    Kokkos::parallel_for(
+        "OkTopk::expected_result::order_sensitive", impl::RangeOf<ExecSpace>(exec, 0, n),
+        KOKKOS_LAMBDA(std::int64_t i) {
+          if (bound(i) > 0.5f * tol * impl::abs(expected(i))) expected(i) = impl::quiet_nan();
+        });
+  }
+  impl::fence(exec, "OkTopk::expected_result");
+}
+
+
+template <class ExecSpace>
+std::int64_t count_mismatches(
+    const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
+    const Kokkos::View<const float*, typename ExecSpace::memory_space>& expected,
+    const Kokkos::View<const float*, typename ExecSpace::memory_space>& out, double rel_tol,
+    const Kokkos::View<const float*, typename ExecSpace::memory_space>& slack) {
+  constexpr const char* where = "oktopk::count_mismatches";
+  impl::ScopedRegion region("OkTopk::count_mismatches");
+  const Communicator& comm = handle.communicator();
+  auto scope = comm.phase("oracle");
+  const bool slack_given = slack.extent(0) != 0;
+  impl::oracle_check_lengths(
+      where, comm, handle.size(),
+      {expected.extent(0), out.extent(0), slack_given ? slack.extent(0) : out.extent(0)});
+  const auto n = static_cast<std::size_t>(handle.size());
+
+  // Rank 0's output, to hold every rank to the same answer.
+  const auto reference =
+      impl::make_uninitialized<float>(exec, "OkTopk::count_mismatches::rank0", n);
+  Kokkos::deep_copy(exec, reference, out);
+  {
+    auto buffer = impl::mpi_send_view(exec, reference);
+    comm.bcast(buffer.data(), static_cast<count_type>(n), 0);
+    impl::mpi_received(exec, buffer, reference, 0, static_cast<std::int64_t>(n));
+  }
+  const auto tol = static_cast<float>(rel_tol);
+  std::int64_t wrong = 0;
+  Kokkos::parallel_reduce(
+      "OkTopk::count_mismatches", impl::RangeOf<ExecSpace>(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& bad) {
+        const float o = out(i);
+        const float e = expected(i);
+        bool mismatch = !impl::is_finite(o) || o != reference(i);
+        if (!mismatch && !impl::isnan(e)) {
+          const float allowed = impl::max_of(tol * impl::max_of(impl::abs(o), impl::abs(e)),
+                                             slack_given ? slack(i) : 0.0f);
+          mismatch = !(impl::abs(o - e) <= allowed + 1e-30f);
+        }
+        if (mismatch) ++bad;
+      },
+      wrong);
+  comm.allreduce_in_place(&wrong, 1, MPI_MAX);
+  return wrong;
+}
+
+
+}  // namespace oktopk
