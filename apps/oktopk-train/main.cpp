@@ -159,9 +159,8 @@ struct Settings {
 };
 
 /// Whether --momentum-correction applies to the method: to those that select entries and keep
-/// the rest as error feedback. Not to dense, for which the update is the same either way (so
-/// dense runs stay bit for bit as before the option), nor to S2, which sketches the rows a step
-/// touches: a velocity is non-zero in every row of the last few dozen steps, and the sketch's
+/// the rest as error feedback. Not to dense, for which the update is the same either way,
+/// nor to S2, which sketches the rows a step touches: a velocity is non-zero in every row of the last few dozen steps, and the sketch's
 /// collisions grow with them (the language model: perplexity 152.79 against 139.60).
 bool momentum_correction_applies(oktopk::Algorithm algorithm) {
   return algorithm != oktopk::Algorithm::Dense && algorithm != oktopk::Algorithm::S2Reducer;

@@ -24,7 +24,7 @@ std::int64_t count_order_violations(const ExecSpace& exec, const IdxView& list) 
   std::int64_t violations = 0;
   if (size < 2) return 0;
   Kokkos::parallel_reduce(
-      "OkTopk::check_sorted",
+      "oktopk::check_sorted",
       impl::RangeOf<ExecSpace>(exec, 0, size - 1),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& bad) {
         if (!(list(i) < list(i + 1))) ++bad;
@@ -51,10 +51,10 @@ void scatter_add(const ExecSpace& exec, const IdxView& indices, const ValView& v
   OKTOPK_STATIC_CHECK_WRITABLE(DenseView, "oktopk::scatter_add: dense");
   OKTOPK_REQUIRE(indices.extent(0) == values.extent(0), std::invalid_argument, where,
                  indices.extent(0) << " indices but " << values.extent(0) << " values");
-  impl::ScopedRegion region("OkTopk::scatter_add");
+  impl::ScopedRegion region("oktopk::scatter_add");
   const auto n = static_cast<std::int64_t>(dense.extent(0));
   const std::int64_t outside = impl::scatter_in_range(
-      exec, "OkTopk::scatter_add", indices, offset, n,
+      exec, "oktopk::scatter_add", indices, offset, n,
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { Kokkos::atomic_add(&dense(i), values(j)); });
   OKTOPK_REQUIRE(outside == 0, std::invalid_argument, where,
                  outside << " indices (after adding offset " << offset
@@ -70,7 +70,7 @@ template <class ExecSpace, class IdxView, class ValView, class DenseView>
 void scatter_add_unchecked(const ExecSpace& exec, const IdxView& indices, const ValView& values,
                            const DenseView& dense, count_type offset = 0) {
   Kokkos::parallel_for(
-      "OkTopk::scatter_add_unchecked",
+      "oktopk::scatter_add_unchecked",
       impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
       KOKKOS_LAMBDA(std::int64_t j) { Kokkos::atomic_add(&dense(indices(j) + offset), values(j)); });
 }
@@ -87,17 +87,17 @@ std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices
                                     const AVal& a_values, const BIdx& b_indices,
                                     const BVal& b_values, const OutIdx& out_indices,
                                     const OutVal& out_values) {
-  ScopedRegion region("OkTopk::merge_sorted");
+  ScopedRegion region("oktopk::merge_sorted");
   const auto na = static_cast<std::int64_t>(a_indices.extent(0));
   const auto nb = static_cast<std::int64_t>(b_indices.extent(0));
 
   // shared_before(i) = how many of a(0..i) also occur in b. An entry's output slot is its rank
   // in a, plus the entries of b below it, minus the common indices below it (merged into one).
   auto shared_before =
-      make_uninitialized<std::int64_t>(exec, "OkTopk::merge_sorted::shared_before", na + 1);
+      make_uninitialized<std::int64_t>(exec, "oktopk::merge_sorted::shared_before", na + 1);
   std::int64_t shared = 0;
   Kokkos::parallel_scan(
-      "OkTopk::merge_sorted::count_shared", impl::RangeOf<ExecSpace>(exec, 0, na),
+      "oktopk::merge_sorted::count_shared", impl::RangeOf<ExecSpace>(exec, 0, na),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& prefix, bool final) {
         if (final) shared_before(i) = prefix;
         const auto j = lower_bound(b_indices, nb, a_indices(i));
@@ -108,7 +108,7 @@ std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices
   if (na == 0) Kokkos::deep_copy(exec, shared_before, 0);
 
   Kokkos::parallel_for(
-      "OkTopk::merge_sorted::place_a", impl::RangeOf<ExecSpace>(exec, 0, na), KOKKOS_LAMBDA(std::int64_t i) {
+      "oktopk::merge_sorted::place_a", impl::RangeOf<ExecSpace>(exec, 0, na), KOKKOS_LAMBDA(std::int64_t i) {
         const index_type key = a_indices(i);
         const auto j = lower_bound(b_indices, nb, key);
         const bool common = j < nb && b_indices(j) == key;
@@ -117,7 +117,7 @@ std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices
         out_values(slot) = common ? a_values(i) + b_values(j) : a_values(i);
       });
   Kokkos::parallel_for(
-      "OkTopk::merge_sorted::place_b", impl::RangeOf<ExecSpace>(exec, 0, nb), KOKKOS_LAMBDA(std::int64_t j) {
+      "oktopk::merge_sorted::place_b", impl::RangeOf<ExecSpace>(exec, 0, nb), KOKKOS_LAMBDA(std::int64_t j) {
         const index_type key = b_indices(j);
         const auto i = lower_bound(a_indices, na, key);
         if (i < na && a_indices(i) == key) return;  // placed with a
@@ -133,7 +133,7 @@ std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices
 template <class ExecSpace, class AIdx, class BIdx, class OutIdx>
 std::int64_t intersect_sorted_unchecked(const ExecSpace& exec, const AIdx& a, const BIdx& b,
                                         const OutIdx& out) {
-  ScopedRegion region("OkTopk::intersect_sorted");
+  ScopedRegion region("oktopk::intersect_sorted");
   const auto na = static_cast<std::int64_t>(a.extent(0));
   const auto nb = static_cast<std::int64_t>(b.extent(0));
   const std::int64_t shorter = na < nb ? na : nb;
@@ -141,7 +141,7 @@ std::int64_t intersect_sorted_unchecked(const ExecSpace& exec, const AIdx& a, co
   const bool a_shorter = na <= nb;
   std::int64_t count = 0;
   Kokkos::parallel_scan(
-      "OkTopk::intersect_sorted",
+      "oktopk::intersect_sorted",
       impl::RangeOf<ExecSpace>(exec, 0, shorter),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& slot, bool final) {
         const index_type key = a_shorter ? a(i) : b(i);

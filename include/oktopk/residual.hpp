@@ -29,9 +29,9 @@ void accumulate_residual(const ExecSpace& exec, const ResidualView& residual, co
                  std::invalid_argument, where,
                  "lengths differ: residual " << residual.extent(0) << ", grad " << grad.extent(0)
                                              << ", acc " << acc.extent(0));
-  impl::ScopedRegion region("OkTopk::accumulate_residual");
+  impl::ScopedRegion region("oktopk::accumulate_residual");
   Kokkos::parallel_for(
-      "OkTopk::accumulate_residual",
+      "oktopk::accumulate_residual",
       impl::RangeOf<ExecSpace>(exec, 0, grad.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) { acc(i) = residual(i) + scale * grad(i); });
 }
@@ -45,10 +45,10 @@ void clear_at(const ExecSpace& exec, const VectorView& v, const IdxView& indices
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, VectorView, value_type, "oktopk::clear_at: v");
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type, "oktopk::clear_at: indices");
   OKTOPK_STATIC_CHECK_WRITABLE(VectorView, "oktopk::clear_at: v");
-  impl::ScopedRegion region("OkTopk::clear_at");
+  impl::ScopedRegion region("oktopk::clear_at");
   const auto n = static_cast<std::int64_t>(v.extent(0));
   const std::int64_t outside =
-      impl::scatter_in_range(exec, "OkTopk::clear_at", indices, offset, n,
+      impl::scatter_in_range(exec, "oktopk::clear_at", indices, offset, n,
                              KOKKOS_LAMBDA(std::int64_t i, std::int64_t) { v(i) = 0.0f; });
   OKTOPK_REQUIRE(outside == 0, std::invalid_argument, "oktopk::clear_at",
                  outside << " indices (after adding offset " << offset
@@ -63,7 +63,7 @@ template <class ExecSpace, class VectorView, class IdxView>
 void clear_at_unchecked(const ExecSpace& exec, const VectorView& v, const IdxView& indices,
                         count_type offset = 0) {
   Kokkos::parallel_for(
-      "OkTopk::clear_at_unchecked",
+      "oktopk::clear_at_unchecked",
       impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
       KOKKOS_LAMBDA(std::int64_t j) { v(indices(j) + offset) = 0.0f; });
 }

@@ -83,12 +83,12 @@ struct SelectAboveFunctor {
 template <class ExecSpace, class XView>
 std::int64_t count_above(const ExecSpace& exec, const XView& x, float threshold) {
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::count_above: x");
-  impl::ScopedRegion region("OkTopk::count_above");
+  impl::ScopedRegion region("oktopk::count_above");
   const auto n = static_cast<std::int64_t>(x.extent(0));
   const std::int64_t chunk = impl::chunk_length_v<ExecSpace>;
   std::int64_t count = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::count_above",
+      "oktopk::count_above",
       impl::RangeOf<ExecSpace>(
           exec, 0, impl::chunk_count<ExecSpace>(n)),
       KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
@@ -113,10 +113,10 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
     const std::int64_t chunk = chunk_length_v<ExecSpace>;
     const CountLevels thresholds = levels;
     Kokkos::View<count_type**, Kokkos::LayoutRight, Kokkos::HostSpace> per_chunk(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::count_above_levels"),
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::count_above_levels"),
         static_cast<std::size_t>(levels.count), static_cast<std::size_t>(chunks));
     Kokkos::parallel_for(
-        "OkTopk::count_above_levels", impl::RangeOf<ExecSpace>(exec, 0, chunks),
+        "oktopk::count_above_levels", impl::RangeOf<ExecSpace>(exec, 0, chunks),
         KOKKOS_LAMBDA(std::int64_t c) {
           const std::int64_t begin = c * chunk;
           const std::int64_t end = begin + chunk < n ? begin + chunk : n;
@@ -124,7 +124,7 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
           count_levels_in(x, thresholds, begin, end, counts);
           for (int j = 0; j < thresholds.count; ++j) per_chunk(j, c) = counts[j];
         });
-    fence(exec, "OkTopk::count_above_levels: counts to the host");
+    fence(exec, "oktopk::count_above_levels: counts to the host");
     for (int j = 0; j < levels.count; ++j) {
       for (std::int64_t c = 0; c < chunks; ++c) totals[j] += per_chunk(j, c);
     }
@@ -149,7 +149,7 @@ std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold
   OKTOPK_STATIC_CHECK_WRITABLE(IdxView, "oktopk::select_above: indices");
   OKTOPK_STATIC_CHECK_WRITABLE(ValView, "oktopk::select_above: values");
   impl::check_length("oktopk::select_above", x.extent(0));
-  impl::ScopedRegion region("OkTopk::select_above");
+  impl::ScopedRegion region("oktopk::select_above");
 
   const auto capacity =
       static_cast<std::int64_t>(indices.extent(0) < values.extent(0) ? indices.extent(0)
@@ -157,7 +157,7 @@ std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold
   const auto n = static_cast<std::int64_t>(x.extent(0));
   std::int64_t count = 0;
   Kokkos::parallel_scan(
-      "OkTopk::select_above::compact",
+      "oktopk::select_above::compact",
       impl::RangeOf<ExecSpace>(
           exec, 0, impl::chunk_count<ExecSpace>(n)),
       impl::SelectAboveFunctor<XView, IdxView, ValView>{
@@ -183,7 +183,7 @@ std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float t
   OKTOPK_STATIC_CHECK_WRITABLE(IdxView, "oktopk::select_above_counted: indices");
   OKTOPK_STATIC_CHECK_WRITABLE(ValView, "oktopk::select_above_counted: values");
   impl::check_length(where, x.extent(0));
-  impl::ScopedRegion region("OkTopk::select_above_counted");
+  impl::ScopedRegion region("oktopk::select_above_counted");
   const auto n = static_cast<std::int64_t>(x.extent(0));
   const std::int64_t chunks = impl::chunk_count<ExecSpace>(n);
   OKTOPK_REQUIRE(static_cast<std::int64_t>(chunk_counts.extent(0)) == chunks,
@@ -194,11 +194,11 @@ std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float t
       static_cast<std::int64_t>(indices.extent(0) < values.extent(0) ? indices.extent(0)
                                                                       : values.extent(0));
   const auto first_slot =
-      impl::make_uninitialized<std::int64_t>(exec, "OkTopk::select_above_counted::first_slot",
+      impl::make_uninitialized<std::int64_t>(exec, "oktopk::select_above_counted::first_slot",
                                              static_cast<std::size_t>(chunks));
   std::int64_t count = 0;
   Kokkos::parallel_scan(
-      "OkTopk::select_above_counted::offsets",
+      "oktopk::select_above_counted::offsets",
       impl::RangeOf<ExecSpace>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::int64_t c, std::int64_t& slot, bool final) {
         if (final) first_slot(c) = slot;
@@ -208,7 +208,7 @@ std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float t
   const impl::SelectAboveFunctor<XView, IdxView, ValView> compact{
       x, threshold, indices, values, capacity, n, impl::chunk_length_v<ExecSpace>};
   Kokkos::parallel_for(
-      "OkTopk::select_above_counted::compact",
+      "oktopk::select_above_counted::compact",
       impl::RangeOf<ExecSpace>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::int64_t c) {
         std::int64_t slot = first_slot(c);
@@ -235,7 +235,7 @@ void split_by_region(const ExecSpace& exec, const OffsetView& region_offsets,
   // The compacted indices ascend, so each region's entries are one contiguous run: its start is
   // a binary search for the region's first index. This touches only the selected entries.
   Kokkos::parallel_for(
-      "OkTopk::select_above_by_region::count",
+      "oktopk::select_above_by_region::count",
       impl::RangeOf<ExecSpace>(exec, 0, regions),
       KOKKOS_LAMBDA(std::int64_t r) {
         const auto begin = impl::lower_bound(indices, total, region_offsets(r));
@@ -243,7 +243,7 @@ void split_by_region(const ExecSpace& exec, const OffsetView& region_offsets,
         region_counts(r) = end - begin;
       });
   Kokkos::parallel_for(
-      "OkTopk::select_above_by_region::relative_indices",
+      "oktopk::select_above_by_region::relative_indices",
       impl::RangeOf<ExecSpace>(exec, 0, total),
       KOKKOS_LAMBDA(std::int64_t j) {
         const index_type global = indices(j);
@@ -287,7 +287,7 @@ std::int64_t select_above_by_region(const ExecSpace& exec, const XView& x, float
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, CountView, count_type,
                            "oktopk::select_above_by_region: region_counts");
   OKTOPK_STATIC_CHECK_WRITABLE(CountView, "oktopk::select_above_by_region: region_counts");
-  impl::ScopedRegion region("OkTopk::select_above_by_region");
+  impl::ScopedRegion region("oktopk::select_above_by_region");
 
   const auto n = static_cast<std::int64_t>(x.extent(0));
   const auto regions = static_cast<std::int64_t>(region_offsets.extent(0)) - 1;
@@ -299,7 +299,7 @@ std::int64_t select_above_by_region(const ExecSpace& exec, const XView& x, float
                                       << " regions");
   std::int64_t bad_offsets = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::select_above_by_region::check_offsets",
+      "oktopk::select_above_by_region::check_offsets",
       impl::RangeOf<ExecSpace>(exec, 0, regions + 1),
       KOKKOS_LAMBDA(std::int64_t r, std::int64_t& bad) {
         const bool ends_ok = (r != 0 || region_offsets(0) == 0) &&

@@ -26,7 +26,7 @@ struct KthLargestWorkspace {
 
   explicit KthLargestWorkspace(const ExecSpace& exec = ExecSpace())
       : histogram(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                                     "OkTopk::kth_largest_abs::histogram"),
+                                     "oktopk::kth_largest_abs::histogram"),
                   std::size_t{1} << impl::radix_max_bits),
         histogram_host(Kokkos::create_mirror_view(histogram)) {}
 
@@ -47,7 +47,7 @@ float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k,
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::kth_largest_abs: x");
   OKTOPK_REQUIRE(k >= 0, std::invalid_argument, "oktopk::kth_largest_abs",
                  "k must be non-negative, got " << k);
-  impl::ScopedRegion region("OkTopk::kth_largest_abs");
+  impl::ScopedRegion region("oktopk::kth_largest_abs");
   constexpr float infinity = std::numeric_limits<float>::infinity();
   if (k == 0 || x.extent(0) == 0) return infinity;
 
@@ -57,7 +57,7 @@ float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k,
     impl::radix_histogram(exec, x, pass, prefix, workspace.histogram);
     const int bins = 1 << impl::radix_bits[pass];
     Kokkos::deep_copy(exec, workspace.histogram_host, workspace.histogram);
-    impl::fence(exec, "OkTopk::kth_largest_abs: histogram to host");
+    impl::fence(exec, "oktopk::kth_largest_abs: histogram to host");
     const auto& hist = workspace.histogram_host;
     if (pass == 0) {
       std::int64_t non_nan = 0;
@@ -95,15 +95,15 @@ float estimate_threshold_sampled(const ExecSpace& exec, const XView& x, std::int
   OKTOPK_REQUIRE(k >= 0, std::invalid_argument, where, "k must be non-negative, got " << k);
   OKTOPK_REQUIRE(sample_size > 0, std::invalid_argument, where,
                  "sample_size must be positive, got " << sample_size);
-  impl::ScopedRegion region("OkTopk::estimate_threshold_sampled");
+  impl::ScopedRegion region("oktopk::estimate_threshold_sampled");
   const auto n = static_cast<std::int64_t>(x.extent(0));
   if (k == 0 || n == 0) return std::numeric_limits<float>::infinity();
   if (sample_size >= n) return kth_largest_abs(exec, x, k);
 
-  auto sample = impl::make_uninitialized<value_type>(exec, "OkTopk::estimate_threshold::sample",
+  auto sample = impl::make_uninitialized<value_type>(exec, "oktopk::estimate_threshold::sample",
                                                      static_cast<std::size_t>(sample_size));
   Kokkos::parallel_for(
-      "OkTopk::estimate_threshold_sampled::draw",
+      "oktopk::estimate_threshold_sampled::draw",
       impl::RangeOf<ExecSpace>(exec, 0, sample_size),
       KOKKOS_LAMBDA(std::int64_t j) {
         const std::uint64_t h = impl::splitmix64(seed ^ impl::splitmix64(static_cast<std::uint64_t>(j)));
@@ -125,7 +125,7 @@ float estimate_threshold_gaussian(const ExecSpace& exec, const XView& x, std::in
   constexpr const char* where = "oktopk::estimate_threshold_gaussian";
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::estimate_threshold_gaussian: x");
   OKTOPK_REQUIRE(k >= 0, std::invalid_argument, where, "k must be non-negative, got " << k);
-  impl::ScopedRegion region("OkTopk::estimate_threshold_gaussian");
+  impl::ScopedRegion region("oktopk::estimate_threshold_gaussian");
   const auto n = static_cast<std::int64_t>(x.extent(0));
   if (k == 0 || n == 0) return std::numeric_limits<float>::infinity();
   if (k >= n) return -std::numeric_limits<float>::infinity();
@@ -135,7 +135,7 @@ float estimate_threshold_gaussian(const ExecSpace& exec, const XView& x, std::in
   const std::int64_t chunk = impl::chunk_length_v<ExecSpace>;
   double sum = 0.0;
   Kokkos::parallel_reduce(
-      "OkTopk::estimate_threshold_gaussian::mean", chunks,
+      "oktopk::estimate_threshold_gaussian::mean", chunks,
       KOKKOS_LAMBDA(std::int64_t c, double& s) {
         const std::int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
         double local = 0.0;
@@ -147,7 +147,7 @@ float estimate_threshold_gaussian(const ExecSpace& exec, const XView& x, std::in
   // Two passes (mean, then squared deviations) avoid the cancellation of sum(x^2) - n·mean^2.
   double squares = 0.0;
   Kokkos::parallel_reduce(
-      "OkTopk::estimate_threshold_gaussian::variance", chunks,
+      "oktopk::estimate_threshold_gaussian::variance", chunks,
       KOKKOS_LAMBDA(std::int64_t c, double& s) {
         const std::int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
         double local = 0.0;

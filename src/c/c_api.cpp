@@ -226,10 +226,10 @@ oktopk_handle* create(const char* where, MPI_Comm comm, const char* algorithm, s
     try {
       const Exec exec;
       handle->staged_grad = DeviceVector(
-          Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::c_api::staged_grad"),
+          Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::c_api::staged_grad"),
           static_cast<std::size_t>(n));
       handle->staged_out = DeviceVector(
-          Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::c_api::staged_out"),
+          Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::c_api::staged_out"),
           static_cast<std::size_t>(n));
       exec.fence();
     } catch (const std::exception& e) {

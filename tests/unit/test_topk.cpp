@@ -28,7 +28,7 @@ template <class ExecSpace>
 class TopK : public ::testing::Test {};
 TYPED_TEST_SUITE(TopK, EnabledSpaces);
 
-/// The ranks the issue asks for: 0, 1, 2, n/2, n-1, n, n+5 (negative ones dropped).
+/// The ranks where selection breaks first: 0, 1, 2, n/2, n-1, n, n+5 (negative ones dropped).
 std::vector<std::int64_t> ranks_for(std::size_t n_size) {
   const auto n = static_cast<std::int64_t>(n_size);
   std::vector<std::int64_t> ks = {0, 1, 2, n / 2, n - 1, n, n + 5};

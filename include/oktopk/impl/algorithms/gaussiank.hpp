@@ -74,8 +74,8 @@ class GaussianK final : public MethodBase<ExecSpace> {
   }
 
  private:
-  typename Base::index_vector_type indices_{"OkTopk::GaussianK::indices", 0};
-  vector_type values_{"OkTopk::GaussianK::values", 0};
+  typename Base::index_vector_type indices_{"oktopk::GaussianK::indices", 0};
+  vector_type values_{"oktopk::GaussianK::values", 0};
   SparseGather<ExecSpace> gather_;
 };
 

@@ -182,14 +182,14 @@ class GTopk final : public MethodBase<ExecSpace> {
  private:
   // The indices of this rank's local top-k (for the residual), its current tree set, what it
   // received from a child, the merge of the two, and the indices cleared from the residual.
-  index_vector_type local_indices_{"OkTopk::GTopk::local_indices", 0};
-  index_vector_type set_indices_{"OkTopk::GTopk::set_indices", 0};
-  vector_type set_values_{"OkTopk::GTopk::set_values", 0};
-  index_vector_type recv_indices_{"OkTopk::GTopk::recv_indices", 0};
-  vector_type recv_values_{"OkTopk::GTopk::recv_values", 0};
-  index_vector_type merged_indices_{"OkTopk::GTopk::merged_indices", 0};
-  vector_type merged_values_{"OkTopk::GTopk::merged_values", 0};
-  index_vector_type common_{"OkTopk::GTopk::common", 0};
+  index_vector_type local_indices_{"oktopk::GTopk::local_indices", 0};
+  index_vector_type set_indices_{"oktopk::GTopk::set_indices", 0};
+  vector_type set_values_{"oktopk::GTopk::set_values", 0};
+  index_vector_type recv_indices_{"oktopk::GTopk::recv_indices", 0};
+  vector_type recv_values_{"oktopk::GTopk::recv_values", 0};
+  index_vector_type merged_indices_{"oktopk::GTopk::merged_indices", 0};
+  vector_type merged_values_{"oktopk::GTopk::merged_values", 0};
+  index_vector_type common_{"oktopk::GTopk::common", 0};
 };
 
 }  // namespace oktopk::impl

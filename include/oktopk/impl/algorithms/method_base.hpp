@@ -52,9 +52,9 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
              std::int64_t n, const Options& options, const Layout& layout)
       : Base(exec, algorithm, comm, n, options, layout),
         kth_workspace_(exec),
-        acc_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::SparseAllreduce::acc"),
+        acc_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::SparseAllreduce::acc"),
              static_cast<std::size_t>(n)) {
-    fence(exec, "OkTopk::MethodBase: buffers ready");
+    fence(exec, "oktopk::MethodBase: buffers ready");
   }
 
   void reduce_now(const ExecSpace& exec, const const_vector_type& grad,
@@ -102,7 +102,7 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
         if (owner_.failed_phase_.empty()) owner_.failed_phase_ = name_;
         return;
       }
-      impl::fence(exec_, "OkTopk::SparseAllreduce::phase");
+      impl::fence(exec_, "oktopk::SparseAllreduce::phase");
       owner_.stats_.phases[name_].seconds += timer_.seconds();
     }
     PhaseTimer(const PhaseTimer&) = delete;
@@ -161,7 +161,7 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
   void count_segment_nonzeros(const ExecSpace& exec, const vector_type& out);
 
   vector_type acc_;
-  vector_type ring_received_{"OkTopk::SparseAllreduce::ring_received", 0};
+  vector_type ring_received_{"oktopk::SparseAllreduce::ring_received", 0};
   std::string failed_phase_;  // set by PhaseTimer when a failure leaves a phase
 };
 
@@ -169,7 +169,7 @@ template <class ExecSpace>
 void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector_type& grad,
                                             const vector_type& out) {
   constexpr const char* where = "oktopk::SparseAllreduce::reduce";
-  ScopedRegion region("OkTopk::SparseAllreduce::reduce");
+  ScopedRegion region("oktopk::SparseAllreduce::reduce");
   const ReduceStats previous_stats = this->stats_;  // restored if the call is rejected
   accumulated_.forget();
   this->comm_.reset_traffic();

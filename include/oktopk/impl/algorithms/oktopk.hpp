@@ -31,13 +31,13 @@ void pick_quantiles(const ExecSpace& exec, const Indices& indices, std::int64_t 
                     std::vector<std::int64_t>& quantiles) {
   quantiles.assign(count, 0);
   if (count <= 0) return;
-  auto picked = make_uninitialized<std::int64_t>(exec, "OkTopk::oktopk::quantiles", count);
+  auto picked = make_uninitialized<std::int64_t>(exec, "oktopk::oktopk::quantiles", count);
   Kokkos::parallel_for(
-      "OkTopk::oktopk::quantiles", RangeOf<ExecSpace>(exec, 0, count),
+      "oktopk::oktopk::quantiles", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(int i) { picked(i) = indices((i + 1) * stride); });
   auto host = Kokkos::create_mirror_view(picked);
   Kokkos::deep_copy(exec, host, picked);
-  fence(exec, "OkTopk::oktopk::quantiles to host");
+  fence(exec, "oktopk::oktopk::quantiles to host");
   for (int i = 0; i < count; ++i) quantiles[i] = host(i);
 }
 
@@ -83,7 +83,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
                   const Options& options, const Layout& layout = Layout())
       : Base(exec, Algorithm::OkTopk, comm, n, options, layout),
         offsets_(comm.size() + 1, 0),
-        offsets_device_(Kokkos::view_alloc(exec, "OkTopk::oktopk::region_offsets"),
+        offsets_device_(Kokkos::view_alloc(exec, "oktopk::oktopk::region_offsets"),
                         comm.size() + 1) {}
 
  protected:
@@ -124,7 +124,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
       auto host = Kokkos::create_mirror_view(offsets_device_);
       for (std::size_t r = 0; r < offsets_.size(); ++r) host(r) = offsets_[r];
       Kokkos::deep_copy(exec, offsets_device_, host);
-      fence(exec, "OkTopk::oktopk: restored region offsets");  // `host` goes out of scope
+      fence(exec, "oktopk::oktopk: restored region offsets");  // `host` goes out of scope
     };
   }
 
@@ -303,7 +303,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
     auto host = Kokkos::create_mirror_view(offsets_device_);
     for (int r = 0; r <= P; ++r) host(r) = offsets_[r];
     Kokkos::deep_copy(exec, offsets_device_, host);
-    fence(exec, "OkTopk::oktopk: region offsets");  // `host` goes out of scope
+    fence(exec, "oktopk::oktopk: region offsets");  // `host` goes out of scope
   }
 
   float local_threshold_ = 0.0f;
@@ -312,10 +312,10 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
   Kokkos::View<count_type*, Memory> offsets_device_;
   SplitReduce<ExecSpace> split_;
   SparseGather<ExecSpace> gather_;
-  index_vector_type repartition_indices_{"OkTopk::oktopk::repartition_indices", 0};
-  vector_type repartition_values_{"OkTopk::oktopk::repartition_values", 0};
-  index_vector_type global_indices_{"OkTopk::oktopk::global_indices", 0};
-  vector_type global_values_{"OkTopk::oktopk::global_values", 0};
+  index_vector_type repartition_indices_{"oktopk::oktopk::repartition_indices", 0};
+  vector_type repartition_values_{"oktopk::oktopk::repartition_values", 0};
+  index_vector_type global_indices_{"oktopk::oktopk::global_indices", 0};
+  vector_type global_values_{"oktopk::oktopk::global_values", 0};
 };
 
 }  // namespace oktopk::impl

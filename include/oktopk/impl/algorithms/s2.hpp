@@ -31,9 +31,9 @@ struct S2Buffers {
   Kokkos::View<unsigned char*, memory_space> bitmap;
 
   S2Buffers(const ExecSpace& exec, const CountSketch& sketch)
-      : table(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::s2::table"),
+      : table(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::s2::table"),
               static_cast<std::size_t>(sketch.cells())),
-        bitmap(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::s2::bitmap"),
+        bitmap(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::s2::bitmap"),
                static_cast<std::size_t>(sketch.rows)) {}
 };
 
@@ -56,12 +56,12 @@ struct S2SegmentBuffers {
   S2SegmentBuffers() = default;
   S2SegmentBuffers(const ExecSpace& exec, const CountSketch& sketch,
                    const SegmentMap<memory_space>& map)
-      : fused(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::s2::fused"),
+      : fused(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::s2::fused"),
               fused_length(sketch, map)),
-        union_rows(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::s2::union_rows"),
+        union_rows(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::s2::union_rows"),
                    static_cast<std::size_t>(map.sparse_rows)),
         union_entry_begin(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                                             "OkTopk::s2::union_entry_begin"),
+                                             "oktopk::s2::union_entry_begin"),
                           static_cast<std::size_t>(map.sparse_rows)) {
     const auto cells = static_cast<std::size_t>(sketch.cells());
     const auto rows = static_cast<std::size_t>(map.sparse_rows);

@@ -45,8 +45,8 @@ class TopkAllgather final : public MethodBase<ExecSpace> {
   }
 
  private:
-  typename Base::index_vector_type indices_{"OkTopk::TopkA::indices", 0};
-  vector_type values_{"OkTopk::TopkA::values", 0};
+  typename Base::index_vector_type indices_{"oktopk::TopkA::indices", 0};
+  vector_type values_{"oktopk::TopkA::values", 0};
   SparseGather<ExecSpace> gather_;
 };
 

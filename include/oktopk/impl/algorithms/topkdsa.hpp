@@ -38,11 +38,11 @@ class TopkDSA final : public MethodBase<ExecSpace> {
     for (int r = 0; r < P; ++r) offsets_[r] = r * width;
     offsets_[P] = n;
     offsets_device_ = Kokkos::View<count_type*, memory_space>(
-        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::TopkDSA::offsets"), P + 1);
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::TopkDSA::offsets"), P + 1);
     auto host = Kokkos::create_mirror_view(offsets_device_);
     for (int r = 0; r <= P; ++r) host(r) = offsets_[r];
     Kokkos::deep_copy(exec, offsets_device_, host);
-    fence(exec, "OkTopk::TopkDSA: region offsets");  // `host` goes out of scope
+    fence(exec, "oktopk::TopkDSA: region offsets");  // `host` goes out of scope
   }
 
  protected:
@@ -119,9 +119,9 @@ class TopkDSA final : public MethodBase<ExecSpace> {
   Kokkos::View<count_type*, memory_space> offsets_device_;
   SplitReduce<ExecSpace> state_;
   /// This rank's selection with global indices: what the residual clears.
-  typename Base::index_vector_type selected_indices_{"OkTopk::TopkDSA::selected_indices", 0};
-  typename Base::index_vector_type region_indices_{"OkTopk::TopkDSA::region_indices", 0};
-  vector_type region_values_{"OkTopk::TopkDSA::region_values", 0};
+  typename Base::index_vector_type selected_indices_{"oktopk::TopkDSA::selected_indices", 0};
+  typename Base::index_vector_type region_indices_{"oktopk::TopkDSA::region_indices", 0};
+  vector_type region_values_{"oktopk::TopkDSA::region_values", 0};
   SparseGather<ExecSpace> gather_;
 };
 

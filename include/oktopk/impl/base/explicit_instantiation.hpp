@@ -5,7 +5,7 @@
 // kernels behind it. Instantiated once in the library (src/instantiate/) and declared extern
 // in the headers, a program that makes handles compiles none of it again (nvcc is slow on
 // kernels: each is compiled for the device as well). Spaces this list does not name (a backend
-// enabled later, a user-defined space) still work, by implicit instantiation as before.
+// enabled later, a user-defined space) still work, by implicit instantiation.
 #pragma once
 
 #include <oktopk/impl/base/kokkos_compat.hpp>

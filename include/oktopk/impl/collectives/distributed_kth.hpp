@@ -50,7 +50,7 @@ float distributed_topk_threshold(const ExecSpace& exec, const Communicator& comm
     radix_histogram(exec, x, schedule.digit(pass, prefix), workspace.histogram);
     const int bins = 1 << schedule.bits[pass];
     Kokkos::deep_copy(exec, workspace.histogram_host, workspace.histogram);
-    fence(exec, "OkTopk::distributed_topk_threshold: histogram to host");
+    fence(exec, "oktopk::distributed_topk_threshold: histogram to host");
     // Summed as 32-bit counts (halving the bytes): the total is n < 2^31.
     std::vector<std::int32_t> hist(bins);
     for (int b = 0; b < bins; ++b) hist[b] = static_cast<std::int32_t>(workspace.histogram_host(b));

@@ -29,7 +29,7 @@ template <class ExecSpace, class In, class Out, class Received>
 void ring_add(const ExecSpace& exec, const In& in, const Out& out, const Received& received,
               std::int64_t begin, std::int64_t count) {
   Kokkos::parallel_for(
-      "OkTopk::ring_allreduce::add", RangeOf<ExecSpace>(exec, 0, count),
+      "oktopk::ring_allreduce::add", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(std::int64_t i) { out(begin + i) = in(begin + i) + received(i); });
 }
 
@@ -41,7 +41,7 @@ std::int64_t ring_add_average(const ExecSpace& exec, const In& in, const Out& ou
                               float divisor) {
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::ring_allreduce::add_average", RangeOf<ExecSpace>(exec, 0, count),
+      "oktopk::ring_allreduce::add_average", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& nonfinite) {
         const float average = (in(begin + i) + received(i)) / divisor;
         out(begin + i) = average;

@@ -26,15 +26,15 @@ template <class ExecSpace>
 struct SparseGather {
   using Memory = typename ExecSpace::memory_space;
   /// Every rank's entries, in rank order: [0, counts[0]) from rank 0, then rank 1, ...
-  Kokkos::View<index_type*, Memory> indices{"OkTopk::SparseGather::indices", 0};
-  Kokkos::View<value_type*, Memory> values{"OkTopk::SparseGather::values", 0};
+  Kokkos::View<index_type*, Memory> indices{"oktopk::SparseGather::indices", 0};
+  Kokkos::View<value_type*, Memory> values{"oktopk::SparseGather::values", 0};
   /// Entries per rank before balancing, and their sum.
   std::vector<std::int64_t> counts;
   std::int64_t total = 0;
   bool balanced = false;
   // Staging for the balancing step.
-  Kokkos::View<index_type*, Memory> balanced_indices{"OkTopk::SparseGather::balanced_indices", 0};
-  Kokkos::View<value_type*, Memory> balanced_values{"OkTopk::SparseGather::balanced_values", 0};
+  Kokkos::View<index_type*, Memory> balanced_indices{"oktopk::SparseGather::balanced_indices", 0};
+  Kokkos::View<value_type*, Memory> balanced_values{"oktopk::SparseGather::balanced_values", 0};
 };
 
 /// Rank r's block when `total` items are split into P nearly equal blocks, the first

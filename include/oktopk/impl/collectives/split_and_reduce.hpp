@@ -26,22 +26,22 @@ template <class ExecSpace>
 struct SplitReduce {
   using Memory = typename ExecSpace::memory_space;
   /// This rank's selection, grouped by destination region, indices relative to the region.
-  Kokkos::View<index_type*, Memory> send_indices{"OkTopk::SplitReduce::send_indices", 0};
-  Kokkos::View<value_type*, Memory> send_values{"OkTopk::SplitReduce::send_values", 0};
-  Kokkos::View<count_type*, Memory> send_counts_device{"OkTopk::SplitReduce::send_counts", 0};
+  Kokkos::View<index_type*, Memory> send_indices{"oktopk::SplitReduce::send_indices", 0};
+  Kokkos::View<value_type*, Memory> send_values{"oktopk::SplitReduce::send_values", 0};
+  Kokkos::View<count_type*, Memory> send_counts_device{"oktopk::SplitReduce::send_counts", 0};
   // host_mirror_type, not the HostMirror alias that Kokkos 4.7 deprecates.
   typename Kokkos::View<count_type*, Memory>::host_mirror_type send_counts_host;
   std::vector<std::int64_t> send_counts;  // per region
   std::vector<std::int64_t> send_offsets;  // start of each region's group, P + 1 entries
   /// send_offsets in the execution space's memory, computed there (no copy from the host).
-  Kokkos::View<count_type*, Memory> send_offsets_device{"OkTopk::SplitReduce::send_offsets", 0};
+  Kokkos::View<count_type*, Memory> send_offsets_device{"oktopk::SplitReduce::send_offsets", 0};
   /// What the other ranks sent for my region, grouped by source rank.
-  Kokkos::View<index_type*, Memory> recv_indices{"OkTopk::SplitReduce::recv_indices", 0};
-  Kokkos::View<value_type*, Memory> recv_values{"OkTopk::SplitReduce::recv_values", 0};
+  Kokkos::View<index_type*, Memory> recv_indices{"oktopk::SplitReduce::recv_indices", 0};
+  Kokkos::View<value_type*, Memory> recv_values{"oktopk::SplitReduce::recv_values", 0};
   std::vector<std::int64_t> recv_counts;
   std::vector<std::int64_t> recv_offsets;
   /// My region of the reduced sum, dense: sum over ranks of their selected entries.
-  Kokkos::View<value_type*, Memory> region{"OkTopk::SplitReduce::region", 0};
+  Kokkos::View<value_type*, Memory> region{"oktopk::SplitReduce::region", 0};
   /// Entries this rank selected (the sum of send_counts).
   std::int64_t selected = 0;
 };
@@ -53,7 +53,7 @@ template <class ExecSpace, class Counts, class Offsets>
 void prefix_offsets(const ExecSpace& exec, const Counts& counts, const Offsets& offsets) {
   const auto parts = static_cast<int>(counts.extent(0));
   Kokkos::parallel_for(
-      "OkTopk::split_and_reduce::send_offsets", RangeOf<ExecSpace>(exec, 0, 1),
+      "oktopk::split_and_reduce::send_offsets", RangeOf<ExecSpace>(exec, 0, 1),
       KOKKOS_LAMBDA(int) {
         count_type running = 0;
         offsets(0) = 0;
@@ -86,10 +86,10 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
   using Memory = typename ExecSpace::memory_space;
   if (static_cast<int>(state.send_counts_device.extent(0)) != P) {
     state.send_counts_device = Kokkos::View<count_type*, Memory>(
-        Kokkos::view_alloc(exec, "OkTopk::SplitReduce::send_counts"), P);
+        Kokkos::view_alloc(exec, "oktopk::SplitReduce::send_counts"), P);
     state.send_counts_host = Kokkos::create_mirror_view(state.send_counts_device);
     state.send_offsets_device = Kokkos::View<count_type*, Memory>(
-        Kokkos::view_alloc(exec, "OkTopk::SplitReduce::send_offsets"), P + 1);
+        Kokkos::view_alloc(exec, "oktopk::SplitReduce::send_offsets"), P + 1);
   }
   {
     auto timer = timed("select");
@@ -109,7 +109,7 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
     state.selected = selected;
     prefix_offsets(exec, state.send_counts_device, state.send_offsets_device);
     Kokkos::deep_copy(exec, state.send_counts_host, state.send_counts_device);
-    fence(exec, "OkTopk::split_and_reduce: counts to host");
+    fence(exec, "oktopk::split_and_reduce: counts to host");
     state.send_counts.assign(state.send_counts_host.data(), state.send_counts_host.data() + P);
     state.send_offsets.assign(P + 1, 0);
     for (int r = 0; r < P; ++r) state.send_offsets[r + 1] = state.send_offsets[r] + state.send_counts[r];
@@ -125,7 +125,7 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
   const std::int64_t region_size = offsets[me + 1] - offsets[me];
   if (static_cast<std::int64_t>(state.region.extent(0)) != region_size) {
     state.region = Kokkos::View<value_type*, Memory>(
-        Kokkos::view_alloc(exec, "OkTopk::SplitReduce::region"), static_cast<std::size_t>(region_size));
+        Kokkos::view_alloc(exec, "oktopk::SplitReduce::region"), static_cast<std::size_t>(region_size));
   } else {
     Kokkos::deep_copy(exec, state.region, 0.0f);
   }
@@ -194,7 +194,7 @@ void selected_global_indices(const ExecSpace& exec, const SplitReduce<ExecSpace>
   const auto group_offsets = state.send_offsets_device;
   const auto regions = static_cast<std::int64_t>(group_offsets.extent(0)) - 1;
   Kokkos::parallel_for(
-      "OkTopk::split_and_reduce::global_indices",
+      "oktopk::split_and_reduce::global_indices",
       impl::RangeOf<ExecSpace>(exec, 0, state.selected),
       KOKKOS_LAMBDA(std::int64_t j) {
         // The last group starting at or before j: empty groups share their start with the next.

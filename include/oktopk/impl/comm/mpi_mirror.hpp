@@ -63,7 +63,7 @@ class HostStagingPool {
     // Grow by at least a quarter, so slowly rising counts do not reallocate every call.
     const std::size_t size = std::max(count, free_block->extent(0) + free_block->extent(0) / 4);
     *free_block =
-        Buffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::mpi_staging"), size);
+        Buffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::mpi_staging"), size);
     return Kokkos::subview(*free_block, first);
   }
 
@@ -104,12 +104,12 @@ template <class ExecSpace, class View>
 Kokkos::View<typename View::value_type*, mpi_memory_space_t<ExecSpace>> mpi_send_view(
     const ExecSpace& exec, const View& view) {
   if constexpr (mpi_uses_view_memory_v<ExecSpace>) {
-    fence(exec, "OkTopk::mpi_send_view");
+    fence(exec, "oktopk::mpi_send_view");
     return view;
   } else {
     auto host = mpi_staging_buffer(view);
     Kokkos::deep_copy(exec, host, view);
-    fence(exec, "OkTopk::mpi_send_view");
+    fence(exec, "oktopk::mpi_send_view");
     return host;
   }
 }
@@ -121,7 +121,7 @@ Kokkos::View<typename View::value_type*, mpi_memory_space_t<ExecSpace>> mpi_send
 template <class ExecSpace, class View>
 Kokkos::View<typename View::non_const_value_type*, mpi_memory_space_t<ExecSpace>> mpi_receive_view(
     const ExecSpace& exec, const View& view) {
-  fence(exec, "OkTopk::mpi_receive_view");
+  fence(exec, "oktopk::mpi_receive_view");
   if constexpr (mpi_uses_view_memory_v<ExecSpace>) {
     return view;
   } else {

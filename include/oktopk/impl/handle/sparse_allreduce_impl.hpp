@@ -32,10 +32,10 @@ SparseAllreduce<ExecSpace>::SparseAllreduce(const ExecSpace& exec, Algorithm alg
       k_(static_cast<std::int64_t>(std::floor(options.density * static_cast<double>(n)))),
       options_(options),
       layout_(layout),
-      residual_(Kokkos::view_alloc(exec, "OkTopk::SparseAllreduce::residual"),
+      residual_(Kokkos::view_alloc(exec, "oktopk::SparseAllreduce::residual"),
                 static_cast<std::size_t>(n)) {
   if (k_ > n_) k_ = n_;
-  impl::fence(exec, "OkTopk::SparseAllreduce: buffers ready");
+  impl::fence(exec, "oktopk::SparseAllreduce: buffers ready");
 }
 
 template <class ExecSpace>
@@ -59,9 +59,10 @@ ReduceRequest SparseAllreduce<ExecSpace>::reduce_async(const ExecSpace& exec,
 
 template <class ExecSpace>
 void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream& os) const {
-  impl::ScopedRegion region("OkTopk::SparseAllreduce::save_state");
+  impl::ScopedRegion region("oktopk::SparseAllreduce::save_state");
   SectionWriter out(os, "oktopk::SparseAllreduce::save_state");
-  // Handles without a layout write the first version, byte for byte as before layouts existed.
+  // Handles without a layout write version 1, which has no layout digest, so that readers
+  // older than layouts read them too.
   const bool with_layout = !layout_.empty();
   out.header(impl::state_magic,
              with_layout ? impl::state_format_version : impl::state_format_version_without_layout);
@@ -76,7 +77,7 @@ void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream&
   out.section("HEAD", head.bytes());
   auto host = Kokkos::create_mirror_view(Kokkos::HostSpace(), residual_);
   Kokkos::deep_copy(exec, host, residual_);
-  impl::fence(exec, "OkTopk::SparseAllreduce::save_state: residual to host");
+  impl::fence(exec, "oktopk::SparseAllreduce::save_state: residual to host");
   out.section_floats("RESD", host.data(), host.extent(0));
   SectionPayload method;
   save_method_state(method);
@@ -86,7 +87,7 @@ void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream&
 template <class ExecSpace>
 void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istream& is) {
   constexpr const char* where = "oktopk::SparseAllreduce::restore_state";
-  impl::ScopedRegion region("OkTopk::SparseAllreduce::restore_state");
+  impl::ScopedRegion region("oktopk::SparseAllreduce::restore_state");
   const int P = comm_.size();
   const int me = comm_.rank();
 
@@ -159,7 +160,7 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
                                         std::to_string(iteration));
     }
     residual = Kokkos::View<value_type*, Kokkos::HostSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::SparseAllreduce::restored_residual"),
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::SparseAllreduce::restored_residual"),
         static_cast<std::size_t>(n_));
     in.section_floats("RESD", "residual", residual.data(), residual.extent(0));
     // Method sections are small: thresholds and P + 1 region boundaries.
@@ -206,7 +207,7 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
   stats_.iteration = iteration_;
   last_out_ = vector_type();
   if (install_method) install_method(exec);
-  impl::fence(exec, "OkTopk::SparseAllreduce::restore_state: state installed");
+  impl::fence(exec, "oktopk::SparseAllreduce::restore_state: state installed");
 }
 
 
@@ -216,10 +217,10 @@ SparseResult<typename ExecSpace::memory_space> SparseAllreduce<ExecSpace>::resul
   SparseResult<memory_space> r;
   const auto capacity = static_cast<std::size_t>(last_out_.extent(0) == 0 ? 0 : stats_.global_selected + 1);
   r.indices = index_vector_type(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::SparseResult::indices"),
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::SparseResult::indices"),
       capacity);
   r.values = vector_type(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::SparseResult::values"),
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::SparseResult::values"),
       capacity);
   r.size = select_above(exec, last_out_, 0.0f, r.indices, r.values);
   if (r.size > static_cast<std::int64_t>(capacity)) {

@@ -16,7 +16,7 @@ namespace oktopk::impl {
 inline constexpr char state_magic[8] = {'O', 'K', 'T', 'O', 'P', 'K', 'S', 'A'};
 /// Raised whenever the format changes; a reader refuses versions it does not know.
 /// Version 2 adds the handle's Layout digest to the header section; handles without a layout
-/// still write version 1, which every reader since layouts exist also reads.
+/// write version 1, which readers older than layouts also read.
 inline constexpr std::uint32_t state_format_version = 2;
 inline constexpr std::uint32_t state_format_version_without_layout = 1;
 

@@ -48,7 +48,7 @@ class AccumulatePass {
         static_cast<int>(chunk_counts_.extent(0)) < levels.count) {
       chunk_counts_ = ChunkCounts(
           Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                             "OkTopk::AccumulatePass::chunk_counts"),
+                             "oktopk::AccumulatePass::chunk_counts"),
           static_cast<std::size_t>(max_count_levels),
           static_cast<std::size_t>(chunk_count<ExecSpace>(n)));
     }
@@ -119,13 +119,13 @@ class AccumulatePass {
     const auto chunks = static_cast<std::size_t>(chunk_count<ExecSpace>(n));
     const auto kept = chunks * static_cast<std::size_t>(candidates_.stride());
     candidates_.indices = decltype(candidates_.indices)(
-        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::Candidates::indices"),
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::Candidates::indices"),
         kept);
     candidates_.values = decltype(candidates_.values)(
-        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::Candidates::values"),
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::Candidates::values"),
         kept);
     candidates_.counts = decltype(candidates_.counts)(
-        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::Candidates::counts"),
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::Candidates::counts"),
         chunks);
   }
 

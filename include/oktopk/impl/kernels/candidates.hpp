@@ -25,9 +25,9 @@ namespace oktopk::impl {
 template <class ExecSpace>
 struct Candidates {
   using Memory = typename ExecSpace::memory_space;
-  Kokkos::View<index_type*, Memory> indices{"OkTopk::Candidates::indices", 0};
-  Kokkos::View<value_type*, Memory> values{"OkTopk::Candidates::values", 0};
-  Kokkos::View<count_type*, Memory> counts{"OkTopk::Candidates::counts", 0};
+  Kokkos::View<index_type*, Memory> indices{"oktopk::Candidates::indices", 0};
+  Kokkos::View<value_type*, Memory> values{"oktopk::Candidates::values", 0};
+  Kokkos::View<count_type*, Memory> counts{"oktopk::Candidates::counts", 0};
   std::int64_t capacity = 0;  ///< per chunk
   /// Slots per chunk: one more than the capacity, for the branch-free writes of the kernel.
   std::int64_t stride() const { return capacity + 1; }
@@ -122,7 +122,7 @@ AccumulateCounts accumulate_keeping_candidates(const ExecSpace& exec, const Resi
   float* acc_data = acc.data();
   std::int64_t packed = 0;  // as in accumulate_counting: non-finite count above bit 32
   Kokkos::parallel_reduce(
-      "OkTopk::accumulate_keeping_candidates", RangeOf<ExecSpace>(exec, 0, chunks),
+      "oktopk::accumulate_keeping_candidates", RangeOf<ExecSpace>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
         const std::int64_t begin = c * chunk;
         const std::int64_t end = begin + chunk < n ? begin + chunk : n;
@@ -183,10 +183,10 @@ std::int64_t select_candidates(const ExecSpace& exec, const Candidates<ExecSpace
   const auto capacity = static_cast<std::int64_t>(
       indices.extent(0) < values.extent(0) ? indices.extent(0) : values.extent(0));
   const auto first_slot = make_uninitialized<std::int64_t>(
-      exec, "OkTopk::select_candidates::first_slot", static_cast<std::size_t>(chunks));
+      exec, "oktopk::select_candidates::first_slot", static_cast<std::size_t>(chunks));
   std::int64_t count = 0;
   Kokkos::parallel_scan(
-      "OkTopk::select_candidates::offsets", RangeOf<ExecSpace>(exec, 0, chunks),
+      "oktopk::select_candidates::offsets", RangeOf<ExecSpace>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::int64_t c, std::int64_t& slot, bool final) {
         if (final) first_slot(c) = slot;
         slot += chunk_counts(c);
@@ -200,7 +200,7 @@ std::int64_t select_candidates(const ExecSpace& exec, const Candidates<ExecSpace
   const std::int64_t room = candidates.capacity;
   const std::int64_t stride = candidates.stride();
   Kokkos::parallel_for(
-      "OkTopk::select_candidates::compact", RangeOf<ExecSpace>(exec, 0, chunks),
+      "oktopk::select_candidates::compact", RangeOf<ExecSpace>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::int64_t c) {
         std::int64_t slot = first_slot(c);
         if (kept_counts(c) > room) {

@@ -167,7 +167,7 @@ std::int64_t sketch_nonzeros(const ExecSpace& exec, const CountSketch& sketch, c
   Kokkos::deep_copy(exec, bitmap, static_cast<unsigned char>(0));
   std::int64_t nonzeros = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::count_sketch::sketch", RangeOf<ExecSpace>(exec, 0, s.n),
+      "oktopk::count_sketch::sketch", RangeOf<ExecSpace>(exec, 0, s.n),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
         const float v = x(i);
         if (v == 0.0f) return;
@@ -186,7 +186,7 @@ void subtract_own_estimate(const ExecSpace& exec, const CountSketch& sketch, con
                           const X& x) {
   const CountSketch s = sketch;
   Kokkos::parallel_for(
-      "OkTopk::count_sketch::subtract_own_estimate", RangeOf<ExecSpace>(exec, 0, s.n),
+      "oktopk::count_sketch::subtract_own_estimate", RangeOf<ExecSpace>(exec, 0, s.n),
       KOKKOS_LAMBDA(std::int64_t i) {
         const float v = x(i);
         if (v != 0.0f) x(i) = v - s.estimate(table, i);
@@ -201,7 +201,7 @@ std::int64_t decode_marked_rows(const ExecSpace& exec, const CountSketch& sketch
   const CountSketch s = sketch;
   std::int64_t covered = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::count_sketch::decode", RangeOf<ExecSpace>(exec, 0, s.n),
+      "oktopk::count_sketch::decode", RangeOf<ExecSpace>(exec, 0, s.n),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
         if (bitmap(i / s.row_width) != 0) {
           out(i) = s.estimate(table, i) / divisor;

@@ -103,7 +103,7 @@ void radix_histogram_host(const ExecSpace& exec, const XView& x, const RadixDigi
   const auto n = static_cast<std::int64_t>(x.extent(0));
   const std::int64_t stretches = std::max<std::int64_t>(1, std::min<std::int64_t>(exec.concurrency(), n));
   Kokkos::parallel_for(
-      "OkTopk::kth_largest_abs::histogram_host",
+      "oktopk::kth_largest_abs::histogram_host",
       impl::RangeOf<ExecSpace>(exec, 0, stretches),
       KOKKOS_LAMBDA(std::int64_t s) {
         int local[copies << radix_max_bits];
@@ -159,7 +159,7 @@ void radix_histogram_device(const ExecSpace& exec, const XView& x, const RadixDi
   Policy policy(exec, static_cast<int>(league), team_size);
   policy.set_scratch_size(0, Kokkos::PerTeam(ScratchBins::shmem_size(digit.bins)));
   Kokkos::parallel_for(
-      "OkTopk::kth_largest_abs::histogram_device", policy, KOKKOS_LAMBDA(const Member& team) {
+      "oktopk::kth_largest_abs::histogram_device", policy, KOKKOS_LAMBDA(const Member& team) {
         ScratchBins local(team.team_scratch(0), digit.bins);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, digit.bins), [&](int b) { local(b) = 0; });
         team.team_barrier();

@@ -57,12 +57,12 @@ struct SegmentMap {
     sparse_entries = entry_begin.back();
     sparse_rows = row_begin.back();
     dense_entries = dense_begin.back();
-    sparse_offset = to_device(exec, "OkTopk::segment_map::sparse_offset", offset);
-    sparse_width = to_device(exec, "OkTopk::segment_map::sparse_width", width);
-    sparse_entry_begin = to_device(exec, "OkTopk::segment_map::sparse_entry_begin", entry_begin);
-    sparse_row_begin = to_device(exec, "OkTopk::segment_map::sparse_row_begin", row_begin);
-    dense_offset = to_device(exec, "OkTopk::segment_map::dense_offset", dense_offset_host);
-    dense_entry_begin = to_device(exec, "OkTopk::segment_map::dense_entry_begin", dense_begin);
+    sparse_offset = to_device(exec, "oktopk::segment_map::sparse_offset", offset);
+    sparse_width = to_device(exec, "oktopk::segment_map::sparse_width", width);
+    sparse_entry_begin = to_device(exec, "oktopk::segment_map::sparse_entry_begin", entry_begin);
+    sparse_row_begin = to_device(exec, "oktopk::segment_map::sparse_row_begin", row_begin);
+    dense_offset = to_device(exec, "oktopk::segment_map::dense_offset", dense_offset_host);
+    dense_entry_begin = to_device(exec, "oktopk::segment_map::dense_entry_begin", dense_begin);
   }
 
   /// The last s in [0, count) with begin(s) <= x, for begin(0) <= x < begin(count): the
@@ -116,7 +116,7 @@ struct SegmentMap {
                                                                                values.size());
     Kokkos::deep_copy(exec, view, host);
     // `values` is the caller's: the copy must finish before it goes.
-    fence(exec, "OkTopk::segment_map::segment_map");
+    fence(exec, "oktopk::segment_map::segment_map");
     return view;
   }
 };

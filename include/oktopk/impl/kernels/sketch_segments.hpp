@@ -27,7 +27,7 @@ std::int64_t sketch_segments(const ExecSpace& exec, const CountSketch& sketch, c
   Kokkos::deep_copy(exec, bitmap, 0.0f);
   std::int64_t nonzeros = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::count_sketch::sketch_segments", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
+      "oktopk::count_sketch::sketch_segments", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
       KOKKOS_LAMBDA(std::int64_t e, std::int64_t& count) {
         std::int64_t row = 0;
         const float v = acc(m.sparse_position(e, row));
@@ -48,7 +48,7 @@ void subtract_own_estimate_segments(const ExecSpace& exec, const CountSketch& sk
   const CountSketch s = sketch;
   const Map m = map;
   Kokkos::parallel_for(
-      "OkTopk::count_sketch::subtract_own_estimate_segments", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
+      "oktopk::count_sketch::subtract_own_estimate_segments", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
       KOKKOS_LAMBDA(std::int64_t e) {
         std::int64_t row = 0;
         const std::int64_t i = m.sparse_position(e, row);
@@ -64,7 +64,7 @@ void pack_dense_segments(const ExecSpace& exec, const Map& map, const Acc& acc, 
                    bool clear) {
   const Map m = map;
   Kokkos::parallel_for(
-      "OkTopk::count_sketch::pack_dense", RangeOf<ExecSpace>(exec, 0, m.dense_entries),
+      "oktopk::count_sketch::pack_dense", RangeOf<ExecSpace>(exec, 0, m.dense_entries),
       KOKKOS_LAMBDA(std::int64_t d) {
         const std::int64_t i = m.dense_position(d);
         dense(d) = acc(i);
@@ -78,7 +78,7 @@ void unpack_dense_segments(const ExecSpace& exec, const Map& map, const Dense& d
                      float divisor) {
   const Map m = map;
   Kokkos::parallel_for(
-      "OkTopk::count_sketch::unpack_dense", RangeOf<ExecSpace>(exec, 0, m.dense_entries),
+      "oktopk::count_sketch::unpack_dense", RangeOf<ExecSpace>(exec, 0, m.dense_entries),
       KOKKOS_LAMBDA(std::int64_t d) { out(m.dense_position(d)) = dense(d) / divisor; });
 }
 
@@ -100,7 +100,7 @@ std::int64_t decode_segments(const ExecSpace& exec, const CountSketch& sketch, c
   constexpr int entry_shift = 32;
   std::int64_t totals = 0;
   Kokkos::parallel_scan(
-      "OkTopk::count_sketch::compact_union_rows", RangeOf<ExecSpace>(exec, 0, rows),
+      "oktopk::count_sketch::compact_union_rows", RangeOf<ExecSpace>(exec, 0, rows),
       KOKKOS_LAMBDA(std::int64_t row, std::int64_t& prefix, bool final) {
         if (bitmap(row) == 0.0f) return;
         std::int64_t entries = 0;
@@ -116,14 +116,14 @@ std::int64_t decode_segments(const ExecSpace& exec, const CountSketch& sketch, c
   const std::int64_t decoded = totals >> entry_shift;
   // Rows outside the union: 0, whatever out held.
   Kokkos::parallel_for(
-      "OkTopk::count_sketch::clear_other_rows", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
+      "oktopk::count_sketch::clear_other_rows", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
       KOKKOS_LAMBDA(std::int64_t e) {
         std::int64_t row = 0;
         const std::int64_t i = m.sparse_position(e, row);
         if (bitmap(row) == 0.0f) out(i) = 0.0f;
       });
   Kokkos::parallel_for(
-      "OkTopk::count_sketch::decode_segments", RangeOf<ExecSpace>(exec, 0, decoded),
+      "oktopk::count_sketch::decode_segments", RangeOf<ExecSpace>(exec, 0, decoded),
       KOKKOS_LAMBDA(std::int64_t u) {
         const std::int64_t slot = Map::find(union_entry_begin, union_count, u);
         std::int64_t entries = 0;

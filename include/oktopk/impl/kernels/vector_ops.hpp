@@ -53,7 +53,7 @@ AccumulateCounts accumulate_counting(const ExecSpace& exec, const Residual& resi
   // reaches 2^31), non-finite above.
   std::int64_t packed = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::accumulate_counting", RangeOf<ExecSpace>(exec, 0, chunks),
+      "oktopk::accumulate_counting", RangeOf<ExecSpace>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
         const std::int64_t begin = c * chunk;
         const std::int64_t end = begin + chunk < n ? begin + chunk : n;
@@ -94,7 +94,7 @@ std::int64_t count_above_by_chunk(const ExecSpace& exec, const X& x, float thres
   const bool record = static_cast<std::int64_t>(chunk_counts.extent(0)) == chunks;
   std::int64_t total = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::count_above_by_chunk", RangeOf<ExecSpace>(exec, 0, chunks),
+      "oktopk::count_above_by_chunk", RangeOf<ExecSpace>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
         const std::int64_t begin = c * chunk;
         const std::int64_t end = begin + chunk < n ? begin + chunk : n;
@@ -112,7 +112,7 @@ template <class ExecSpace, class From, class To>
 std::int64_t copy_counting_nonfinite(const ExecSpace& exec, const From& from, const To& to) {
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::copy_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, from.extent(0)),
+      "oktopk::copy_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, from.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
         const float x = from(i);
         to(i) = x;
@@ -127,7 +127,7 @@ template <class ExecSpace, class X>
 std::int64_t count_nonfinite(const ExecSpace& exec, const X& x) {
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::count_nonfinite", RangeOf<ExecSpace>(exec, 0, x.extent(0)),
+      "oktopk::count_nonfinite", RangeOf<ExecSpace>(exec, 0, x.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
         if (!is_finite(x(i))) ++count;
       },
@@ -142,7 +142,7 @@ std::int64_t divide_counting_nonfinite(const ExecSpace& exec, const In& in, cons
                                        float divisor) {
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::divide_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, out.extent(0)),
+      "oktopk::divide_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, out.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
         const float average = in(i) / divisor;
         out(i) = average;
@@ -157,7 +157,7 @@ std::int64_t divide_counting_nonfinite(const ExecSpace& exec, const In& in, cons
 template <class ExecSpace, class In, class Out>
 void divide(const ExecSpace& exec, const In& in, const Out& out, float divisor) {
   Kokkos::parallel_for(
-      "OkTopk::divide", RangeOf<ExecSpace>(exec, 0, out.extent(0)),
+      "oktopk::divide", RangeOf<ExecSpace>(exec, 0, out.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) { out(i) = in(i) / divisor; });
 }
 
@@ -166,7 +166,7 @@ template <class ExecSpace, class Idx, class Val, class Out>
 void scatter_divided(const ExecSpace& exec, const Idx& indices, const Val& values,
                      std::int64_t count, const Out& out, float divisor, std::int64_t offset = 0) {
   Kokkos::parallel_for(
-      "OkTopk::scatter_divided", RangeOf<ExecSpace>(exec, 0, count),
+      "oktopk::scatter_divided", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(std::int64_t j) { out(indices(j) + offset) = values(j) / divisor; });
 }
 
@@ -187,7 +187,7 @@ void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val
     const auto n = static_cast<std::int64_t>(out.extent(0));
     const std::int64_t chunk = chunk_length_v<ExecSpace>;
     Kokkos::parallel_for(
-        "OkTopk::write_average_clearing", RangeOf<ExecSpace>(exec, 0, chunk_count<ExecSpace>(n)),
+        "oktopk::write_average_clearing", RangeOf<ExecSpace>(exec, 0, chunk_count<ExecSpace>(n)),
         KOKKOS_LAMBDA(std::int64_t c) {
           const std::int64_t begin = c * chunk;
           const std::int64_t end = begin + chunk < n ? begin + chunk : n;
@@ -202,7 +202,7 @@ void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val
   } else {
     Kokkos::deep_copy(exec, out, 0.0f);
     Kokkos::parallel_for(
-        "OkTopk::write_average_clearing", RangeOf<ExecSpace>(exec, 0, count),
+        "oktopk::write_average_clearing", RangeOf<ExecSpace>(exec, 0, count),
         KOKKOS_LAMBDA(std::int64_t j) {
           const std::int64_t i = indices(j);
           out(i) = values(j) / divisor;
@@ -221,7 +221,7 @@ std::int64_t select_pairs_above(const ExecSpace& exec, const Idx& indices, const
       out_indices.extent(0) < out_values.extent(0) ? out_indices.extent(0) : out_values.extent(0));
   std::int64_t selected = 0;
   Kokkos::parallel_scan(
-      "OkTopk::select_pairs_above", RangeOf<ExecSpace>(exec, 0, count),
+      "oktopk::select_pairs_above", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(std::int64_t j, std::int64_t& slot, bool final) {
         const float v = values(j);
         if (abs(v) > threshold) {
@@ -241,7 +241,7 @@ template <class ExecSpace, class Idx>
 void add_offset(const ExecSpace& exec, const Idx& indices, std::int64_t begin, std::int64_t end,
                 std::int64_t offset) {
   Kokkos::parallel_for(
-      "OkTopk::add_offset", RangeOf<ExecSpace>(exec, begin, end),
+      "oktopk::add_offset", RangeOf<ExecSpace>(exec, begin, end),
       KOKKOS_LAMBDA(std::int64_t j) { indices(j) = static_cast<index_type>(indices(j) + offset); });
 }
 

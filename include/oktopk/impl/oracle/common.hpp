@@ -53,7 +53,7 @@ void local_borderline_counts(const ExecSpace& exec, const Communicator& comm,
                              const OracleConstVector<ExecSpace>& acc, float threshold, float tol,
                              const OracleVector<ExecSpace>& flags) {
   Kokkos::parallel_for(
-      "OkTopk::expected_result::local_borderline", RangeOf<ExecSpace>(exec, 0, acc.extent(0)),
+      "oktopk::expected_result::local_borderline", RangeOf<ExecSpace>(exec, 0, acc.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) {
         const float a = acc(i);
         flags(i) = (a != 0.0f && near_threshold(abs(a), threshold, tol)) ? 1.0f : 0.0f;

@@ -35,13 +35,13 @@ void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
   if (handle.options().dense_allreduce == DenseAlgorithm::Ring && P > 2) {
     // The ring adds the same P floats in another order: first-order bound, doubled.
     Kokkos::parallel_for(
-        "OkTopk::expected_result::abs", RangeOf<ExecSpace>(exec, 0, n),
+        "oktopk::expected_result::abs", RangeOf<ExecSpace>(exec, 0, n),
         KOKKOS_LAMBDA(std::int64_t i) { bound(i) = abs(acc(i)); });
     mpi_allreduce_in_place(exec, comm, bound, MPI_SUM);
     const float scale =
         2.0f * static_cast<float>(P - 1) * float_roundoff / static_cast<float>(P);
     Kokkos::parallel_for(
-        "OkTopk::expected_result::ring_slack", RangeOf<ExecSpace>(exec, 0, n),
+        "oktopk::expected_result::ring_slack", RangeOf<ExecSpace>(exec, 0, n),
         KOKKOS_LAMBDA(std::int64_t i) { bound(i) *= scale; });
   } else {
     Kokkos::deep_copy(exec, bound, 0.0f);

@@ -41,10 +41,10 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
   // This rank's leaf: its entries above its threshold, ascending (select_above keeps order).
   std::int64_t count = count_above(exec, acc, local_threshold);
   Kokkos::View<index_type*, Memory> idx(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::expected_result::leaf_indices"),
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::expected_result::leaf_indices"),
       static_cast<std::size_t>(count));
   OracleVector<ExecSpace> val(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::expected_result::leaf_values"),
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::expected_result::leaf_values"),
       static_cast<std::size_t>(count));
   count = select_above(exec, acc, local_threshold, idx, val);
   auto host_idx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), idx);
@@ -111,10 +111,10 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
   const Set& result = sets[0];
   const auto size = static_cast<std::size_t>(result.size());
   Kokkos::View<index_type*, Memory> result_idx(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::expected_result::tree_indices"),
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::expected_result::tree_indices"),
       size);
   OracleVector<ExecSpace> result_val(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::expected_result::tree_values"),
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::expected_result::tree_values"),
       size);
   auto host_result_idx = Kokkos::create_mirror_view(Kokkos::HostSpace(), result_idx);
   auto host_result_val = Kokkos::create_mirror_view(Kokkos::HostSpace(), result_val);
@@ -125,21 +125,21 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
   Kokkos::deep_copy(exec, result_idx, host_result_idx);
   Kokkos::deep_copy(exec, result_val, host_result_val);
 
-  const auto borderline = make_uninitialized<float>(exec, "OkTopk::expected_result::borderline",
+  const auto borderline = make_uninitialized<float>(exec, "oktopk::expected_result::borderline",
                                                     static_cast<std::size_t>(handle.size()));
   local_borderline_counts(exec, comm, acc, local_threshold, tol, borderline);
   Kokkos::deep_copy(exec, expected, 0.0f);
   const auto ranks = static_cast<float>(P);
   Kokkos::parallel_for(
-      "OkTopk::expected_result::tree_scatter", RangeOf<ExecSpace>(exec, 0, size),
+      "oktopk::expected_result::tree_scatter", RangeOf<ExecSpace>(exec, 0, size),
       KOKKOS_LAMBDA(std::int64_t j) { expected(result_idx(j)) = result_val(j) / ranks; });
   Kokkos::parallel_for(
-      "OkTopk::expected_result::tree_borderline", RangeOf<ExecSpace>(exec, 0, expected.extent(0)),
+      "oktopk::expected_result::tree_borderline", RangeOf<ExecSpace>(exec, 0, expected.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) {
         if (borderline(i) > 0.0f) expected(i) = quiet_nan();
       });
   // Host vectors above die with this scope: nothing may still read them.
-  fence(exec, "OkTopk::expected_result::gtopk");
+  fence(exec, "oktopk::expected_result::gtopk");
 }
 
 }  // namespace oktopk::impl

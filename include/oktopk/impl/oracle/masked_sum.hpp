@@ -29,11 +29,11 @@ void expected_masked_sum(const ExecSpace& exec, const SparseAllreduce<ExecSpace>
   const auto n = static_cast<std::size_t>(handle.size());
   // expected first holds R, the masked sum; beside it sum|terms| (in slack), the count of
   // non-zero terms, and the number of ranks on which the entry is locally borderline.
-  const auto terms = make_uninitialized<float>(exec, "OkTopk::expected_result::terms", n);
-  const auto borderline = make_uninitialized<float>(exec, "OkTopk::expected_result::borderline", n);
+  const auto terms = make_uninitialized<float>(exec, "oktopk::expected_result::terms", n);
+  const auto borderline = make_uninitialized<float>(exec, "oktopk::expected_result::borderline", n);
   const float local_threshold = stats.local_threshold;
   Kokkos::parallel_for(
-      "OkTopk::expected_result::mask", RangeOf<ExecSpace>(exec, 0, n),
+      "oktopk::expected_result::mask", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
         const float a = acc(i);
         const float m = abs(a);
@@ -51,7 +51,7 @@ void expected_masked_sum(const ExecSpace& exec, const SparseAllreduce<ExecSpace>
   const float global_threshold = stats.global_threshold;
   const auto ranks = static_cast<float>(comm.size());
   Kokkos::parallel_for(
-      "OkTopk::expected_result::select", RangeOf<ExecSpace>(exec, 0, n),
+      "oktopk::expected_result::select", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
         const float r = expected(i);
         const float m = abs(r);

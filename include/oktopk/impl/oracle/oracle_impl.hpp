@@ -31,7 +31,7 @@ void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& ha
                      double rel_tol,
                      const Kokkos::View<float*, typename ExecSpace::memory_space>& slack) {
   constexpr const char* where = "oktopk::expected_result";
-  impl::ScopedRegion region("OkTopk::expected_result");
+  impl::ScopedRegion region("oktopk::expected_result");
   const Communicator& comm = handle.communicator();
   // Traffic lands in its own phase; handle.stats() keeps the reduce call's own numbers.
   auto scope = comm.phase("oracle");
@@ -46,7 +46,7 @@ void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& ha
   const auto n = static_cast<std::size_t>(handle.size());
   const impl::OracleVector<ExecSpace> bound =
       slack_given ? slack
-                  : impl::make_uninitialized<float>(exec, "OkTopk::expected_result::slack", n);
+                  : impl::make_uninitialized<float>(exec, "oktopk::expected_result::slack", n);
 
   if (stats.dense || handle.algorithm() == Algorithm::Dense) {
     impl::expected_dense(exec, handle, acc, expected, bound);
@@ -73,12 +73,12 @@ void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& ha
   if (!slack_given) {
     // Nobody will allow for the summation order: skip the entries it can move beyond rel_tol.
     Kokkos::parallel_for(
-        "OkTopk::expected_result::order_sensitive", impl::RangeOf<ExecSpace>(exec, 0, n),
+        "oktopk::expected_result::order_sensitive", impl::RangeOf<ExecSpace>(exec, 0, n),
         KOKKOS_LAMBDA(std::int64_t i) {
           if (bound(i) > 0.5f * tol * impl::abs(expected(i))) expected(i) = impl::quiet_nan();
         });
   }
-  impl::fence(exec, "OkTopk::expected_result");
+  impl::fence(exec, "oktopk::expected_result");
 }
 
 
@@ -89,7 +89,7 @@ std::int64_t count_mismatches(
     const Kokkos::View<const float*, typename ExecSpace::memory_space>& out, double rel_tol,
     const Kokkos::View<const float*, typename ExecSpace::memory_space>& slack) {
   constexpr const char* where = "oktopk::count_mismatches";
-  impl::ScopedRegion region("OkTopk::count_mismatches");
+  impl::ScopedRegion region("oktopk::count_mismatches");
   const Communicator& comm = handle.communicator();
   auto scope = comm.phase("oracle");
   const bool slack_given = slack.extent(0) != 0;
@@ -100,7 +100,7 @@ std::int64_t count_mismatches(
 
   // Rank 0's output, to hold every rank to the same answer.
   const auto reference =
-      impl::make_uninitialized<float>(exec, "OkTopk::count_mismatches::rank0", n);
+      impl::make_uninitialized<float>(exec, "oktopk::count_mismatches::rank0", n);
   Kokkos::deep_copy(exec, reference, out);
   {
     auto buffer = impl::mpi_send_view(exec, reference);
@@ -110,7 +110,7 @@ std::int64_t count_mismatches(
   const auto tol = static_cast<float>(rel_tol);
   std::int64_t wrong = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::count_mismatches", impl::RangeOf<ExecSpace>(exec, 0, n),
+      "oktopk::count_mismatches", impl::RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t& bad) {
         const float o = out(i);
         const float e = expected(i);

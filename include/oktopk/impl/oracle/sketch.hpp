@@ -35,7 +35,7 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
                const Kokkos::View<float*, typename ExecSpace::memory_space>& out) {
   constexpr const char* where = "oktopk::impl::s2_oracle";
   const CountSketch sketch = CountSketch::make(where, n, options);
-  ScopedRegion region("OkTopk::expected_result::s2_oracle");
+  ScopedRegion region("oktopk::expected_result::s2_oracle");
   int bad_rank = static_cast<std::int64_t>(acc.extent(0)) == n &&
                          static_cast<std::int64_t>(out.extent(0)) == n
                      ? 0
@@ -47,15 +47,15 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
   S2Buffers<ExecSpace> buffers(exec, sketch);
   sketch_nonzeros(exec, sketch, acc, buffers.table, buffers.bitmap);  // for the rows it marks
   mpi_allreduce_in_place(exec, comm, buffers.bitmap, MPI_MAX);
-  auto mean = make_uninitialized<float>(exec, "OkTopk::expected_result::s2_oracle_mean", static_cast<std::size_t>(n));
+  auto mean = make_uninitialized<float>(exec, "oktopk::expected_result::s2_oracle_mean", static_cast<std::size_t>(n));
   Kokkos::deep_copy(exec, mean, acc);
   mpi_allreduce_in_place(exec, comm, mean, MPI_SUM);
   divide(exec, mean, mean, static_cast<float>(comm.size()));
-  auto mean_rows = make_uninitialized<unsigned char>(exec, "OkTopk::expected_result::s2_oracle_mean_rows",
+  auto mean_rows = make_uninitialized<unsigned char>(exec, "oktopk::expected_result::s2_oracle_mean_rows",
                                                     static_cast<std::size_t>(sketch.rows));
   sketch_nonzeros(exec, sketch, mean, buffers.table, mean_rows);
   decode_marked_rows(exec, sketch, buffers.table, buffers.bitmap, out, 1.0f);
-  fence(exec, "OkTopk::expected_result::s2_oracle");
+  fence(exec, "oktopk::expected_result::s2_oracle");
 }
 
 
@@ -95,21 +95,21 @@ void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace>&
   mpi_allreduce_in_place(exec, comm, expected, MPI_SUM);
   divide(exec, expected, expected, static_cast<float>(P));
   Kokkos::parallel_for(
-      "OkTopk::expected_result::s2_layout_abs", RangeOf<ExecSpace>(exec, 0, n),
+      "oktopk::expected_result::s2_layout_abs", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) { slack(i) = abs(acc(i)); });
   mpi_allreduce_in_place(exec, comm, slack, MPI_SUM);
 
   const auto cells = static_cast<std::size_t>(s.cells());
-  const OracleVector<ExecSpace> table("OkTopk::expected_result::s2_layout_table", cells);
-  const OracleVector<ExecSpace> mass("OkTopk::expected_result::s2_layout_mass", cells);
-  const OracleVector<ExecSpace> load("OkTopk::expected_result::s2_layout_load", cells);
+  const OracleVector<ExecSpace> table("oktopk::expected_result::s2_layout_table", cells);
+  const OracleVector<ExecSpace> mass("oktopk::expected_result::s2_layout_mass", cells);
+  const OracleVector<ExecSpace> load("oktopk::expected_result::s2_layout_load", cells);
   std::int64_t first_key = 0;
   for (const Segment& segment : layout.segments()) {
     if (segment.kind != SegmentKind::SparseRows) continue;
     const std::int64_t offset = segment.offset;
     const std::int64_t key_base = first_key - offset;
     Kokkos::parallel_for(
-        "OkTopk::expected_result::s2_layout_sketch",
+        "oktopk::expected_result::s2_layout_sketch",
         RangeOf<ExecSpace>(exec, offset, offset + segment.length), KOKKOS_LAMBDA(std::int64_t i) {
           const float v = expected(i);
           const float a = slack(i);
@@ -134,7 +134,7 @@ void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace>&
     const std::int64_t end = offset + segment.length;
     if (segment.kind == SegmentKind::Dense) {
       Kokkos::parallel_for(
-          "OkTopk::expected_result::s2_layout_dense", RangeOf<ExecSpace>(exec, offset, end),
+          "oktopk::expected_result::s2_layout_dense", RangeOf<ExecSpace>(exec, offset, end),
           KOKKOS_LAMBDA(std::int64_t i) { slack(i) *= dense_order; });
       continue;
     }
@@ -143,7 +143,7 @@ void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace>&
     const std::int64_t width = segment.row_width;
     const std::int64_t key_base = first_key - offset;
     Kokkos::parallel_for(
-        "OkTopk::expected_result::s2_layout_decode", RangeOf<ExecSpace>(exec, 0, segment.rows()),
+        "oktopk::expected_result::s2_layout_decode", RangeOf<ExecSpace>(exec, 0, segment.rows()),
         KOKKOS_LAMBDA(std::int64_t row) {
           const std::int64_t begin = offset + row * width;
           const std::int64_t stop = begin + width < end ? begin + width : end;
@@ -185,14 +185,14 @@ void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle
   const CountSketch s = CountSketch::make("oktopk::expected_result", n, handle.options());
   // slack first holds sum over ranks of |acc|.
   Kokkos::parallel_for(
-      "OkTopk::expected_result::s2_abs", RangeOf<ExecSpace>(exec, 0, n),
+      "oktopk::expected_result::s2_abs", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) { slack(i) = abs(acc(i)); });
   mpi_allreduce_in_place(exec, comm, slack, MPI_SUM);
   const auto cells = static_cast<std::size_t>(s.cells());
-  const OracleVector<ExecSpace> mass("OkTopk::expected_result::s2_mass", cells);
-  const OracleVector<ExecSpace> load("OkTopk::expected_result::s2_load", cells);
+  const OracleVector<ExecSpace> mass("oktopk::expected_result::s2_mass", cells);
+  const OracleVector<ExecSpace> load("oktopk::expected_result::s2_load", cells);
   Kokkos::parallel_for(
-      "OkTopk::expected_result::s2_cells", RangeOf<ExecSpace>(exec, 0, n),
+      "oktopk::expected_result::s2_cells", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
         const float a = slack(i);
         if (a == 0.0f) return;
@@ -203,7 +203,7 @@ void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle
       });
   const auto ranks = static_cast<float>(comm.size());
   Kokkos::parallel_for(
-      "OkTopk::expected_result::s2_slack", RangeOf<ExecSpace>(exec, 0, n),
+      "oktopk::expected_result::s2_slack", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
         float worst = 0.0f;
         s.for_each_cell(i, [&](int, std::int64_t c, float) {
