@@ -5,9 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <fstream>
-#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -22,62 +19,7 @@ namespace kmath = Kokkos;
 namespace kmath = Kokkos::Experimental;
 #endif
 
-constexpr char file_magic[8] = {'O', 'K', 'T', 'O', 'P', 'K', 'G', '1'};
-constexpr std::int64_t file_header_bytes = 24;
 constexpr std::int64_t rows_width = 64;  // entries per row of --dist rows:R
-
-bool host_is_little_endian() {
-  const std::uint32_t one = 1;
-  unsigned char first = 0;
-  std::memcpy(&first, &one, 1);
-  return first == 1;
-}
-
-void swap_bytes_if_big_endian(void* data, std::size_t count, std::size_t size) {
-  if (host_is_little_endian()) return;
-  auto* bytes = static_cast<unsigned char*>(data);
-  for (std::size_t e = 0; e < count; ++e) std::reverse(bytes + e * size, bytes + (e + 1) * size);
-}
-
-/// Reads and validates the header of `path`; returns an error message, empty if it is fine.
-std::string read_file_header(const std::string& path, GradientFile& info) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "cannot open gradient file '" + path + "'";
-  char header[file_header_bytes];
-  in.read(header, file_header_bytes);
-  if (in.gcount() != file_header_bytes) {
-    return "'" + path + "' is not a gradient file (shorter than the 24-byte header)";
-  }
-  if (std::memcmp(header, file_magic, sizeof(file_magic)) != 0) {
-    return "'" + path + "' is not a gradient file (it does not start with OKTOPKG1)";
-  }
-  std::int64_t fields[2];
-  std::memcpy(fields, header + 8, sizeof(fields));
-  swap_bytes_if_big_endian(fields, 2, sizeof(std::int64_t));
-  info.n = fields[0];
-  info.count = fields[1];
-  if (info.n < 1 || info.n > std::numeric_limits<std::int32_t>::max()) {
-    return "'" + path + "' is malformed: its n = " + std::to_string(info.n) +
-           " is outside [1, 2^31-1]";
-  }
-  if (info.count < 1) {
-    return "'" + path + "' is malformed: it announces " + std::to_string(info.count) + " gradients";
-  }
-  const std::int64_t record = info.n * static_cast<std::int64_t>(sizeof(float));
-  if (info.count > (std::numeric_limits<std::int64_t>::max() - file_header_bytes) / record) {
-    return "'" + path + "' is malformed: n = " + std::to_string(info.n) +
-           " times count = " + std::to_string(info.count) + " overflows";
-  }
-  const std::int64_t expected = file_header_bytes + info.count * record;
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<std::int64_t>(in.tellg());
-  if (size != expected) {
-    return "'" + path + "' is malformed: " + std::to_string(size) +
-           " bytes, but its header (n = " + std::to_string(info.n) +
-           ", count = " + std::to_string(info.count) + ") needs " + std::to_string(expected);
-  }
-  return {};
-}
 
 /// SplitMix64's finalizer: a bijection whose output bits all depend on every input bit, so
 /// mix(key + i) gives independent-looking draws per element without shared generator state
@@ -118,10 +60,11 @@ constexpr std::uint64_t row_stream_offset = std::uint64_t{1} << 40;
 
 }  // namespace
 
-GradientFile check_gradient_file(const oktopk::Communicator& world, const std::string& path) {
-  GradientFile info;
+GradientFileHeader check_gradient_file(const oktopk::Communicator& world,
+                                       const std::string& path) {
+  GradientFileHeader info;
   std::string error;
-  if (world.rank() == 0) error = read_file_header(path, info);
+  if (world.rank() == 0) error = oktopk::apps::read_gradient_file_header(path, info);
   std::int64_t fields[3] = {info.n, info.count, static_cast<std::int64_t>(error.size())};
   world.bcast(fields, 3, 0);
   error.resize(static_cast<std::size_t>(fields[2]));
@@ -249,14 +192,9 @@ void GradientSource::read(const Exec& exec, std::int64_t call, const Vector& gra
         static_cast<std::size_t>(n));
   }
   std::string error;
-  {
-    std::ifstream in(args_.dist.path, std::ios::binary);
-    in.seekg(file_header_bytes + record * n * static_cast<std::int64_t>(sizeof(float)));
-    in.read(reinterpret_cast<char*>(host_.data()), n * static_cast<std::int64_t>(sizeof(float)));
-    if (!in || in.gcount() != n * static_cast<std::int64_t>(sizeof(float))) {
-      error = "cannot read gradient " + std::to_string(record) + " of '" + args_.dist.path +
-              "' on rank " + std::to_string(world_.rank());
-    }
+  if (!oktopk::apps::read_gradient(args_.dist.path, file_, record, host_.data())) {
+    error = "cannot read gradient " + std::to_string(record) + " of '" + args_.dist.path +
+            "' on rank " + std::to_string(world_.rank());
   }
   std::int64_t failed = error.empty() ? 0 : world_.rank() + 1;
   world_.allreduce_in_place(&failed, 1, MPI_MAX);
@@ -266,7 +204,6 @@ void GradientSource::read(const Exec& exec, std::int64_t call, const Vector& gra
                                  : "reading '" + args_.dist.path + "' failed on rank " +
                                        std::to_string(failed - 1));
   }
-  swap_bytes_if_big_endian(host_.data(), static_cast<std::size_t>(n), sizeof(float));
   Kokkos::deep_copy(exec, grad, host_);
 }
 
@@ -276,16 +213,9 @@ void dump_gradients(const Exec& exec, const oktopk::Communicator& world, const A
   const int rank = world.rank();
   const std::int64_t n = args.n;
   const std::int64_t calls = args.warmup + args.iters;
-  std::ofstream out;
+  oktopk::apps::GradientFileWriter out;
   std::int64_t ok = 1;
-  if (rank == 0) {
-    out.open(args.dump_path, std::ios::binary | std::ios::trunc);
-    std::int64_t fields[2] = {n, calls * P};
-    swap_bytes_if_big_endian(fields, 2, sizeof(std::int64_t));
-    out.write(file_magic, sizeof(file_magic));
-    out.write(reinterpret_cast<const char*>(fields), sizeof(fields));
-    ok = out ? 1 : 0;
-  }
+  if (rank == 0) ok = out.open(args.dump_path, {n, calls * P}) ? 1 : 0;
   world.bcast(&ok, 1, 0);
   if (ok == 0) throw std::runtime_error("cannot write gradient file '" + args.dump_path + "'");
 
@@ -301,18 +231,13 @@ void dump_gradients(const Exec& exec, const oktopk::Communicator& world, const A
       std::copy(host.data(), host.data() + n, all.begin());
       for (int r = 1; r < P; ++r) world.irecv(all.data() + r * n, n, r, 7, requests);
       requests.wait_all();
-      swap_bytes_if_big_endian(all.data(), all.size(), sizeof(float));
-      out.write(reinterpret_cast<const char*>(all.data()),
-                static_cast<std::streamsize>(all.size() * sizeof(float)));
+      out.write(all.data(), all.size());
     } else {
       world.isend(host.data(), n, 0, 7, requests);
       requests.wait_all();
     }
   }
-  if (rank == 0) {
-    out.close();
-    ok = out ? 1 : 0;
-  }
+  if (rank == 0) ok = out.close() ? 1 : 0;
   world.bcast(&ok, 1, 0);
   if (ok == 0) throw std::runtime_error("writing gradient file '" + args.dump_path + "' failed");
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "command_line.hpp"
+#include "common/gradient_file.hpp"
 #include "types.hpp"
 
 #include <oktopk/oktopk.hpp>
@@ -16,19 +17,16 @@
 
 namespace oktopk::bench {
 
-struct GradientFile {
-  std::int64_t n = 0;
-  std::int64_t count = 0;
-};
+using oktopk::apps::GradientFileHeader;
 
 /// Collective: rank 0 reads the header, every rank gets the outcome. Throws UsageError when
 /// `path` is not a well-formed gradient file.
-GradientFile check_gradient_file(const oktopk::Communicator& world, const std::string& path);
+GradientFileHeader check_gradient_file(const oktopk::Communicator& world, const std::string& path);
 
 /// The gradient of every (rank, call): generated on the device, or read from a file.
 class GradientSource {
  public:
-  GradientSource(const Args& args, const oktopk::Communicator& world, GradientFile file)
+  GradientSource(const Args& args, const oktopk::Communicator& world, GradientFileHeader file)
       : args_(args), world_(world), file_(file) {}
 
   /// Collective (file replay: every rank learns whether any rank failed to read).
@@ -51,7 +49,7 @@ class GradientSource {
  private:
   const Args& args_;
   oktopk::Communicator world_;
-  GradientFile file_;
+  GradientFileHeader file_;
   Kokkos::View<float*, Kokkos::HostSpace> host_;
   Vector own_draws_;     // --shifted-draws
   Vector shared_draws_;  // --shifted-draws, correlated

@@ -28,7 +28,7 @@
 namespace oktopk::bench {
 namespace {
 
-void run_benchmark(const Args& args, const oktopk::Communicator& world, GradientFile file) {
+void run_benchmark(const Args& args, const oktopk::Communicator& world, GradientFileHeader file) {
   const Exec exec;
   GradientSource source(args, world, file);
   if (!args.dump_path.empty()) dump_gradients(exec, world, args, source);
@@ -53,7 +53,7 @@ void run_benchmark(const Args& args, const oktopk::Communicator& world, Gradient
 int bench_main(int argc, char* argv[], const oktopk::Communicator& world) {
   const bool root = world.rank() == 0;
   Args args;
-  GradientFile file;
+  GradientFileHeader file;
   try {
     args = parse(argc, argv);
     if (args.help) {
