@@ -7,7 +7,7 @@
 #pragma once
 
 #include "common/kokkos_compat.hpp"
-#include "model.hpp"
+#include "spaces.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 #include <Kokkos_Core.hpp>
