@@ -3,6 +3,8 @@
 // and --dump-gradients.
 #include "gradients.hpp"
 
+#include "common/hash.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -21,15 +23,9 @@ namespace kmath = Kokkos::Experimental;
 
 constexpr std::int64_t rows_width = 64;  // entries per row of --dist rows:R
 
-/// SplitMix64's finalizer: a bijection whose output bits all depend on every input bit, so
-/// mix(key + i) gives independent-looking draws per element without shared generator state
-/// (results depend on nothing but the key and i: not on threads, not on the backend).
-KOKKOS_INLINE_FUNCTION std::uint64_t mix(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+// The draws hash (key + i) with the apps' counter-based hash: no shared generator state, and
+// results that depend on nothing but the key and i (not on threads, not on the backend).
+using oktopk::apps::splitmix64;
 
 /// (0, 1] and [0, 1) from the top 53 bits.
 KOKKOS_INLINE_FUNCTION double unit_open_low(std::uint64_t h) {
@@ -48,12 +44,12 @@ KOKKOS_INLINE_FUNCTION double normal_from(std::uint64_t h1, std::uint64_t h2) {
 
 KOKKOS_INLINE_FUNCTION double normal_at(std::uint64_t key, std::int64_t i) {
   const auto j = static_cast<std::uint64_t>(i);
-  return normal_from(mix(key + 2 * j), mix(key + 2 * j + 1));
+  return normal_from(splitmix64(key + 2 * j), splitmix64(key + 2 * j + 1));
 }
 
 /// The stream of draws of one (seed, who, call); who is a rank, or one of the constants below.
 std::uint64_t stream_key(std::uint64_t seed, std::uint64_t who, std::int64_t call) {
-  return mix(mix(mix(seed) + who) + static_cast<std::uint64_t>(call));
+  return splitmix64(splitmix64(splitmix64(seed) + who) + static_cast<std::uint64_t>(call));
 }
 constexpr std::uint64_t shared_stream = ~std::uint64_t{0};
 constexpr std::uint64_t row_stream_offset = std::uint64_t{1} << 40;
@@ -112,9 +108,10 @@ void GradientSource::shift(const Exec& exec, std::int64_t call, const Vector& gr
   const auto rank = static_cast<std::uint64_t>(world_.rank());
   const std::uint64_t own = stream_key(args_.seed, rank, call);
   const std::uint64_t shared = stream_key(args_.seed, shared_stream, call);
-  const auto own_offset = static_cast<std::int64_t>(mix(own) % static_cast<std::uint64_t>(n));
+  const auto own_offset =
+      static_cast<std::int64_t>(splitmix64(own) % static_cast<std::uint64_t>(n));
   const auto shared_offset =
-      static_cast<std::int64_t>(mix(shared) % static_cast<std::uint64_t>(n));
+      static_cast<std::int64_t>(splitmix64(shared) % static_cast<std::uint64_t>(n));
   const bool correlated = args_.dist.kind == DistKind::Correlated;
   const float a = correlated ? static_cast<float>(std::sqrt(args_.dist.parameter)) : 0.0f;
   const float b = correlated
@@ -128,11 +125,11 @@ void GradientSource::shift(const Exec& exec, std::int64_t call, const Vector& gr
       KOKKOS_LAMBDA(std::int64_t i) {
         const auto j = static_cast<std::uint64_t>(i);
         const std::int64_t o = i + own_offset < n ? i + own_offset : i + own_offset - n;
-        float x = ((mix(own + j) & 1u) != 0 ? -b : b) * own_draws(o);
+        float x = ((splitmix64(own + j) & 1u) != 0 ? -b : b) * own_draws(o);
         if (correlated) {
           const std::int64_t s =
               i + shared_offset < n ? i + shared_offset : i + shared_offset - n;
-          x += ((mix(shared + j) & 1u) != 0 ? -a : a) * shared_draws(s);
+          x += ((splitmix64(shared + j) & 1u) != 0 ? -a : a) * shared_draws(s);
         }
         grad(i) = x;
       });
@@ -156,13 +153,13 @@ void GradientSource::generate(const Exec& exec, std::int64_t call, const Vector&
         double x = 0.0;
         switch (static_cast<DistKind>(kind)) {
           case DistKind::Laplace: {
-            const double u = (static_cast<double>(mix(own + j) >> 11) + 0.5) * 0x1.0p-53;
+            const double u = (static_cast<double>(splitmix64(own + j) >> 11) + 0.5) * 0x1.0p-53;
             x = u < 0.5 ? kmath::log(2.0 * u) : -kmath::log(2.0 - 2.0 * u);
             break;
           }
           case DistKind::Lognormal: {
-            const std::uint64_t h2 = mix(own + 2 * j + 1);
-            const double z = normal_from(mix(own + 2 * j), h2);
+            const std::uint64_t h2 = splitmix64(own + 2 * j + 1);
+            const double z = normal_from(splitmix64(own + 2 * j), h2);
             x = ((h2 & 1u) != 0 ? -1.0 : 1.0) * kmath::exp(2.0 * z);
             break;
           }
@@ -170,7 +167,7 @@ void GradientSource::generate(const Exec& exec, std::int64_t call, const Vector&
             x = a * normal_at(shared, i) + b * normal_at(own, i);
             break;
           case DistKind::Rows:
-            x = unit_closed_low(mix(rows + static_cast<std::uint64_t>(i / width))) < p
+            x = unit_closed_low(splitmix64(rows + static_cast<std::uint64_t>(i / width))) < p
                     ? normal_at(own, i)
                     : 0.0;
             break;
