@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "fashion_mnist.hpp"
 
+#include "common/hash.hpp"
+#include "common/kokkos_compat.hpp"
+
 #include <oktopk/error.hpp>
-#include <oktopk/impl/base/hash.hpp>
-#include <oktopk/impl/base/kokkos_compat.hpp>
 
 #include <zlib.h>
 
@@ -202,11 +203,11 @@ std::vector<std::int64_t> epoch_permutation(std::int64_t n, std::uint64_t seed,
                                             std::int64_t epoch) {
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) order[i] = i;
-  const std::uint64_t stream = ::oktopk::impl::splitmix64(
-      seed ^ ::oktopk::impl::splitmix64(static_cast<std::uint64_t>(epoch)));
+  const std::uint64_t stream = ::oktopk::apps::splitmix64(
+      seed ^ ::oktopk::apps::splitmix64(static_cast<std::uint64_t>(epoch)));
   for (std::int64_t i = n - 1; i > 0; --i) {
     // The modulo's bias is below (i + 1) / 2^64: far below anything a shuffle can show.
-    const std::uint64_t draw = ::oktopk::impl::splitmix64(stream + static_cast<std::uint64_t>(i));
+    const std::uint64_t draw = ::oktopk::apps::splitmix64(stream + static_cast<std::uint64_t>(i));
     const auto j = static_cast<std::int64_t>(draw % static_cast<std::uint64_t>(i + 1));
     std::swap(order[i], order[j]);
   }
@@ -230,7 +231,7 @@ DeviceDataset to_device(const Kokkos::DefaultExecutionSpace& exec, const Dataset
   Kokkos::deep_copy(exec, out.images, host_images);
   Kokkos::deep_copy(exec, out.labels, host_labels);
   // The host arrays belong to the caller and may go away once we return.
-  ::oktopk::impl::fence(exec, "OkTopk::train::to_device");
+  ::oktopk::apps::fence(exec, "OkTopk::train::to_device");
   return out;
 }
 

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "language_model.hpp"
 
+#include "common/hash.hpp"
+#include "common/kokkos_compat.hpp"
 #include "layers.hpp"
 
 #include <oktopk/error.hpp>
-#include <oktopk/impl/base/hash.hpp>
 
 #include <cmath>
 #include <sstream>
@@ -66,8 +67,8 @@ void fill_uniform(const ExecutionSpace& exec, const Kokkos::View<Scalar*, Memory
       "OkTopk::train::LanguageModel::initialize",
       Kokkos::RangePolicy<ExecutionSpace>(exec, first, first + count),
       KOKKOS_LAMBDA(const std::int64_t i) {
-        const std::uint64_t h = ::oktopk::impl::splitmix64(
-            seed ^ ::oktopk::impl::splitmix64(static_cast<std::uint64_t>(i)));
+        const std::uint64_t h = ::oktopk::apps::splitmix64(
+            seed ^ ::oktopk::apps::splitmix64(static_cast<std::uint64_t>(i)));
         const double u = static_cast<double>(h >> 11) * 0x1.0p-53;  // [0, 1)
         params(i) = static_cast<Scalar>(bound * (2.0 * u - 1.0) + shift);
       });
@@ -101,7 +102,7 @@ BasicLanguageModel<Scalar>::BasicLanguageModel(const LanguageModelShape& shape,
   gradient_ = Parameters(Kokkos::view_alloc(exec, "OkTopk::train::LanguageModel::gradient"),
                          num_parameters_);
   initialize(exec, seed);
-  ::oktopk::impl::fence(exec, "OkTopk::train::BasicLanguageModel");
+  ::oktopk::apps::fence(exec, "OkTopk::train::BasicLanguageModel");
 }
 
 template <class Scalar>
@@ -451,7 +452,7 @@ DeviceTokenWindows to_device(const ExecutionSpace& exec, const std::vector<std::
                     Kokkos::View<const std::int32_t*, Kokkos::HostSpace,
                                  Kokkos::MemoryTraits<Kokkos::Unmanaged>>(tokens.data(),
                                                                           tokens.size()));
-  ::oktopk::impl::fence(exec, "OkTopk::train::to_device: tokens");  // `tokens` is the caller's
+  ::oktopk::apps::fence(exec, "OkTopk::train::to_device: tokens");  // `tokens` is the caller's
   return data;
 }
 

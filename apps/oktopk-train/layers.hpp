@@ -6,9 +6,8 @@
 // model's flat buffers.
 #pragma once
 
-#include "model.hpp"
-
-#include <oktopk/impl/base/kokkos_compat.hpp>
+#include "common/kokkos_compat.hpp"
+#include "spaces.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 #include <Kokkos_Core.hpp>
@@ -68,9 +67,9 @@ template <class Scalar>
 void gemm(const ExecutionSpace& exec, const char* trans_a, const char* trans_b, Scalar alpha,
           const Matrix<const Scalar>& a, const Matrix<const Scalar>& b, Scalar beta,
           const Matrix<Scalar>& c) {
-  ::oktopk::impl::fence(exec, "OkTopk::train::gemm: before");
+  ::oktopk::apps::fence(exec, "OkTopk::train::gemm: before");
   KokkosBlas::gemm(trans_a, trans_b, alpha, a, b, beta, c);
-  ::oktopk::impl::fence(ExecutionSpace(), "OkTopk::train::gemm: after");
+  ::oktopk::apps::fence(ExecutionSpace(), "OkTopk::train::gemm: after");
 }
 
 /// A buffer that only grows, allocated uninitialized. The label is a std::string because

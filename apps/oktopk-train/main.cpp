@@ -5,6 +5,7 @@
 #include "checkpoint.hpp"
 #include "common/cli.hpp"
 #include "common/failure.hpp"
+#include "common/gradient_file.hpp"
 #include "model.hpp"
 #include "training_task.hpp"
 
@@ -302,8 +303,8 @@ Settings parse(int argc, char* argv[]) {
   return s;
 }
 
-/// Rank 0 writes gradients as oktopk-bench's file:PATH reads them: "OKTOPKG1", int64 n,
-/// int64 count, then count gradients of n floats, step by step and, within a step, rank by rank.
+/// Rank 0 writes gradients as oktopk-bench's file:PATH reads them (common/gradient_file.hpp),
+/// step by step and, within a step, rank by rank.
 class GradientDump {
  public:
   GradientDump(const oktopk::Communicator& comm, const std::string& path, std::int64_t n,
@@ -311,14 +312,7 @@ class GradientDump {
       : comm_(comm), n_(n), steps_(steps) {
     if (path.empty()) return;
     int ok = 1;
-    if (comm.rank() == 0) {
-      file_.open(path, std::ios::binary | std::ios::trunc);
-      ok = file_.good() ? 1 : 0;
-      const std::int64_t count = steps * comm.size();
-      file_.write("OKTOPKG1", 8);
-      file_.write(reinterpret_cast<const char*>(&n_), sizeof n_);
-      file_.write(reinterpret_cast<const char*>(&count), sizeof count);
-    }
+    if (comm.rank() == 0) ok = file_.open(path, {n_, steps * comm.size()}) ? 1 : 0;
     comm.bcast(&ok, 1, 0);
     if (ok == 0) throw std::runtime_error("cannot write --dump-gradients " + path);
     active_ = true;
@@ -338,8 +332,7 @@ class GradientDump {
     std::vector<float> gathered(static_cast<std::size_t>(n_) * P);
     comm_.allgatherv(host.data(), n_, gathered.data(), counts.data(), displacements.data());
     if (comm_.rank() == 0) {
-      file_.write(reinterpret_cast<const char*>(gathered.data()),
-                  static_cast<std::streamsize>(gathered.size() * sizeof(float)));
+      file_.write(gathered.data(), gathered.size());
       if (step + 1 == steps_) file_.close();
     }
   }
@@ -349,7 +342,7 @@ class GradientDump {
   std::int64_t n_;
   std::int64_t steps_;
   bool active_ = false;
-  std::ofstream file_;
+  oktopk::apps::GradientFileWriter file_;
 };
 
 /// The settings a resumed run must repeat: everything that shapes the sequence of steps.

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "model.hpp"
 
+#include "common/hash.hpp"
+#include "common/kokkos_compat.hpp"
 #include "fashion_mnist.hpp"
 #include "layers.hpp"
 
 #include <oktopk/error.hpp>
-#include <oktopk/impl/base/hash.hpp>
 
 #include <algorithm>
 #include <sstream>
@@ -180,8 +181,8 @@ void BasicModel<Scalar>::initialize(const ExecutionSpace& exec, std::uint64_t se
           "OkTopk::train::initialize",
           Kokkos::RangePolicy<ExecutionSpace>(exec, first, first + block.size),
           KOKKOS_LAMBDA(const std::int64_t i) {
-            const std::uint64_t h = ::oktopk::impl::splitmix64(
-                seed ^ ::oktopk::impl::splitmix64(static_cast<std::uint64_t>(i)));
+            const std::uint64_t h = ::oktopk::apps::splitmix64(
+                seed ^ ::oktopk::apps::splitmix64(static_cast<std::uint64_t>(i)));
             const double u = static_cast<double>(h >> 11) * 0x1.0p-53;  // [0, 1)
             params(i) = static_cast<Scalar>(bound * (2.0 * u - 1.0));
           });
@@ -362,7 +363,7 @@ std::unique_ptr<BasicModel<Scalar>> make_model(const std::string& name, std::uin
   auto model = std::make_unique<BasicModel<Scalar>>(name, std::move(layers));
   const ExecutionSpace exec;
   model->initialize(exec, seed);
-  ::oktopk::impl::fence(exec, "OkTopk::train::make_model");
+  ::oktopk::apps::fence(exec, "OkTopk::train::make_model");
   return model;
 }
 

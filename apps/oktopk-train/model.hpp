@@ -3,6 +3,8 @@
 // flat View, so one call hands the whole gradient to SparseAllreduce.
 #pragma once
 
+#include "spaces.hpp"
+
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
@@ -11,9 +13,6 @@
 #include <vector>
 
 namespace oktopk::train {
-
-using ExecutionSpace = Kokkos::DefaultExecutionSpace;
-using MemorySpace = ExecutionSpace::memory_space;
 
 struct DeviceDataset;
 

@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// oktopk-bench's measurement of one method (a sparse allreduce, or the bare MPI_Allreduce of
+// --mpi-baseline): per call a barrier, the timed reduce, then the bookkeeping of that call.
+#include "measure.hpp"
+
+#include <oktopk/oracle.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace oktopk::bench {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size();
+  return m % 2 == 1 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
+double max_bytes(const oktopk::PhaseTraffic& t) {
+  return static_cast<double>(std::max(t.bytes_sent, t.bytes_received));
+}
+
+using PhaseLog = std::vector<std::map<std::string, std::pair<double, double>>>;
+
+/// Collective: the union of the phase names of all ranks, then per phase and iteration the max
+/// over ranks of time and bytes.
+std::vector<PhaseRow> aggregate_phases(const oktopk::Communicator& world, const PhaseLog& log) {
+  const int P = world.size();
+  std::set<std::string> local;
+  for (const auto& iteration : log) {
+    for (const auto& entry : iteration) local.insert(entry.first);
+  }
+  std::string joined;
+  for (const auto& name : local) joined += name + '\n';
+  const auto length = static_cast<std::int64_t>(joined.size());
+  std::vector<std::int64_t> lengths(P);
+  world.allgather(&length, 1, lengths.data());
+  std::vector<int> counts(P), displacements(P);
+  std::int64_t total = 0;
+  for (int r = 0; r < P; ++r) {
+    counts[r] = static_cast<int>(lengths[r]);
+    displacements[r] = static_cast<int>(total);
+    total += lengths[r];
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  world.allgatherv(joined.data(), length, all.data(), counts.data(), displacements.data());
+  std::set<std::string> names;
+  std::istringstream lines(all);
+  for (std::string name; std::getline(lines, name);) names.insert(name);
+
+  const std::size_t iters = log.size();
+  std::vector<double> seconds(names.size() * iters, 0.0), bytes(names.size() * iters, 0.0);
+  std::size_t p = 0;
+  for (const auto& name : names) {
+    for (std::size_t j = 0; j < iters; ++j) {
+      const auto found = log[j].find(name);
+      if (found != log[j].end()) {
+        seconds[p * iters + j] = found->second.first;
+        bytes[p * iters + j] = found->second.second;
+      }
+    }
+    ++p;
+  }
+  world.allreduce_in_place(seconds.data(), static_cast<std::int64_t>(seconds.size()), MPI_MAX);
+  world.allreduce_in_place(bytes.data(), static_cast<std::int64_t>(bytes.size()), MPI_MAX);
+  std::vector<PhaseRow> rows;
+  p = 0;
+  for (const auto& name : names) {
+    PhaseRow row;
+    row.name = name;
+    row.seconds = median({seconds.begin() + p * iters, seconds.begin() + (p + 1) * iters});
+    for (std::size_t j = 0; j < iters; ++j) row.bytes += bytes[p * iters + j];
+    row.bytes /= static_cast<double>(iters);
+    rows.push_back(row);
+    ++p;
+  }
+  return rows;
+}
+
+}  // namespace
+
+Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const Args& args,
+                     oktopk::Algorithm algorithm, GradientSource& source, Progress& progress,
+                     Trace& trace) {
+  const int P = world.size();
+  const auto n = static_cast<std::size_t>(args.n);
+  // The handle gets its own duplicate, so the benchmark's own calls never mix with its traffic.
+  oktopk::Communicator comm(MPI_COMM_WORLD);
+  // The log only in the timed calls: the warm-up's messages would be kept and dropped unread.
+  const auto handle =
+      oktopk::make_sparse_allreduce(exec, algorithm, comm, args.n, args.options, args.layout);
+  Vector grad("oktopk-bench::grad", n);
+  Vector out("oktopk-bench::out", n);
+  Vector acc, expected, slack;
+  if (args.check) {
+    acc = Vector("oktopk-bench::acc", n);
+    expected = Vector("oktopk-bench::expected", n);
+    slack = Vector("oktopk-bench::slack", n);
+  }
+  const std::int64_t calls = args.warmup + args.iters;
+  const auto iters = static_cast<std::size_t>(args.iters);
+  std::vector<double> seconds(iters, 0.0);
+  double bytes_sum = 0.0;
+  double bytes_call_max = 0.0;
+  double nnz_sum = 0.0;
+  PhaseLog phase_log(args.phases ? iters : 0);
+  Result result;
+  result.algo = oktopk::to_string(algorithm);
+  result.k = handle->k();
+
+  for (std::int64_t call = 0; call < calls; ++call) {
+    source.fill(exec, call, grad);
+    const bool timed = call >= args.warmup;
+    if (timed && args.check) {
+      // The method's input, as it computes it: residual before the call plus the gradient.
+      const auto residual = handle->residual();
+      const auto g = grad;
+      const auto a = acc;
+      Kokkos::parallel_for(
+          "oktopk-bench::acc",
+          Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+          KOKKOS_LAMBDA(std::int64_t i) { a(i) = residual(i) + g(i); });
+    }
+    exec.fence();
+    if (trace.enabled()) comm.set_message_log(timed);
+    world.barrier();
+    Kokkos::Timer timer;
+    handle->reduce(exec, grad, out);
+    exec.fence();
+    const double elapsed = timer.seconds();
+    if (timed) {
+      const auto j = static_cast<std::size_t>(call - args.warmup);
+      const oktopk::ReduceStats& stats = handle->stats();
+      seconds[j] = elapsed;
+      bytes_sum += max_bytes(stats.total_traffic());
+      bytes_call_max =
+          std::max(bytes_call_max, static_cast<double>(max_bytes(stats.total_traffic())));
+      trace.add_call(result.algo, call - args.warmup, comm);
+      std::int64_t nonzeros = 0;
+      Kokkos::parallel_reduce(
+          "oktopk-bench::nnz",
+          Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+          KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) { count += out(i) != 0.0f ? 1 : 0; },
+          nonzeros);
+      nnz_sum += static_cast<double>(nonzeros);
+      if (args.phases) {
+        for (const auto& [name, phase] : stats.phases) {
+          phase_log[j][name] = {phase.seconds, max_bytes(phase.traffic)};
+        }
+      }
+      if (args.check) {
+        constexpr double tolerance = oktopk::default_oracle_tolerance;
+        oktopk::expected_result(exec, *handle, acc, expected, tolerance, slack);
+        result.wrong += oktopk::count_mismatches(exec, *handle, expected, out, tolerance, slack);
+      }
+    }
+    progress.tick(call, calls);
+  }
+
+  world.allreduce_in_place(seconds.data(), static_cast<std::int64_t>(iters), MPI_MAX);
+  result.time_med = median(seconds);
+  result.time_max = *std::max_element(seconds.begin(), seconds.end());
+  const double mine = bytes_sum / static_cast<double>(iters);
+  result.bytes_avg = mine;
+  result.bytes_max = mine;
+  world.allreduce_in_place(&result.bytes_avg, 1, MPI_SUM);
+  result.bytes_avg /= P;
+  world.allreduce_in_place(&result.bytes_max, 1, MPI_MAX);
+  result.bytes_call_max = bytes_call_max;
+  world.allreduce_in_place(&result.bytes_call_max, 1, MPI_MAX);
+  result.nnz_avg = nnz_sum / static_cast<double>(iters);
+  Kokkos::parallel_reduce(
+      "oktopk-bench::nnz", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) { count += out(i) != 0.0f ? 1 : 0; },
+      result.nnz);
+  if (args.phases) result.phases = aggregate_phases(world, phase_log);
+  trace.flush();
+  return result;
+}
+
+Result run_mpi_baseline(const Exec& exec, const oktopk::Communicator& world, const Args& args,
+                        GradientSource& source, Progress& progress, Trace& trace) {
+  const auto n = static_cast<std::size_t>(args.n);
+  oktopk::Communicator comm(MPI_COMM_WORLD);
+  Vector grad("oktopk-bench::grad", n);
+  Kokkos::View<float*, Kokkos::HostSpace> send("oktopk-bench::mpi_send", n);
+  Kokkos::View<float*, Kokkos::HostSpace> receive("oktopk-bench::mpi_receive", n);
+  const std::int64_t calls = args.warmup + args.iters;
+  const auto iters = static_cast<std::size_t>(args.iters);
+  std::vector<double> seconds(iters, 0.0);
+  double bytes_sum = 0.0;
+  Result result;
+  result.algo = "mpi_allreduce";
+  result.unchecked = true;
+  result.k = std::min<std::int64_t>(
+      args.n, static_cast<std::int64_t>(std::floor(args.density * static_cast<double>(args.n))));
+  for (std::int64_t call = 0; call < calls; ++call) {
+    source.fill(exec, call, grad);
+    Kokkos::deep_copy(exec, send, grad);
+    exec.fence();
+    comm.reset_traffic();
+    if (trace.enabled()) comm.set_message_log(call >= args.warmup);
+    world.barrier();
+    Kokkos::Timer timer;
+    comm.allreduce(send.data(), receive.data(), args.n, MPI_SUM);
+    const double elapsed = timer.seconds();
+    if (call >= args.warmup) {
+      seconds[static_cast<std::size_t>(call - args.warmup)] = elapsed;
+      bytes_sum += max_bytes(comm.total_traffic());
+      trace.add_call(result.algo, call - args.warmup, comm);
+    }
+    progress.tick(call, calls);
+  }
+  world.allreduce_in_place(seconds.data(), static_cast<std::int64_t>(iters), MPI_MAX);
+  result.time_med = median(seconds);
+  result.time_max = *std::max_element(seconds.begin(), seconds.end());
+  result.bytes_avg = result.bytes_max = bytes_sum / static_cast<double>(iters);
+  world.allreduce_in_place(&result.bytes_avg, 1, MPI_SUM);
+  result.bytes_avg /= world.size();
+  world.allreduce_in_place(&result.bytes_max, 1, MPI_MAX);
+  result.bytes_call_max = result.bytes_max;  // the same bytes every call
+  for (std::size_t i = 0; i < n; ++i) result.nnz += receive(i) != 0.0f ? 1 : 0;
+  result.nnz_avg = static_cast<double>(result.nnz);
+  trace.flush();
+  return result;
+}
+
+}  // namespace oktopk::bench
