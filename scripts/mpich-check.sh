@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # MPICH check, run by CI after scripts/test.sh (which tests with Open MPI, Debian's default):
 # builds OkTopk and its MPI tests against Debian's MPICH into build-mpich/ and runs them: the
-# communicator (P = 1 to 4), every method (sparse_allreduce_np1, np2), S2, the baselines,
+# communicator (P = 1 to 4), every method (methods_np1, np2, with the factory, the Ok-Topk
+# schedule and the dense allreduces), S2, the baselines,
 # checkpoint and restart (P = 1, 2), MPI staging (also through separate host copies),
 # asynchronous reduces, the C interface (with and without its progress thread) and the Fortran
 # module (P = 1 to 4), fault injection for every method at P = 3 (the job ends on a failure of
@@ -32,8 +33,8 @@ cmake -S "$OKTOPK_SOURCE_DIR" -B "$OKTOPK_MPICH_BUILD_DIR" -G Ninja -DCMAKE_BUIL
   -DMPIEXEC_EXECUTABLE="$OKTOPK_MPICH_EXEC" -DMPI_Fortran_COMPILER="$OKTOPK_MPICH_FC" >/dev/null
 # The library and the MPI test programs; not the kernel unit tests, which do not use MPI.
 targets=(oktopk)
-for t in communicator distributed_kth sparse_allreduce s2 layout baselines mpi_staging checkpoint async \
-    c_api; do
+for t in communicator distributed_kth factory methods oktopk_schedule dense_allreduce s2 layout \
+    baselines mpi_staging checkpoint async c_api; do
   targets+=("oktopk_test_$t")
 done
 targets+=(oktopk_test_mpi_staging_host_staging)
@@ -42,15 +43,15 @@ targets+=(oktopk_fault_program)
 cmake --build "$OKTOPK_MPICH_BUILD_DIR" -j "$OKTOPK_JOBS" --target "${targets[@]}"
 
 # P = 5 and 8 only add time on a small machine, and so do P = 3 and 4 for the suites whose
-# every method already runs at P = 1 and 2 (MPICH polls while it waits: sparse_allreduce_np4
-# alone took 89 s); the communicator, the bindings and fault injection keep P = 3 and 4 (fault
+# every method already runs at P = 1 and 2 (MPICH polls while it waits: the method suite at
+# P = 4 alone took 89 s); the communicator, the bindings and fault injection keep P = 3 and 4 (fault
 # injection without the two option variants, which reach the same failure paths in other
 # phases).
 log="$OKTOPK_MPICH_BUILD_DIR/mpich-check.log"
 status=0
 (cd "$OKTOPK_MPICH_BUILD_DIR" &&
  ctest -j "$OKTOPK_JOBS" --output-on-failure -L 'mpi|consumer' \
-   -E '_np([5-9]|[1-9][0-9]+)$|^fault_.*_(balancing|dense_switch|ring)_np3$|^(sparse_allreduce|s2|baselines|layout)_host_staging_|^(sparse_allreduce|checkpoint|s2|baselines|layout)_np[34]$' \
+   -E '_np([5-9]|[1-9][0-9]+)$|^fault_.*_(balancing|dense_switch|ring)_np3$|^(factory|methods|oktopk_schedule|dense_allreduce|s2|baselines|layout)_host_staging_|^(factory|methods|oktopk_schedule|dense_allreduce|checkpoint|s2|baselines|layout)_np[34]$' \
    "$@") >"$log" 2>&1 || status=$?
 summary=$(grep -E '^[0-9]+% tests passed' "$log" | tail -n 1)
 mpich=$("$OKTOPK_MPICH_EXEC" --version 2>/dev/null | sed -n 's/^ *Version: *//p' | head -n 1)

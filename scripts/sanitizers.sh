@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Sanitizer check, run by CI: builds OkTopk's tests with AddressSanitizer and
 # UndefinedBehaviorSanitizer (GCC; Kokkos 3.4.01 from scripts/common.sh, itself not
-# instrumented) into build-sanitizers/, then runs the kernel unit tests and every MPI test at
-# P = 2 and 3. Any report fails the run: UBSan stops at its first finding, ASan always does.
+# instrumented) into build-sanitizers/, then runs the kernel and API unit tests and every MPI
+# test at P = 2 and 3. Any report fails the run: UBSan stops at its first finding, ASan always
+# does.
 #
 #   scripts/sanitizers.sh [CTEST ARGS...]     e.g. -R communicator to run fewer tests
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -28,7 +29,7 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 log="$build/sanitizers.log"
 status=0
 (cd "$build" &&
- ctest -j "$OKTOPK_JOBS" --output-on-failure -R '^unit_kernels$|_np[23]$' -E '^consumer|^fault_' \
+ ctest -j "$OKTOPK_JOBS" --output-on-failure -R '^unit_kernels$|^unit_api$|_np[23]$' -E '^consumer|^fault_' \
    "$@") >"$log" 2>&1 || status=$?
 summary=$(grep -E '^[0-9]+% tests passed' "$log" | tail -n 1)
 # A report inside a test that still passed (a rank whose report did not change its exit status)

@@ -2,6 +2,8 @@
 // The execution spaces this Kokkos build enables, as a GoogleTest type list.
 #pragma once
 
+#include <oktopk/impl/base/kokkos_compat.hpp>
+
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
 
@@ -12,11 +14,7 @@ using EnabledSpaces = ::testing::Types<
     Kokkos::Cuda,
 #endif
 #if defined(KOKKOS_ENABLE_HIP)
-#if KOKKOS_VERSION >= 40000
-    Kokkos::HIP,
-#else
-    Kokkos::Experimental::HIP,
-#endif
+    oktopk::impl::HipSpace,
 #endif
 #if defined(KOKKOS_ENABLE_OPENMP)
     Kokkos::OpenMP,

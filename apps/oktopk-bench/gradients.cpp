@@ -4,6 +4,7 @@
 #include "gradients.hpp"
 
 #include "common/hash.hpp"
+#include "common/kokkos_compat.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -14,12 +15,7 @@ namespace oktopk::bench {
 
 namespace {
 
-// Math in kernels: Kokkos::Experimental in 3.4-3.6, Kokkos from 3.7.
-#if KOKKOS_VERSION >= 30700
-namespace kmath = Kokkos;
-#else
-namespace kmath = Kokkos::Experimental;
-#endif
+namespace kmath = oktopk::apps::kmath;
 
 constexpr std::int64_t rows_width = 64;  // entries per row of --dist rows:R
 

@@ -3,6 +3,7 @@
 // reference (copy) and two naive top-k references: std::nth_element on the host and a full
 // sort of |x| on the execution space (the device sort a radix select replaces). Links no MPI.
 #include "common/cli.hpp"
+#include "common/kokkos_compat.hpp"
 
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
@@ -123,19 +124,6 @@ double median_seconds(const ExecSpace& exec, int reps, const std::function<void(
   return m % 2 == 1 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
 }
 
-/// Sorts a rank-1 View on `exec` (Kokkos::sort takes the instance from 4.1; before, it runs on
-/// the View's default instance, so `exec` is fenced first). Not named sort: ADL would find
-/// Kokkos::sort as well.
-template <class ExecSpace, class ViewType>
-void sort_ascending(const ExecSpace& exec, const ViewType& view) {
-#if KOKKOS_VERSION >= 40100
-  Kokkos::sort(exec, view);
-#else
-  exec.fence();
-  Kokkos::sort(view);
-#endif
-}
-
 template <class ExecSpace>
 std::vector<Row> run(const Options& o) {
   using Memory = typename ExecSpace::memory_space;
@@ -218,7 +206,7 @@ std::vector<Row> run(const Options& o) {
         "bench::magnitudes", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
         KOKKOS_LAMBDA(std::int64_t i) { magnitudes(i) = x(i) < 0.0f ? -x(i) : x(i); });
     add_with_setup(
-        "sort_abs", fb * n, [&] { sort_ascending(exec, sorted); },
+        "sort_abs", fb * n, [&] { oktopk::apps::sort_ascending(exec, sorted); },
         [&] { Kokkos::deep_copy(exec, sorted, magnitudes); });
   }
   const std::int64_t samples = std::min<std::int64_t>(n, 1 << 20);

@@ -218,10 +218,10 @@ DeviceDataset to_device(const Kokkos::DefaultExecutionSpace& exec, const Dataset
   const std::int64_t n = data.size();
   DeviceDataset out;
   out.images = decltype(out.images)(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::train::dataset_images"), n,
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::train::dataset_images"), n,
       Dataset::pixels);
   out.labels = decltype(out.labels)(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::train::dataset_labels"), n);
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::train::dataset_labels"), n);
   Kokkos::View<const float**, Kokkos::LayoutRight, Kokkos::HostSpace,
                Kokkos::MemoryTraits<Kokkos::Unmanaged>>
       host_images(data.images.data(), n, Dataset::pixels);
@@ -231,7 +231,7 @@ DeviceDataset to_device(const Kokkos::DefaultExecutionSpace& exec, const Dataset
   Kokkos::deep_copy(exec, out.images, host_images);
   Kokkos::deep_copy(exec, out.labels, host_labels);
   // The host arrays belong to the caller and may go away once we return.
-  ::oktopk::apps::fence(exec, "OkTopk::train::to_device");
+  ::oktopk::apps::fence(exec, "oktopk::train::to_device");
   return out;
 }
 
@@ -253,7 +253,7 @@ void gather_batch(
   const auto src_labels = data.labels;
   using Policy = Kokkos::RangePolicy<Kokkos::DefaultExecutionSpace>;
   Kokkos::parallel_for(
-      "OkTopk::train::gather_batch", Policy(exec, 0, count * Dataset::pixels),
+      "oktopk::train::gather_batch", Policy(exec, 0, count * Dataset::pixels),
       KOKKOS_LAMBDA(const std::int64_t e) {
         const std::int64_t row = e / Dataset::pixels;
         const std::int64_t col = e % Dataset::pixels;

@@ -35,7 +35,7 @@ std::int64_t count_bad_words(const ExecutionSpace& exec,
   std::int64_t bad = 0;
   const std::int64_t columns = windows.extent(1);
   Kokkos::parallel_reduce(
-      "OkTopk::train::LanguageModel::count_bad_words",
+      "oktopk::train::LanguageModel::count_bad_words",
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, windows.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t b, std::int64_t& count) {
         for (std::int64_t k = 0; k < columns; ++k) {
@@ -51,7 +51,7 @@ template <class Scalar>
 void broadcast_rows(const ExecutionSpace& exec, const Matrix<Scalar>& y,
                     const Flat<const Scalar>& bias) {
   Kokkos::parallel_for(
-      "OkTopk::train::LanguageModel::broadcast_bias",
+      "oktopk::train::LanguageModel::broadcast_bias",
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(exec, {0, 0},
                                                              {y.extent(0), y.extent(1)}),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { y(i, j) = bias(j); });
@@ -64,7 +64,7 @@ void fill_uniform(const ExecutionSpace& exec, const Kokkos::View<Scalar*, Memory
                   std::int64_t first, std::int64_t count, double bound, double shift,
                   std::uint64_t seed) {
   Kokkos::parallel_for(
-      "OkTopk::train::LanguageModel::initialize",
+      "oktopk::train::LanguageModel::initialize",
       Kokkos::RangePolicy<ExecutionSpace>(exec, first, first + count),
       KOKKOS_LAMBDA(const std::int64_t i) {
         const std::uint64_t h = ::oktopk::apps::splitmix64(
@@ -97,12 +97,12 @@ BasicLanguageModel<Scalar>::BasicLanguageModel(const LanguageModelShape& shape,
   num_parameters_ = output_bias_offset_ + V;
   const ExecutionSpace exec;
   parameters_ = Parameters(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::train::LanguageModel::parameters"),
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::train::LanguageModel::parameters"),
       num_parameters_);
-  gradient_ = Parameters(Kokkos::view_alloc(exec, "OkTopk::train::LanguageModel::gradient"),
+  gradient_ = Parameters(Kokkos::view_alloc(exec, "oktopk::train::LanguageModel::gradient"),
                          num_parameters_);
   initialize(exec, seed);
-  ::oktopk::apps::fence(exec, "OkTopk::train::BasicLanguageModel");
+  ::oktopk::apps::fence(exec, "oktopk::train::BasicLanguageModel");
 }
 
 template <class Scalar>
@@ -173,16 +173,16 @@ void BasicLanguageModel<Scalar>::ensure_capacity(const ExecutionSpace& exec, std
   };
   const std::int64_t E = shape_.embedding;
   const std::int64_t H = shape_.hidden;
-  alloc(inputs_, rows * E, "OkTopk::train::LanguageModel::inputs");
-  alloc(gates_, rows * 4 * H, "OkTopk::train::LanguageModel::gates");
-  alloc(cells_, rows * H, "OkTopk::train::LanguageModel::cells");
-  alloc(hiddens_, rows * H, "OkTopk::train::LanguageModel::hiddens");
-  alloc(logits_, rows * shape_.vocabulary, "OkTopk::train::LanguageModel::logits");
-  alloc(dhiddens_, rows * H, "OkTopk::train::LanguageModel::dhiddens");
-  alloc(dgates_, rows * 4 * H, "OkTopk::train::LanguageModel::dgates");
-  alloc(dinputs_, rows * E, "OkTopk::train::LanguageModel::dinputs");
-  alloc(dh_carry_, batch * H, "OkTopk::train::LanguageModel::dh_carry");
-  alloc(dc_carry_, batch * H, "OkTopk::train::LanguageModel::dc_carry");
+  alloc(inputs_, rows * E, "oktopk::train::LanguageModel::inputs");
+  alloc(gates_, rows * 4 * H, "oktopk::train::LanguageModel::gates");
+  alloc(cells_, rows * H, "oktopk::train::LanguageModel::cells");
+  alloc(hiddens_, rows * H, "oktopk::train::LanguageModel::hiddens");
+  alloc(logits_, rows * shape_.vocabulary, "oktopk::train::LanguageModel::logits");
+  alloc(dhiddens_, rows * H, "oktopk::train::LanguageModel::dhiddens");
+  alloc(dgates_, rows * 4 * H, "oktopk::train::LanguageModel::dgates");
+  alloc(dinputs_, rows * E, "oktopk::train::LanguageModel::dinputs");
+  alloc(dh_carry_, batch * H, "oktopk::train::LanguageModel::dh_carry");
+  alloc(dc_carry_, batch * H, "oktopk::train::LanguageModel::dc_carry");
 }
 
 template <class Scalar>
@@ -192,7 +192,7 @@ void BasicLanguageModel<Scalar>::embed(const ExecutionSpace& exec, const Windows
   const Flat<const Scalar> table(parameters_.data() + embedding_offset_, shape_.vocabulary * E);
   const Flat<Scalar> inputs(inputs_.data(), steps_ * B * E);
   Kokkos::parallel_for(
-      "OkTopk::train::LanguageModel::embed",
+      "oktopk::train::LanguageModel::embed",
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>>(exec, {0, 0, 0}, {steps_, B, E}),
       KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t b, const std::int64_t e) {
         inputs((t * B + b) * E + e) = table(windows(b, t) * E + e);
@@ -208,7 +208,7 @@ void BasicLanguageModel<Scalar>::lstm_cell_forward(const ExecutionSpace& exec, s
   const Flat<Scalar> c_next(cells_.data() + (t + 1) * B * H, B * H);
   const Flat<Scalar> h_next(hiddens_.data() + (t + 1) * B * H, B * H);
   Kokkos::parallel_for(
-      "OkTopk::train::LanguageModel::lstm_cell_forward",
+      "oktopk::train::LanguageModel::lstm_cell_forward",
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(exec, {0, 0}, {B, H}),
       KOKKOS_LAMBDA(const std::int64_t b, const std::int64_t j) {
         const std::int64_t row = b * 4 * H;
@@ -274,7 +274,7 @@ double BasicLanguageModel<Scalar>::cross_entropy(const ExecutionSpace& exec,
   const Scalar inv_rows = Scalar(1) / static_cast<Scalar>(rows);
   double total = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::train::LanguageModel::cross_entropy",
+      "oktopk::train::LanguageModel::cross_entropy",
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, rows),
       KOKKOS_LAMBDA(const std::int64_t r, double& sum) {
         const std::int64_t t = r / B;
@@ -317,7 +317,7 @@ void BasicLanguageModel<Scalar>::lstm_cell_backward(const ExecutionSpace& exec, 
   const Flat<const Scalar> dh_carry(dh_carry_.data(), B * H);
   const Flat<Scalar> dc_carry(dc_carry_.data(), B * H);
   Kokkos::parallel_for(
-      "OkTopk::train::LanguageModel::lstm_cell_backward",
+      "oktopk::train::LanguageModel::lstm_cell_backward",
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(exec, {0, 0}, {B, H}),
       KOKKOS_LAMBDA(const std::int64_t b, const std::int64_t j) {
         const std::int64_t row = b * 4 * H;
@@ -352,7 +352,7 @@ void BasicLanguageModel<Scalar>::embedding_backward(const ExecutionSpace& exec,
   // no two items write the same entry, so no atomics, and the sums are the same bit for bit
   // on every run (a checkpointed run resumes exactly).
   Kokkos::parallel_for(
-      "OkTopk::train::LanguageModel::embedding_backward",
+      "oktopk::train::LanguageModel::embedding_backward",
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, E), KOKKOS_LAMBDA(const std::int64_t e) {
         for (std::int64_t t = 0; t < T; ++t) {
           for (std::int64_t b = 0; b < B; ++b) {
@@ -381,7 +381,7 @@ double BasicLanguageModel<Scalar>::forward_backward(const ExecutionSpace& exec,
   const std::int64_t H = shape_.hidden;
   const Scalar* params = parameters_.data();
   Scalar* grad = gradient.data();
-  detail::ensure_ones(exec, ones_, T * B, "OkTopk::train::LanguageModel::ones");
+  detail::ensure_ones(exec, ones_, T * B, "oktopk::train::LanguageModel::ones");
   const Matrix<const Scalar> ones = matrix<const Scalar>(ones_.data(), T * B, 1);
 
   // Output layer: dW = dlogits^T h, db = dlogits^T 1, dh = dlogits W.
@@ -446,13 +446,13 @@ DeviceTokenWindows to_device(const ExecutionSpace& exec, const std::vector<std::
   DeviceTokenWindows data;
   data.steps = steps;
   data.tokens = Kokkos::View<std::int32_t*, MemorySpace>(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::train::tokens"),
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::train::tokens"),
       tokens.size());
   Kokkos::deep_copy(exec, data.tokens,
                     Kokkos::View<const std::int32_t*, Kokkos::HostSpace,
                                  Kokkos::MemoryTraits<Kokkos::Unmanaged>>(tokens.data(),
                                                                           tokens.size()));
-  ::oktopk::apps::fence(exec, "OkTopk::train::to_device: tokens");  // `tokens` is the caller's
+  ::oktopk::apps::fence(exec, "oktopk::train::to_device: tokens");  // `tokens` is the caller's
   return data;
 }
 
@@ -469,7 +469,7 @@ void gather_windows(const ExecutionSpace& exec, const DeviceTokenWindows& data,
   const bool ordered = order.extent(0) > 0;
   const auto tokens = data.tokens;
   Kokkos::parallel_for(
-      "OkTopk::train::gather_windows",
+      "oktopk::train::gather_windows",
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(exec, {0, 0}, {count, T + 1}),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t k) {
         const std::int64_t window = first + (ordered ? order(begin + i) : begin + i);
@@ -485,7 +485,7 @@ TextLoss evaluate_text(const ExecutionSpace& exec, LanguageModel& model,
                  "windows " << first << ".." << first + count - 1 << " of " << data.size()
                             << ", batch " << batch);
   Kokkos::View<std::int32_t**, Kokkos::LayoutRight, MemorySpace> windows(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::train::evaluate_text"),
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::train::evaluate_text"),
       std::min(batch, std::max<std::int64_t>(count, 1)), data.steps + 1);
   TextLoss result;
   for (std::int64_t begin = 0; begin < count; begin += batch) {

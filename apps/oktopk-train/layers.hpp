@@ -20,32 +20,19 @@
 
 namespace oktopk::train::detail {
 
-// Math in kernels: Kokkos::Experimental in 3.4-3.6, Kokkos from 3.7.
 template <class T>
 KOKKOS_INLINE_FUNCTION T kexp(T x) {
-#if KOKKOS_VERSION >= 30700
-  return Kokkos::exp(x);
-#else
-  return Kokkos::Experimental::exp(x);
-#endif
+  return apps::kmath::exp(x);
 }
 
 template <class T>
 KOKKOS_INLINE_FUNCTION T klog(T x) {
-#if KOKKOS_VERSION >= 30700
-  return Kokkos::log(x);
-#else
-  return Kokkos::Experimental::log(x);
-#endif
+  return apps::kmath::log(x);
 }
 
 template <class T>
 KOKKOS_INLINE_FUNCTION T ktanh(T x) {
-#if KOKKOS_VERSION >= 30700
-  return Kokkos::tanh(x);
-#else
-  return Kokkos::Experimental::tanh(x);
-#endif
+  return apps::kmath::tanh(x);
 }
 
 template <class Scalar>
@@ -67,9 +54,9 @@ template <class Scalar>
 void gemm(const ExecutionSpace& exec, const char* trans_a, const char* trans_b, Scalar alpha,
           const Matrix<const Scalar>& a, const Matrix<const Scalar>& b, Scalar beta,
           const Matrix<Scalar>& c) {
-  ::oktopk::apps::fence(exec, "OkTopk::train::gemm: before");
+  ::oktopk::apps::fence(exec, "oktopk::train::gemm: before");
   KokkosBlas::gemm(trans_a, trans_b, alpha, a, b, beta, c);
-  ::oktopk::apps::fence(ExecutionSpace(), "OkTopk::train::gemm: after");
+  ::oktopk::apps::fence(ExecutionSpace(), "oktopk::train::gemm: after");
 }
 
 /// A buffer that only grows, allocated uninitialized. The label is a std::string because
@@ -161,7 +148,7 @@ class Dense final : public Layer<Scalar> {
     const Matrix<Scalar> y = matrix(out.data(), batch, outputs_);
     const Flat<const Scalar> bias(bias_, outputs_);
     Kokkos::parallel_for(
-        "OkTopk::train::Dense::broadcast_bias",
+        "oktopk::train::Dense::broadcast_bias",
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(exec, {0, 0}, {batch, outputs_}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { y(i, j) = bias(j); });
     gemm<Scalar>(exec, "N", "T", Scalar(1), matrix(in.data(), batch, inputs_),
@@ -175,7 +162,7 @@ class Dense final : public Layer<Scalar> {
     // dW = dY^T X, db = dY^T 1, dX = dY W.
     gemm<Scalar>(exec, "T", "N", Scalar(1), dy, matrix(in.data(), batch, inputs_), Scalar(0),
                  matrix(grad.data(), outputs_, inputs_));
-    ensure_ones(exec, ones_, batch, "OkTopk::train::Dense::ones");
+    ensure_ones(exec, ones_, batch, "oktopk::train::Dense::ones");
     gemm<Scalar>(exec, "T", "N", Scalar(1), dy, matrix<const Scalar>(ones_.data(), batch, 1),
                  Scalar(0), matrix(grad.data() + outputs_ * inputs_, outputs_, 1));
     if (din.data() != nullptr) {
@@ -205,7 +192,7 @@ class Relu final : public Layer<Scalar> {
   void forward(const ExecutionSpace& exec, std::int64_t batch, const Flat<const Scalar>& in,
                const Flat<Scalar>& out) override {
     Kokkos::parallel_for(
-        "OkTopk::train::Relu::forward",
+        "oktopk::train::Relu::forward",
         Kokkos::RangePolicy<ExecutionSpace>(exec, 0, batch * features_),
         KOKKOS_LAMBDA(const std::int64_t i) { out(i) = in(i) > Scalar(0) ? in(i) : Scalar(0); });
   }
@@ -215,7 +202,7 @@ class Relu final : public Layer<Scalar> {
                 const Flat<Scalar>& din, const Flat<Scalar>& /*grad*/) override {
     if (din.data() == nullptr) return;
     Kokkos::parallel_for(
-        "OkTopk::train::Relu::backward",
+        "oktopk::train::Relu::backward",
         Kokkos::RangePolicy<ExecutionSpace>(exec, 0, batch * features_),
         KOKKOS_LAMBDA(const std::int64_t i) { din(i) = out(i) > Scalar(0) ? dout(i) : Scalar(0); });
   }
@@ -267,12 +254,12 @@ class Conv2d final : public Layer<Scalar> {
   void forward(const ExecutionSpace& exec, std::int64_t batch, const Flat<const Scalar>& in,
                const Flat<Scalar>& out) override {
     const std::int64_t pixels = batch * out_.height * out_.width;
-    ensure_size(exec, columns_, pixels * patch_, "OkTopk::train::Conv2d::columns");
+    ensure_size(exec, columns_, pixels * patch_, "oktopk::train::Conv2d::columns");
     im2col(exec, batch, in);
     const Matrix<Scalar> y = matrix(out.data(), pixels, out_.channels);
     const Flat<const Scalar> bias(bias_, out_.channels);
     Kokkos::parallel_for(
-        "OkTopk::train::Conv2d::broadcast_bias",
+        "oktopk::train::Conv2d::broadcast_bias",
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(exec, {0, 0},
                                                                {pixels, out_.channels}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { y(i, j) = bias(j); });
@@ -290,7 +277,7 @@ class Conv2d final : public Layer<Scalar> {
     // dW = dY^T columns, db = dY^T 1, d(columns) = dY W, then col2im sums the patches back.
     gemm<Scalar>(exec, "T", "N", Scalar(1), dy, Matrix<const Scalar>(columns), Scalar(0),
                  matrix(grad.data(), out_.channels, patch_));
-    ensure_ones(exec, ones_, pixels, "OkTopk::train::Conv2d::ones");
+    ensure_ones(exec, ones_, pixels, "oktopk::train::Conv2d::ones");
     gemm<Scalar>(exec, "T", "N", Scalar(1), dy, matrix<const Scalar>(ones_.data(), pixels, 1),
                  Scalar(0), matrix(grad.data() + out_.channels * patch_, out_.channels, 1));
     if (din.data() == nullptr) return;
@@ -312,7 +299,7 @@ class Conv2d final : public Layer<Scalar> {
     // One work item per (output pixel, kernel row): it writes k x channels consecutive entries
     // of that pixel's row of the columns matrix.
     Kokkos::parallel_for(
-        "OkTopk::train::Conv2d::im2col",
+        "oktopk::train::Conv2d::im2col",
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<4>>(exec, {0, 0, 0, 0},
                                                                {batch, os.height, os.width, k}),
         KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t oy, const std::int64_t ox,
@@ -341,7 +328,7 @@ class Conv2d final : public Layer<Scalar> {
     const std::int64_t patch = patch_;
     const Flat<const Scalar> columns(columns_.data(), batch * os.height * os.width * patch);
     Kokkos::parallel_for(
-        "OkTopk::train::Conv2d::col2im",
+        "oktopk::train::Conv2d::col2im",
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<4>>(
             exec, {0, 0, 0, 0}, {batch, is.height, is.width, is.channels}),
         KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t iy, const std::int64_t ix,
@@ -390,7 +377,7 @@ class MaxPool2 final : public Layer<Scalar> {
     const Shape is = in_;
     const Shape os = out_;
     Kokkos::parallel_for(
-        "OkTopk::train::MaxPool2::forward",
+        "oktopk::train::MaxPool2::forward",
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<4>>(
             exec, {0, 0, 0, 0}, {batch, os.height, os.width, os.channels}),
         KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t oy, const std::int64_t ox,
@@ -411,7 +398,7 @@ class MaxPool2 final : public Layer<Scalar> {
     // Odd trailing rows or columns belong to no window and get no gradient.
     if (is.height % 2 != 0 || is.width % 2 != 0) Kokkos::deep_copy(exec, din, Scalar(0));
     Kokkos::parallel_for(
-        "OkTopk::train::MaxPool2::backward",
+        "oktopk::train::MaxPool2::backward",
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<4>>(
             exec, {0, 0, 0, 0}, {batch, os.height, os.width, os.channels}),
         KOKKOS_LAMBDA(const std::int64_t n, const std::int64_t oy, const std::int64_t ox,

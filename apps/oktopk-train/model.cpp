@@ -36,7 +36,7 @@ std::int64_t count_bad_labels(const ExecutionSpace& exec,
                               std::int64_t classes) {
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::train::count_bad_labels",
+      "oktopk::train::count_bad_labels",
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, labels.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
         if (labels(i) < 0 || labels(i) >= classes) ++count;
@@ -56,7 +56,7 @@ double cross_entropy(const ExecutionSpace& exec, const Flat<const Scalar>& logit
   const Scalar inv_batch = Scalar(1) / static_cast<Scalar>(batch);
   double total = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::train::cross_entropy", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, batch),
+      "oktopk::train::cross_entropy", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, batch),
       KOKKOS_LAMBDA(const std::int64_t i, double& sum) {
         const std::int64_t row = i * classes;
         // log-sum-exp shifted by the largest logit, so exp cannot overflow.
@@ -86,7 +86,7 @@ std::int64_t count_correct(const ExecutionSpace& exec, const Flat<const Scalar>&
                            std::int64_t classes) {
   std::int64_t correct = 0;
   Kokkos::parallel_reduce(
-      "OkTopk::train::count_correct",
+      "oktopk::train::count_correct",
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, labels.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
         int best = 0;
@@ -118,10 +118,10 @@ BasicModel<Scalar>::BasicModel(std::string name,
   }
   const ExecutionSpace exec;
   parameters_ =
-      Parameters(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::train::parameters"),
+      Parameters(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::train::parameters"),
                  num_parameters_);
   // Zeroed, so a caller that reads it before the first forward_backward sees no garbage.
-  gradient_ = Parameters(Kokkos::view_alloc(exec, "OkTopk::train::gradient"), num_parameters_);
+  gradient_ = Parameters(Kokkos::view_alloc(exec, "oktopk::train::gradient"), num_parameters_);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     layers_[i]->bind(Flat<Scalar>(parameters_.data() + offsets_[i], layers_[i]->num_parameters()));
   }
@@ -178,7 +178,7 @@ void BasicModel<Scalar>::initialize(const ExecutionSpace& exec, std::uint64_t se
       const double bound = block.bound;
       const std::int64_t first = offset;
       Kokkos::parallel_for(
-          "OkTopk::train::initialize",
+          "oktopk::train::initialize",
           Kokkos::RangePolicy<ExecutionSpace>(exec, first, first + block.size),
           KOKKOS_LAMBDA(const std::int64_t i) {
             const std::uint64_t h = ::oktopk::apps::splitmix64(
@@ -212,9 +212,9 @@ void BasicModel<Scalar>::ensure_batch(const ExecutionSpace& exec, std::int64_t b
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const std::int64_t size = batch * layers_[i]->out_features();
     activations_[i] = Kokkos::View<Scalar*, MemorySpace>(
-        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::train::activations"), size);
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::train::activations"), size);
     deltas_[i] = Kokkos::View<Scalar*, MemorySpace>(
-        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "OkTopk::train::deltas"), size);
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::train::deltas"), size);
   }
   capacity_ = batch;
 }
@@ -292,7 +292,7 @@ void BasicModel<Scalar>::predict(const ExecutionSpace& exec, const Images& image
   const std::int64_t classes = num_classes();
   const Flat<const Scalar> logits(activations_.back().data(), images.extent(0) * classes);
   Kokkos::parallel_for(
-      "OkTopk::train::predict", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, images.extent(0)),
+      "oktopk::train::predict", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, images.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) {
         int best = 0;
         for (int j = 1; j < classes; ++j) {
@@ -363,7 +363,7 @@ std::unique_ptr<BasicModel<Scalar>> make_model(const std::string& name, std::uin
   auto model = std::make_unique<BasicModel<Scalar>>(name, std::move(layers));
   const ExecutionSpace exec;
   model->initialize(exec, seed);
-  ::oktopk::apps::fence(exec, "OkTopk::train::make_model");
+  ::oktopk::apps::fence(exec, "oktopk::train::make_model");
   return model;
 }
 
@@ -381,7 +381,7 @@ void sgd_momentum_step(const ExecutionSpace& exec, const Kokkos::View<Scalar*, M
   const auto mu = static_cast<Scalar>(momentum);
   const auto decay = static_cast<Scalar>(weight_decay);
   Kokkos::parallel_for(
-      "OkTopk::train::sgd_momentum_step",
+      "oktopk::train::sgd_momentum_step",
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, params.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) {
         const Scalar v = mu * velocity(i) + gradient(i) + decay * params(i);
@@ -404,7 +404,7 @@ void accumulate_velocity(const ExecutionSpace& exec,
   const auto mu = static_cast<Scalar>(momentum);
   const auto decay = static_cast<Scalar>(weight_decay);
   Kokkos::parallel_for(
-      "OkTopk::train::accumulate_velocity",
+      "oktopk::train::accumulate_velocity",
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, params.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) {
         velocity(i) = mu * velocity(i) + gradient(i) + decay * params(i);
@@ -420,7 +420,7 @@ void sgd_apply(const ExecutionSpace& exec, const Kokkos::View<Scalar*, MemorySpa
                                            << " entries");
   const auto step = static_cast<Scalar>(lr);
   Kokkos::parallel_for(
-      "OkTopk::train::sgd_apply", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, params.extent(0)),
+      "oktopk::train::sgd_apply", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, params.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) { params(i) -= step * update(i); });
 }
 

@@ -43,7 +43,7 @@ class FenceCounter {
   /// Whether this Kokkos reports fences of an execution space instance (Kokkos 3.4 does not).
   static bool reports_instance_fences() {
     const std::int64_t before = fences.load();
-    oktopk::impl::fence(Exec(), "OkTopk::test::probe");
+    oktopk::impl::fence(Exec(), "oktopk::test::probe");
     return fences.load() > before;
   }
 };
@@ -51,7 +51,7 @@ class FenceCounter {
 /// The same deterministic gradient on every rank: multiples of 2^-10 with distinct magnitudes
 /// in every 4096-entry block, changing from call to call.
 Kokkos::View<float*, Exec::memory_space> gradient(std::int64_t n, int call) {
-  Kokkos::View<float*, Exec::memory_space> g("OkTopk::test::gradient", n);
+  Kokkos::View<float*, Exec::memory_space> g("oktopk::test::gradient", n);
   auto host = Kokkos::create_mirror_view(g);
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t m = (i * 2654435761LL + 977LL * call) % 4093 + 1;
@@ -74,7 +74,7 @@ std::int64_t fences_per_call(Algorithm algorithm, int P, const oktopk::Options& 
       oktopk::Communicator comm(sub);
       const Exec exec;
       auto handle = oktopk::make_sparse_allreduce(exec, algorithm, comm, n, options);
-      Kokkos::View<float*, Exec::memory_space> out("OkTopk::test::out", n);
+      Kokkos::View<float*, Exec::memory_space> out("oktopk::test::out", n);
       constexpr int calls = 4;
       for (int call = 0; call < calls; ++call) {
         const auto grad = gradient(n, call);

@@ -279,7 +279,7 @@ template <class ExecSpace, class T>
 Kokkos::View<T*, typename ExecSpace::memory_space> to_view(const std::vector<T>& host,
                                                            const std::string& label = "input") {
   Kokkos::View<T*, Kokkos::HostSpace> staging(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::test::" + label), host.size());
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::test::" + label), host.size());
   std::copy(host.begin(), host.end(), staging.data());
   return Kokkos::create_mirror_view_and_copy(typename ExecSpace::memory_space(), staging);
 }
@@ -289,7 +289,7 @@ template <class ExecSpace, class T>
 Kokkos::View<T*, typename ExecSpace::memory_space> filled_view(std::size_t n, T fill,
                                                                const std::string& label) {
   Kokkos::View<T*, typename ExecSpace::memory_space> view(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "OkTopk::test::" + label), n);
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::test::" + label), n);
   Kokkos::deep_copy(view, fill);
   return view;
 }
@@ -298,7 +298,7 @@ Kokkos::View<T*, typename ExecSpace::memory_space> filled_view(std::size_t n, T 
 template <class ExecSpace, class View>
 std::vector<std::remove_const_t<typename View::value_type>> to_vector(const ExecSpace& exec,
                                                                       const View& view) {
-  impl::fence(exec, "OkTopk::test::to_vector");
+  impl::fence(exec, "oktopk::test::to_vector");
   const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
   return std::vector<std::remove_const_t<typename View::value_type>>(
       host.data(), host.data() + host.extent(0));
