@@ -101,9 +101,9 @@ std::int64_t block_bytes(std::int64_t total, int parts, int r) {
 // hands them to MPI_COMM_WORLD's handler (src/mpi/errhan/errutil.c), MPI_ERRORS_ARE_FATAL unless
 // the user changed it, so the job aborted before wait_all() could throw. Before MPI-4.0 errors
 // tied to no object went to MPI_COMM_WORLD; MPI-4.0 (section 2.8) raises them on MPI_COMM_SELF.
-// So both get MPI_ERRORS_RETURN for the duration of the call. restore() (checked) puts back the handlers that
-// were there (the user's); the destructor does it unchecked if an exception leaves first.
-// (Other threads' errors on these two communicators also return while the call runs.)
+// So both get MPI_ERRORS_RETURN for the duration of the call. restore() (checked) puts back the
+// handlers that were there (the user's); the destructor does it unchecked if an exception leaves
+// first. (Other threads' errors on these two communicators also return while the call runs.)
 class DefaultErrorsReturn {
  public:
   explicit DefaultErrorsReturn(const char* where) : where_(where) {
@@ -311,9 +311,7 @@ void Communicator::set_message_log(bool enabled) {
 
 bool Communicator::message_log_enabled() const { return state_->log_messages; }
 
-const std::vector<MessageRecord>& Communicator::message_log() const {
-  return state_->message_log;
-}
+const std::vector<MessageRecord>& Communicator::message_log() const { return state_->message_log; }
 
 void Communicator::charge(const char* operation, int peer, std::int64_t bytes_sent,
                           std::int64_t bytes_received, std::int64_t messages_sent,
@@ -435,8 +433,8 @@ void Communicator::irecv_bytes(void* buffer, count_type count, MPI_Datatype type
   requests.state_ = state_;
   requests.requests_.push_back(request);
   // Charged at completion with the actual size, but to the phase it was posted in.
-  requests.receives_.push_back(Requests::Receive{requests.requests_.size() - 1, type,
-                                                 state_->phase, source, source != rank_});
+  requests.receives_.push_back(Requests::Receive{requests.requests_.size() - 1, type, state_->phase,
+                                                 source, source != rank_});
 }
 
 // ---- collectives ------------------------------------------------------------------------------
@@ -505,8 +503,7 @@ void Communicator::bcast_impl(void* buffer, count_type count, MPI_Datatype type,
   // Scatter from the root, then allgather of the scattered blocks.
   const std::int64_t own = block_bytes(bytes, size_, rank_);
   if (rank_ == root) {
-    charge("bcast", -1, (bytes - own) + (size_ - 1) * own, bytes - own, 2 * (size_ - 1),
-           size_ - 1);
+    charge("bcast", -1, (bytes - own) + (size_ - 1) * own, bytes - own, 2 * (size_ - 1), size_ - 1);
   } else {
     charge("bcast", -1, (size_ - 1) * own, bytes, size_ - 1, size_);
   }

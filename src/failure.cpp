@@ -29,9 +29,8 @@ void abort_after_local_failure(const Communicator& comm, const std::string& caus
   }
   one_line[used] = '\0';
   char line[2048];
-  std::snprintf(line, sizeof line, "oktopk: rank %d: %s in phase %s of %s call %lld\n",
-                comm.rank(), one_line, phase.c_str(), method_name.c_str(),
-                static_cast<long long>(call));
+  std::snprintf(line, sizeof line, "oktopk: rank %d: %s in phase %s of %s call %lld\n", comm.rank(),
+                one_line, phase.c_str(), method_name.c_str(), static_cast<long long>(call));
   std::fflush(stdout);
   std::fputs(line, stderr);
   std::fflush(stderr);

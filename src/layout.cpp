@@ -26,8 +26,10 @@ std::string describe(std::size_t index, const Segment& segment) {
 
 std::string to_string(SegmentKind kind) {
   switch (kind) {
-    case SegmentKind::Dense: return "dense";
-    case SegmentKind::SparseRows: return "rows";
+    case SegmentKind::Dense:
+      return "dense";
+    case SegmentKind::SparseRows:
+      return "rows";
   }
   return "unknown(" + std::to_string(static_cast<int>(kind)) + ")";
 }
@@ -50,10 +52,9 @@ namespace {
 /// fit in a gradient's 2^31 - 1 entries (or `end` is past them), before any sum can overflow.
 std::int64_t appended_offset(const char* where, std::int64_t end, std::int64_t length) {
   constexpr std::int64_t most = std::numeric_limits<index_type>::max();
-  OKTOPK_REQUIRE(length >= 0 && end >= 0 && end <= most && length <= most - end,
-                 std::invalid_argument, where,
-                 "a segment of " << length << " entries after " << end
-                                 << " must lie in [0, 2^31 - 1]");
+  OKTOPK_REQUIRE(
+      length >= 0 && end >= 0 && end <= most && length <= most - end, std::invalid_argument, where,
+      "a segment of " << length << " entries after " << end << " must lie in [0, 2^31 - 1]");
   return end;
 }
 }  // namespace
@@ -65,10 +66,8 @@ Layout& Layout::append_dense(std::int64_t length, std::string name) {
 }
 
 Layout& Layout::append_sparse_rows(std::int64_t length, std::int64_t row_width, std::string name) {
-  const std::int64_t offset =
-      appended_offset("oktopk::Layout::append_sparse_rows", end(), length);
-  segments_.push_back(
-      Segment{offset, length, SegmentKind::SparseRows, row_width, std::move(name)});
+  const std::int64_t offset = appended_offset("oktopk::Layout::append_sparse_rows", end(), length);
+  segments_.push_back(Segment{offset, length, SegmentKind::SparseRows, row_width, std::move(name)});
   return *this;
 }
 
@@ -110,8 +109,8 @@ void Layout::validate(std::int64_t n) const {
     OKTOPK_REQUIRE(s.length >= 0, std::invalid_argument, where,
                    describe(i, s) << " has length " << s.length << " < 0");
     OKTOPK_REQUIRE(s.kind != SegmentKind::SparseRows || s.row_width >= 1, std::invalid_argument,
-                   where, describe(i, s) << " holds sparse rows of width " << s.row_width
-                                         << " < 1");
+                   where,
+                   describe(i, s) << " holds sparse rows of width " << s.row_width << " < 1");
     OKTOPK_REQUIRE(s.offset >= expected, std::invalid_argument, where,
                    describe(i, s) << " starts at " << s.offset << ", before "
                                   << (i == 0 ? std::string("0")
@@ -119,8 +118,8 @@ void Layout::validate(std::int64_t n) const {
                                                    " at " + std::to_string(expected))
                                   << ": segments must be sorted by offset and must not overlap");
     OKTOPK_REQUIRE(s.offset == expected, std::invalid_argument, where,
-                   describe(i, s) << " starts at " << s.offset << ", leaving [" << expected
-                                  << ", " << s.offset << ") uncovered: segments must leave no gap");
+                   describe(i, s) << " starts at " << s.offset << ", leaving [" << expected << ", "
+                                  << s.offset << ") uncovered: segments must leave no gap");
     OKTOPK_REQUIRE(s.length <= n - s.offset, std::invalid_argument, where,
                    describe(i, s) << " ends at " << s.offset + s.length << ", past n = " << n);
     expected = s.offset + s.length;

@@ -22,13 +22,20 @@ namespace oktopk {
 
 std::string to_string(Algorithm algorithm) {
   switch (algorithm) {
-    case Algorithm::Dense: return "dense";
-    case Algorithm::TopkA: return "topka";
-    case Algorithm::TopkDSA: return "topkdsa";
-    case Algorithm::GTopk: return "gtopk";
-    case Algorithm::GaussianK: return "gaussiank";
-    case Algorithm::OkTopk: return "oktopk";
-    case Algorithm::S2Reducer: return "s2";
+    case Algorithm::Dense:
+      return "dense";
+    case Algorithm::TopkA:
+      return "topka";
+    case Algorithm::TopkDSA:
+      return "topkdsa";
+    case Algorithm::GTopk:
+      return "gtopk";
+    case Algorithm::GaussianK:
+      return "gaussiank";
+    case Algorithm::OkTopk:
+      return "oktopk";
+    case Algorithm::S2Reducer:
+      return "s2";
   }
   throw std::invalid_argument("oktopk::to_string: not an Algorithm value (" +
                               std::to_string(static_cast<int>(algorithm)) + ")");
@@ -50,9 +57,12 @@ std::ostream& operator<<(std::ostream& os, Algorithm algorithm) {
 
 std::ostream& operator<<(std::ostream& os, Balancing balancing) {
   switch (balancing) {
-    case Balancing::Off: return os << "off";
-    case Balancing::On: return os << "on";
-    case Balancing::Adaptive: return os << "adaptive";
+    case Balancing::Off:
+      return os << "off";
+    case Balancing::On:
+      return os << "on";
+    case Balancing::Adaptive:
+      return os << "adaptive";
   }
   return os << "invalid";
 }
@@ -68,8 +78,10 @@ Balancing balancing_from_string(const char* name) {
 
 std::ostream& operator<<(std::ostream& os, DenseAlgorithm algorithm) {
   switch (algorithm) {
-    case DenseAlgorithm::Mpi: return os << "mpi";
-    case DenseAlgorithm::Ring: return os << "ring";
+    case DenseAlgorithm::Mpi:
+      return os << "mpi";
+    case DenseAlgorithm::Ring:
+      return os << "ring";
   }
   return os << "invalid";
 }
@@ -236,9 +248,9 @@ void Options::validate() const {
                      << threshold_period << " and " << repartition_period);
   OKTOPK_REQUIRE(throttle >= 1, std::invalid_argument, where,
                  "throttle must be >= 1, got " << throttle);
-  OKTOPK_REQUIRE(balancing == Balancing::Off || balancing == Balancing::On ||
-                     balancing == Balancing::Adaptive,
-                 std::invalid_argument, where, "balancing is not a Balancing value");
+  OKTOPK_REQUIRE(
+      balancing == Balancing::Off || balancing == Balancing::On || balancing == Balancing::Adaptive,
+      std::invalid_argument, where, "balancing is not a Balancing value");
   OKTOPK_REQUIRE(std::isfinite(balance_threshold) && balance_threshold >= 1.0,
                  std::invalid_argument, where,
                  "balance_threshold must be >= 1, got " << balance_threshold);
@@ -260,12 +272,12 @@ void Options::validate() const {
                  std::invalid_argument, where,
                  "Gaussian correction needs 0 < gaussian_low <= gaussian_high, "
                  "gaussian_step > 1, gaussian_loops >= 0");
-  OKTOPK_REQUIRE(s2_row_width >= 1 && s2_sketch_rows >= 1 && s2_sketch_rows <= 15 &&
-                     s2_sketch_columns >= 0,
-                 std::invalid_argument, where,
-                 "S2 needs s2_row_width >= 1, 1 <= s2_sketch_rows <= 15 (the median is taken in "
-                 "registers), s2_sketch_columns >= 0; got "
-                     << s2_row_width << ", " << s2_sketch_rows << ", " << s2_sketch_columns);
+  OKTOPK_REQUIRE(
+      s2_row_width >= 1 && s2_sketch_rows >= 1 && s2_sketch_rows <= 15 && s2_sketch_columns >= 0,
+      std::invalid_argument, where,
+      "S2 needs s2_row_width >= 1, 1 <= s2_sketch_rows <= 15 (the median is taken in "
+      "registers), s2_sketch_columns >= 0; got "
+          << s2_row_width << ", " << s2_sketch_rows << ", " << s2_sketch_columns);
 }
 
 std::int64_t Options::digest() const {
@@ -277,23 +289,23 @@ std::int64_t Options::digest() const {
 }
 
 std::ostream& operator<<(std::ostream& os, const Options& o) {
-  return os << "density=" << o.density << " warmup_iterations=" << o.warmup_iterations
-            << " seed=" << o.seed
+  return os << "density=" << o.density << " warmup_iterations=" << o.warmup_iterations << " seed="
+            << o.seed
             // Only when it is not the default, so that the digest of options that leave it
             // alone, and so every checkpoint written before the field existed, stays the same.
             << (o.dense_allreduce == DenseAlgorithm::Mpi ? "" : " dense_allreduce=")
-            << (o.dense_allreduce == DenseAlgorithm::Mpi ? std::string() : to_text(o.dense_allreduce))
+            << (o.dense_allreduce == DenseAlgorithm::Mpi ? std::string()
+                                                         : to_text(o.dense_allreduce))
             << " threshold_period=" << o.threshold_period
             << " repartition_period=" << o.repartition_period << " throttle=" << o.throttle
             << " balancing=" << o.balancing << " balance_threshold=" << o.balance_threshold
             << " guard=" << o.guard_low << "/" << o.guard_factor << "/" << o.guard_step << "/"
-            << o.guard_loops << (o.guard_exact ? "/exact" : "")
-            << " local_nudge=" << o.local_low << "/" << o.local_high << "/" << o.local_step
-            << " global_nudge=" << o.global_low << "/" << o.global_high << "/" << o.global_step
-            << " gaussian=" << o.gaussian_low << "/" << o.gaussian_high << "/"
-            << o.gaussian_step << "/" << o.gaussian_loops << " s2_row_width=" << o.s2_row_width
-            << " s2_sketch=" << o.s2_sketch_rows << "x" << o.s2_sketch_columns
-            << " s2_error_feedback=" << (o.s2_error_feedback ? "on" : "off");
+            << o.guard_loops << (o.guard_exact ? "/exact" : "") << " local_nudge=" << o.local_low
+            << "/" << o.local_high << "/" << o.local_step << " global_nudge=" << o.global_low << "/"
+            << o.global_high << "/" << o.global_step << " gaussian=" << o.gaussian_low << "/"
+            << o.gaussian_high << "/" << o.gaussian_step << "/" << o.gaussian_loops
+            << " s2_row_width=" << o.s2_row_width << " s2_sketch=" << o.s2_sketch_rows << "x"
+            << o.s2_sketch_columns << " s2_error_feedback=" << (o.s2_error_feedback ? "on" : "off");
 }
 
 }  // namespace oktopk

@@ -102,13 +102,14 @@ class ProgressQueue {
   void start_thread() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (thread_.joinable())
-      throw std::runtime_error("oktopk::initialize_kokkos_on_progress_thread: the progress "
-                               "thread already runs");
+      throw std::runtime_error(
+          "oktopk::initialize_kokkos_on_progress_thread: the progress "
+          "thread already runs");
     // Calls queued before would run on the new thread before Kokkos is initialised there.
     if (!pending_.empty())
-      throw std::runtime_error("oktopk::initialize_kokkos_on_progress_thread: " +
-                               std::to_string(pending_.size()) +
-                               " asynchronous call(s) are still queued; wait for them first");
+      throw std::runtime_error(
+          "oktopk::initialize_kokkos_on_progress_thread: " + std::to_string(pending_.size()) +
+          " asynchronous call(s) are still queued; wait for them first");
     stopping_ = false;
     running_ = true;
     thread_ = std::thread([this] { serve(); });

@@ -41,8 +41,8 @@ class FailureSettlement {
     MPI_Request barrier = MPI_REQUEST_NULL;
     int done = 0;
     if (MPI_Ibarrier(comm_, &barrier) == MPI_SUCCESS) {
-      const auto until = std::chrono::steady_clock::now() +
-                         std::chrono::duration<double>(wait_seconds);
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_seconds);
       while (!done && std::chrono::steady_clock::now() < until) {
         if (MPI_Test(&barrier, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
         if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));

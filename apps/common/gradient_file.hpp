@@ -51,8 +51,7 @@ inline std::int64_t offset(std::int64_t n, std::int64_t index) {
 
 /// Reads and validates the header of `path`, and checks the file's size against it; returns
 /// an error message (naming the file), empty if it is fine.
-inline std::string read_gradient_file_header(const std::string& path,
-                                             GradientFileHeader& header) {
+inline std::string read_gradient_file_header(const std::string& path, GradientFileHeader& header) {
   using gradient_file::header_bytes;
   std::ifstream in(path, std::ios::binary);
   if (!in) return "cannot open gradient file '" + path + "'";

@@ -78,7 +78,8 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
                          replays exactly these calls
   --trace PATH           write every message of the timed calls, of every rank, to PATH (one
                          CSV file, written by rank 0), as the traffic accounting charges them:
-                           )" << trace_header << R"(
+                           )"
+     << trace_header << R"(
                          call: timed iteration from 0; operation: send or recv (peer = the
                          other rank; a receive is logged when it completes, with its actual
                          size) or a collective, allreduce alltoall allgather allgatherv bcast
@@ -209,10 +210,10 @@ Args parse(int argc, char* argv[]) {
     if (flag == "--check" || flag == "--phases" || flag == "--mpi-baseline" ||
         flag == "--shifted-draws") {
       if (has_value) throw UsageError(flag + " takes no value");
-      (flag == "--check"           ? a.check
-       : flag == "--phases"        ? a.phases
-       : flag == "--mpi-baseline"  ? a.mpi_baseline
-                                   : a.shifted_draws) = true;
+      (flag == "--check"          ? a.check
+       : flag == "--phases"       ? a.phases
+       : flag == "--mpi-baseline" ? a.mpi_baseline
+                                  : a.shifted_draws) = true;
       continue;
     }
     if (!has_value) {

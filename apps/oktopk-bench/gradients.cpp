@@ -52,8 +52,7 @@ constexpr std::uint64_t row_stream_offset = std::uint64_t{1} << 40;
 
 }  // namespace
 
-GradientFileHeader check_gradient_file(const oktopk::Communicator& world,
-                                       const std::string& path) {
+GradientFileHeader check_gradient_file(const oktopk::Communicator& world, const std::string& path) {
   GradientFileHeader info;
   std::string error;
   if (world.rank() == 0) error = oktopk::apps::read_gradient_file_header(path, info);
@@ -77,14 +76,14 @@ void GradientSource::fill(const Exec& exec, std::int64_t call, const Vector& gra
 }
 
 void GradientSource::draw_once(const Exec& exec, std::size_t n) {
-  own_draws_ = Vector(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                                         "oktopk-bench::own_draws"), n);
+  own_draws_ =
+      Vector(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk-bench::own_draws"), n);
   if (args_.dist.kind != DistKind::Correlated) {
     generate(exec, -1, own_draws_);
     return;
   }
-  shared_draws_ = Vector(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                                            "oktopk-bench::shared_draws"), n);
+  shared_draws_ = Vector(
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk-bench::shared_draws"), n);
   const auto rank = static_cast<std::uint64_t>(world_.rank());
   const std::uint64_t own = stream_key(args_.seed, rank, -1);
   const std::uint64_t shared = stream_key(args_.seed, shared_stream, -1);
@@ -110,21 +109,18 @@ void GradientSource::shift(const Exec& exec, std::int64_t call, const Vector& gr
       static_cast<std::int64_t>(splitmix64(shared) % static_cast<std::uint64_t>(n));
   const bool correlated = args_.dist.kind == DistKind::Correlated;
   const float a = correlated ? static_cast<float>(std::sqrt(args_.dist.parameter)) : 0.0f;
-  const float b = correlated
-                      ? static_cast<float>(std::sqrt(1.0 - std::min(args_.dist.parameter, 1.0)))
-                      : 1.0f;
+  const float b =
+      correlated ? static_cast<float>(std::sqrt(1.0 - std::min(args_.dist.parameter, 1.0))) : 1.0f;
   const auto own_draws = own_draws_;
   const auto shared_draws = correlated ? shared_draws_ : own_draws_;
   Kokkos::parallel_for(
-      "oktopk-bench::shift",
-      Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+      "oktopk-bench::shift", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
         const auto j = static_cast<std::uint64_t>(i);
         const std::int64_t o = i + own_offset < n ? i + own_offset : i + own_offset - n;
         float x = ((splitmix64(own + j) & 1u) != 0 ? -b : b) * own_draws(o);
         if (correlated) {
-          const std::int64_t s =
-              i + shared_offset < n ? i + shared_offset : i + shared_offset - n;
+          const std::int64_t s = i + shared_offset < n ? i + shared_offset : i + shared_offset - n;
           x += ((splitmix64(shared + j) & 1u) != 0 ? -a : a) * shared_draws(s);
         }
         grad(i) = x;
@@ -192,10 +188,9 @@ void GradientSource::read(const Exec& exec, std::int64_t call, const Vector& gra
   std::int64_t failed = error.empty() ? 0 : world_.rank() + 1;
   world_.allreduce_in_place(&failed, 1, MPI_MAX);
   if (failed != 0) {
-    throw std::runtime_error(!error.empty()
-                                 ? error
-                                 : "reading '" + args_.dist.path + "' failed on rank " +
-                                       std::to_string(failed - 1));
+    throw std::runtime_error(!error.empty() ? error
+                                            : "reading '" + args_.dist.path + "' failed on rank " +
+                                                  std::to_string(failed - 1));
   }
   Kokkos::deep_copy(exec, grad, host_);
 }

@@ -152,7 +152,9 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
       Kokkos::parallel_reduce(
           "oktopk-bench::nnz",
           Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-          KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) { count += out(i) != 0.0f ? 1 : 0; },
+          KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
+            count += out(i) != 0.0f ? 1 : 0;
+          },
           nonzeros);
       nnz_sum += static_cast<double>(nonzeros);
       if (args.phases) {
@@ -183,7 +185,7 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
   result.nnz_avg = nnz_sum / static_cast<double>(iters);
   Kokkos::parallel_reduce(
       "oktopk-bench::nnz", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) { count += out(i) != 0.0f ? 1 : 0; },
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) { count += out(i) != 0.0f ? 1 : 0; },
       result.nnz);
   if (args.phases) result.phases = aggregate_phases(world, phase_log);
   trace.flush();

@@ -48,10 +48,10 @@ void Printer::begin(std::int64_t k) {
       layout << args_.layout;
       std::printf("# layout: %s\n", layout.str().c_str());
     }
-    std::printf("%-10s %5s %11s %10s %8s %6s %12s %12s %18s %18s %25s %10s %6s %12s %25s\n",
-                "algo", "P", "n", "k", "density", "iters", "time_s_med", "time_s_max",
-                "bytes_per_rank_avg", "bytes_per_rank_max", "words_per_rank_max_over_k",
-                "nnz_out", "wrong", "nnz_out_avg", "words_per_call_max_over_k");
+    std::printf("%-10s %5s %11s %10s %8s %6s %12s %12s %18s %18s %25s %10s %6s %12s %25s\n", "algo",
+                "P", "n", "k", "density", "iters", "time_s_med", "time_s_max", "bytes_per_rank_avg",
+                "bytes_per_rank_max", "words_per_rank_max_over_k", "nnz_out", "wrong",
+                "nnz_out_avg", "words_per_call_max_over_k");
   }
   std::fflush(stdout);
 }
@@ -66,11 +66,11 @@ void Printer::row(const Result& r) {
   const bool checked = args_.check && !r.unchecked;
   const std::string wrong = checked ? std::to_string(r.wrong) : "-";
   if (args_.format == "csv") {
-    std::printf("%s,%d,%lld,%lld,%g,%lld,%.6e,%.6e,%.1f,%.1f,%s,%lld,%s,%.1f,%s\n",
-                r.algo.c_str(), P_, static_cast<long long>(args_.n),
-                static_cast<long long>(r.k), args_.density, static_cast<long long>(args_.iters),
-                r.time_med, r.time_max, r.bytes_avg, r.bytes_max, words.c_str(),
-                static_cast<long long>(r.nnz), wrong.c_str(), r.nnz_avg, call_words.c_str());
+    std::printf("%s,%d,%lld,%lld,%g,%lld,%.6e,%.6e,%.1f,%.1f,%s,%lld,%s,%.1f,%s\n", r.algo.c_str(),
+                P_, static_cast<long long>(args_.n), static_cast<long long>(r.k), args_.density,
+                static_cast<long long>(args_.iters), r.time_med, r.time_max, r.bytes_avg,
+                r.bytes_max, words.c_str(), static_cast<long long>(r.nnz), wrong.c_str(), r.nnz_avg,
+                call_words.c_str());
   } else if (args_.format == "json") {
     std::printf(
         "%s\n  {\"algo\": \"%s\", \"P\": %d, \"n\": %lld, \"k\": %lld, \"density\": %.17g, "
@@ -79,8 +79,8 @@ void Printer::row(const Result& r) {
         "\"words_per_rank_max_over_k\": %s, \"nnz_out\": %lld, \"wrong\": %s, "
         "\"nnz_out_avg\": %.17g, \"words_per_call_max_over_k\": %s",
         results_.size() > 1 ? "," : "", r.algo.c_str(), P_, static_cast<long long>(args_.n),
-        static_cast<long long>(r.k), args_.density, static_cast<long long>(args_.iters),
-        r.time_med, r.time_max, r.bytes_avg, r.bytes_max,
+        static_cast<long long>(r.k), args_.density, static_cast<long long>(args_.iters), r.time_med,
+        r.time_max, r.bytes_avg, r.bytes_max,
         r.k > 0 ? format("%.17g", r.bytes_max / 4.0 / static_cast<double>(r.k)).c_str() : "null",
         static_cast<long long>(r.nnz), checked ? wrong.c_str() : "null", r.nnz_avg,
         r.k > 0 ? format("%.17g", r.bytes_call_max / 4.0 / static_cast<double>(r.k)).c_str()

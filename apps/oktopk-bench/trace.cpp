@@ -20,8 +20,7 @@ Trace::Trace(const oktopk::Communicator& world, const std::string& path)
   if (ok == 0) throw std::runtime_error("cannot write trace file '" + path_ + "'");
 }
 
-void Trace::add_call(const std::string& algo, std::int64_t call,
-                     const oktopk::Communicator& comm) {
+void Trace::add_call(const std::string& algo, std::int64_t call, const oktopk::Communicator& comm) {
   for (const oktopk::MessageRecord& m : comm.message_log()) {
     rows_ << algo << ',' << call << ',' << world_.rank() << ',' << m.phase << ',' << m.operation
           << ',' << m.peer << ',' << m.bytes_sent << ',' << m.bytes_received << '\n';

@@ -108,8 +108,9 @@ struct Row {
 /// Median of `reps` timed calls of `body`, after one untimed warm-up call. `setup` runs before
 /// each call, untimed (e.g. to restore an input the kernel overwrites).
 template <class ExecSpace>
-double median_seconds(const ExecSpace& exec, int reps, const std::function<void()>& body,
-                      const std::function<void()>& setup = [] {}) {
+double median_seconds(
+    const ExecSpace& exec, int reps, const std::function<void()>& body,
+    const std::function<void()>& setup = [] {}) {
   std::vector<double> times;
   for (int r = 0; r <= reps; ++r) {
     setup();
@@ -203,7 +204,8 @@ std::vector<Row> run(const Options& o) {
     // The alternative to a radix select on a device: sort every |x| and read the k-th.
     Floats magnitudes("bench::magnitudes", size), sorted("bench::sorted", size);
     Kokkos::parallel_for(
-        "bench::magnitudes", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+        "bench::magnitudes",
+        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
         KOKKOS_LAMBDA(std::int64_t i) { magnitudes(i) = x(i) < 0.0f ? -x(i) : x(i); });
     add_with_setup(
         "sort_abs", fb * n, [&] { oktopk::apps::sort_ascending(exec, sorted); },
@@ -238,9 +240,8 @@ void print(const Options& o, const std::vector<Row>& rows) {
     return;
   }
   std::printf("# oktopk-kernel-bench: %s, concurrency %d, n = %lld, density %g, %d reps\n",
-              Kokkos::DefaultExecutionSpace::name(),
-              Kokkos::DefaultExecutionSpace().concurrency(), static_cast<long long>(o.n),
-              o.density, o.reps);
+              Kokkos::DefaultExecutionSpace::name(), Kokkos::DefaultExecutionSpace().concurrency(),
+              static_cast<long long>(o.n), o.density, o.reps);
   const double copy_seconds = rows.front().seconds;
   std::printf("%-20s %12s %12s %10s %10s\n", "kernel", "k", "time_s_med", "gb_per_s", "x_copy");
   for (const auto& r : rows) {

@@ -43,8 +43,8 @@ static long parse_long(const char* flag, const char* text, long low, long high) 
   const long v = strtol(text, &end, 10);
   if (*text == '\0' || *end != '\0' || errno == ERANGE || v < low || v > high) {
     char message[256];
-    snprintf(message, sizeof message, "%s must be an integer in [%ld, %ld], got '%s'", flag,
-             low, high, text);
+    snprintf(message, sizeof message, "%s must be an integer in [%ld, %ld], got '%s'", flag, low,
+             high, text);
     fail(message);
   }
   return v;
@@ -56,8 +56,8 @@ static double parse_double(const char* flag, const char* text, double low, doubl
   const double v = strtod(text, &end);
   if (*text == '\0' || *end != '\0' || errno == ERANGE || !(v >= low && v <= high)) {
     char message[256];
-    snprintf(message, sizeof message, "%s must be a number in [%g, %g], got '%s'", flag, low,
-             high, text);
+    snprintf(message, sizeof message, "%s must be a number in [%g, %g], got '%s'", flag, low, high,
+             text);
     fail(message);
   }
   return v;
@@ -216,13 +216,15 @@ int main(int argc, char** argv) {
   /* The share of the reduce time that no longer adds to the step. */
   const double hidden = reduce_s > 0 ? (blocking_s - async_s) / reduce_s : 0.0;
   if (rank == 0) {
-    printf("algo=%s P=%d n_per_bucket=%ld buckets=%ld density=%g compute_ms_per_bucket=%g "
-           "steps=%ld\n",
-           algo, size, n, buckets, density, compute_ms, steps);
-    printf("compute_s=%.4f reduce_s=%.4f blocking_step_s=%.4f async_step_s=%.4f "
-           "speedup=%.3f hidden_fraction=%.3f identical=%s\n",
-           compute_s, reduce_s, blocking_s, async_s, async_s > 0 ? blocking_s / async_s : 0.0,
-           hidden, all_identical ? "yes" : "no");
+    printf(
+        "algo=%s P=%d n_per_bucket=%ld buckets=%ld density=%g compute_ms_per_bucket=%g "
+        "steps=%ld\n",
+        algo, size, n, buckets, density, compute_ms, steps);
+    printf(
+        "compute_s=%.4f reduce_s=%.4f blocking_step_s=%.4f async_step_s=%.4f "
+        "speedup=%.3f hidden_fraction=%.3f identical=%s\n",
+        compute_s, reduce_s, blocking_s, async_s, async_s > 0 ? blocking_s / async_s : 0.0, hidden,
+        all_identical ? "yes" : "no");
   }
   for (long b = 0; b < buckets; ++b) {
     require(oktopk_destroy(blocking[b]), "oktopk_destroy");
@@ -231,8 +233,15 @@ int main(int argc, char** argv) {
     free(out_blocking[b]);
     free(out_async[b]);
   }
-  free(blocking); free(async); free(grad); free(out_blocking); free(out_async); free(requests);
-  free(t_blocking); free(t_async); free(t_reduce);
+  free(blocking);
+  free(async);
+  free(grad);
+  free(out_blocking);
+  free(out_async);
+  free(requests);
+  free(t_blocking);
+  free(t_async);
+  free(t_reduce);
   require(oktopk_finalize(), "oktopk_finalize");
   MPI_Finalize();
   if (sink == 12345.678) printf("\n"); /* keeps the compute loop alive */

@@ -28,7 +28,8 @@ constexpr std::uint64_t kAnyLength = std::numeric_limits<std::uint64_t>::max();
 
 /// Collective: if any rank passes a non-empty `error`, every rank throws the first such rank's,
 /// as std::runtime_error("<context>: rank R: <error>").
-void agree_on_errors(const Communicator& comm, const std::string& context, const std::string& error) {
+void agree_on_errors(const Communicator& comm, const std::string& context,
+                     const std::string& error) {
   const int P = comm.size();
   std::int64_t first = error.empty() ? 0 : P - comm.rank();
   comm.allreduce_in_place(&first, 1, MPI_MAX);
@@ -42,9 +43,7 @@ void agree_on_errors(const Communicator& comm, const std::string& context, const
   throw std::runtime_error(context + ": rank " + std::to_string(root) + ": " + text);
 }
 
-std::string system_error(const std::string& what) {
-  return what + ": " + std::strerror(errno);
-}
+std::string system_error(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 /// Writes `bytes` to `path` and flushes them to the disk; returns "" or what went wrong.
 std::string write_synced(const std::string& path, const std::string& bytes) {
@@ -122,7 +121,8 @@ TrainingCheckpoint decode_checkpoint(const std::string& bytes) {
   std::istringstream lines(file.section("SETT", "settings", kAnyLength).rest());
   for (std::string line; std::getline(lines, line);) {
     const auto equals = line.find('=');
-    if (equals == std::string::npos) throw std::runtime_error("is corrupt: a settings line lacks '='");
+    if (equals == std::string::npos)
+      throw std::runtime_error("is corrupt: a settings line lacks '='");
     c.settings.emplace_back(line.substr(0, equals), line.substr(equals + 1));
   }
   SectionParser progress = file.section("PROG", "progress", kAnyLength);
@@ -180,9 +180,10 @@ void save_checkpoint(const Communicator& comm, const std::string& prefix,
   agree_on_errors(comm, context, error);
 }
 
-TrainingCheckpoint load_checkpoint(const Communicator& comm, const std::string& prefix,
-                                   const std::vector<std::pair<std::string, std::string>>& expected,
-                                   const std::vector<std::pair<std::string, std::string>>& implied) {
+TrainingCheckpoint load_checkpoint(
+    const Communicator& comm, const std::string& prefix,
+    const std::vector<std::pair<std::string, std::string>>& expected,
+    const std::vector<std::pair<std::string, std::string>>& implied) {
   const std::string file = checkpoint_file(prefix, comm.rank());
   TrainingCheckpoint c;
   std::string error;
@@ -198,8 +199,8 @@ TrainingCheckpoint load_checkpoint(const Communicator& comm, const std::string& 
       throw std::runtime_error(file + " " + e.what());
     }
     if (c.ranks != comm.size()) {
-      error = file + " was written by a run on " + std::to_string(c.ranks) + " ranks, this run has " +
-              std::to_string(comm.size());
+      error = file + " was written by a run on " + std::to_string(c.ranks) +
+              " ranks, this run has " + std::to_string(comm.size());
     } else if (c.rank != comm.rank()) {
       error = file + " was written by rank " + std::to_string(c.rank);
     } else {

@@ -23,7 +23,7 @@ struct TrainingProgress {
   double loss_sum = 0.0;         ///< the epoch's sums so far, for its printed line
   double bytes_sum = 0.0;
   double density_sum = 0.0;
-  double final_accuracy = 0.0;   ///< test metric after the last finished epoch (lstm: perplexity)
+  double final_accuracy = 0.0;  ///< test metric after the last finished epoch (lstm: perplexity)
 };
 
 /// \brief What one rank saves. `settings` are (name, value) pairs that a resumed run must

@@ -28,10 +28,10 @@ KOKKOS_INLINE_FUNCTION Scalar sigmoid(Scalar x) {
 }
 
 /// Word ids outside 0..vocabulary-1, counted so bad input is reported from the host.
-std::int64_t count_bad_words(const ExecutionSpace& exec,
-                             const Kokkos::View<const std::int32_t**, Kokkos::LayoutRight,
-                                                MemorySpace>& windows,
-                             std::int64_t vocabulary) {
+std::int64_t count_bad_words(
+    const ExecutionSpace& exec,
+    const Kokkos::View<const std::int32_t**, Kokkos::LayoutRight, MemorySpace>& windows,
+    std::int64_t vocabulary) {
   std::int64_t bad = 0;
   const std::int64_t columns = windows.extent(1);
   Kokkos::parallel_reduce(
@@ -77,8 +77,7 @@ void fill_uniform(const ExecutionSpace& exec, const Kokkos::View<Scalar*, Memory
 }  // namespace
 
 template <class Scalar>
-BasicLanguageModel<Scalar>::BasicLanguageModel(const LanguageModelShape& shape,
-                                               std::uint64_t seed)
+BasicLanguageModel<Scalar>::BasicLanguageModel(const LanguageModelShape& shape, std::uint64_t seed)
     : shape_(shape) {
   OKTOPK_REQUIRE(shape.vocabulary >= 2 && shape.embedding >= 1 && shape.hidden >= 1,
                  std::invalid_argument, "oktopk::train::BasicLanguageModel",
@@ -96,9 +95,9 @@ BasicLanguageModel<Scalar>::BasicLanguageModel(const LanguageModelShape& shape,
   output_bias_offset_ = output_weight_offset_ + V * H;
   num_parameters_ = output_bias_offset_ + V;
   const ExecutionSpace exec;
-  parameters_ = Parameters(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::train::LanguageModel::parameters"),
-      num_parameters_);
+  parameters_ = Parameters(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                              "oktopk::train::LanguageModel::parameters"),
+                           num_parameters_);
   gradient_ = Parameters(Kokkos::view_alloc(exec, "oktopk::train::LanguageModel::gradient"),
                          num_parameters_);
   initialize(exec, seed);
@@ -163,7 +162,8 @@ void BasicLanguageModel<Scalar>::ensure_capacity(const ExecutionSpace& exec, std
   steps_ = steps;
   // Sized for (T + 1) B rows, which covers the T B rows of the other buffers too.
   const std::int64_t rows = (steps + 1) * batch;
-  if (rows <= capacity_ && batch * shape_.hidden <= static_cast<std::int64_t>(dh_carry_.extent(0))) {
+  if (rows <= capacity_ &&
+      batch * shape_.hidden <= static_cast<std::int64_t>(dh_carry_.extent(0))) {
     return;
   }
   capacity_ = rows;
@@ -258,15 +258,14 @@ void BasicLanguageModel<Scalar>::forward(const ExecutionSpace& exec, const Windo
   }
   const Matrix<Scalar> logits = matrix(logits_.data(), T * B, V);
   broadcast_rows(exec, logits, Flat<const Scalar>(params + output_bias_offset_, V));
-  detail::gemm<Scalar>(exec, "N", "T", Scalar(1),
-                       matrix<const Scalar>(hiddens_.data() + B * H, T * B, H),
-                       matrix<const Scalar>(params + output_weight_offset_, V, H), Scalar(1),
-                       logits);
+  detail::gemm<Scalar>(
+      exec, "N", "T", Scalar(1), matrix<const Scalar>(hiddens_.data() + B * H, T * B, H),
+      matrix<const Scalar>(params + output_weight_offset_, V, H), Scalar(1), logits);
 }
 
 template <class Scalar>
-double BasicLanguageModel<Scalar>::cross_entropy(const ExecutionSpace& exec,
-                                                 const Windows& windows, bool with_gradient) {
+double BasicLanguageModel<Scalar>::cross_entropy(const ExecutionSpace& exec, const Windows& windows,
+                                                 bool with_gradient) {
   const std::int64_t B = batch_;
   const std::int64_t rows = steps_ * B;
   const std::int64_t V = shape_.vocabulary;
@@ -448,10 +447,10 @@ DeviceTokenWindows to_device(const ExecutionSpace& exec, const std::vector<std::
   data.tokens = Kokkos::View<std::int32_t*, MemorySpace>(
       Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::train::tokens"),
       tokens.size());
-  Kokkos::deep_copy(exec, data.tokens,
-                    Kokkos::View<const std::int32_t*, Kokkos::HostSpace,
-                                 Kokkos::MemoryTraits<Kokkos::Unmanaged>>(tokens.data(),
-                                                                          tokens.size()));
+  Kokkos::deep_copy(
+      exec, data.tokens,
+      Kokkos::View<const std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+          tokens.data(), tokens.size()));
   ::oktopk::apps::fence(exec, "oktopk::train::to_device: tokens");  // `tokens` is the caller's
   return data;
 }
@@ -491,7 +490,8 @@ TextLoss evaluate_text(const ExecutionSpace& exec, LanguageModel& model,
   for (std::int64_t begin = 0; begin < count; begin += batch) {
     const std::int64_t size = std::min(batch, count - begin);
     gather_windows(exec, data, {}, first, begin, size, windows);
-    const auto part = Kokkos::subview(windows, Kokkos::make_pair(std::int64_t(0), size), Kokkos::ALL);
+    const auto part =
+        Kokkos::subview(windows, Kokkos::make_pair(std::int64_t(0), size), Kokkos::ALL);
     result.sum += model.loss(exec, part) * static_cast<double>(size * data.steps);
     result.words += size * data.steps;
   }

@@ -100,18 +100,18 @@ class BasicLanguageModel {
   // Activations of the last forward pass, time-major: row t * B + b is window b at time t.
   std::int64_t batch_ = 0;  // B and T of the last forward pass
   std::int64_t steps_ = 0;
-  std::int64_t capacity_ = 0;  // B x T that the buffers below hold
+  std::int64_t capacity_ = 0;                   // B x T that the buffers below hold
   Kokkos::View<Scalar*, MemorySpace> inputs_;   // (T B) x E: the embedded words
   Kokkos::View<Scalar*, MemorySpace> gates_;    // (T B) x 4H: i, f, g, o after their activations
   Kokkos::View<Scalar*, MemorySpace> cells_;    // ((T + 1) B) x H: c_0 = 0, then c_1..c_T
   Kokkos::View<Scalar*, MemorySpace> hiddens_;  // ((T + 1) B) x H: h_0 = 0, then h_1..h_T
   Kokkos::View<Scalar*, MemorySpace> logits_;   // (T B) x V, then d(loss)/d(logits) in place
   // Backward pass scratch.
-  Kokkos::View<Scalar*, MemorySpace> dhiddens_;    // (T B) x H: d(loss)/d(h_t) from the output
-  Kokkos::View<Scalar*, MemorySpace> dgates_;      // (T B) x 4H: before the activations
-  Kokkos::View<Scalar*, MemorySpace> dinputs_;     // (T B) x E
-  Kokkos::View<Scalar*, MemorySpace> dh_carry_;    // B x H: d(loss)/d(h_t) through h_{t+1}
-  Kokkos::View<Scalar*, MemorySpace> dc_carry_;    // B x H: d(loss)/d(c_t) through c_{t+1}
+  Kokkos::View<Scalar*, MemorySpace> dhiddens_;  // (T B) x H: d(loss)/d(h_t) from the output
+  Kokkos::View<Scalar*, MemorySpace> dgates_;    // (T B) x 4H: before the activations
+  Kokkos::View<Scalar*, MemorySpace> dinputs_;   // (T B) x E
+  Kokkos::View<Scalar*, MemorySpace> dh_carry_;  // B x H: d(loss)/d(h_t) through h_{t+1}
+  Kokkos::View<Scalar*, MemorySpace> dc_carry_;  // B x H: d(loss)/d(c_t) through c_{t+1}
   Kokkos::View<Scalar*, MemorySpace> ones_;
 };
 

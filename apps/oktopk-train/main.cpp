@@ -161,8 +161,9 @@ struct Settings {
 
 /// Whether --momentum-correction applies to the method: to those that select entries and keep
 /// the rest as error feedback. Not to dense, for which the update is the same either way,
-/// nor to S2, which sketches the rows a step touches: a velocity is non-zero in every row of the last few dozen steps, and the sketch's
-/// collisions grow with them (the language model: perplexity 152.79 against 139.60).
+/// nor to S2, which sketches the rows a step touches: a velocity is non-zero in every row of the
+/// last few dozen steps, and the sketch's collisions grow with them (the language model: perplexity
+/// 152.79 against 139.60).
 bool momentum_correction_applies(oktopk::Algorithm algorithm) {
   return algorithm != oktopk::Algorithm::Dense && algorithm != oktopk::Algorithm::S2Reducer;
 }
@@ -179,8 +180,10 @@ const std::vector<std::pair<std::string, std::string>> checkpoint_implied = {
 
 /// The allreduce's options: density, dense warm-up and seed from their flags, then --option.
 oktopk::Options library_options(const Settings& s) {
-  oktopk::Options o =
-      oktopk::Options().set_density(s.density).set_warmup_iterations(s.dense_warmup).set_seed(s.seed);
+  oktopk::Options o = oktopk::Options()
+                          .set_density(s.density)
+                          .set_warmup_iterations(s.dense_warmup)
+                          .set_seed(s.seed);
   for (const auto& [key, value] : s.options) o.set(key, value);
   return o;
 }
@@ -230,7 +233,8 @@ Settings parse(int argc, char* argv[]) {
       s.dense_warmup = parse_number<std::int64_t>(flag, value);
     } else if (flag == "--option") {
       const auto equals = value.find('=');
-      if (equals == std::string::npos) throw UsageError("--option needs KEY=VALUE, got '" + value + "'");
+      if (equals == std::string::npos)
+        throw UsageError("--option needs KEY=VALUE, got '" + value + "'");
       s.options.emplace_back(value.substr(0, equals), value.substr(equals + 1));
     } else if (flag == "--seed") {
       s.seed = parse_number<std::uint64_t>(flag, value);
@@ -355,20 +359,21 @@ std::vector<std::pair<std::string, std::string>> training_settings(
     os << v;
     return os.str();
   };
-  std::vector<std::pair<std::string, std::string>> settings = {{"--model", s.model},
-          {"--algo", oktopk::to_string(s.algorithm)},
-          {"--density", exact(s.density)},
-          {"--batch", std::to_string(s.batch)},
-          {"--lr", exact(s.lr)},
-          {"--lr-decay", exact(s.lr_decay)},
-          {"--momentum", exact(s.momentum)},
-          {"--weight-decay", exact(s.weight_decay)},
-          {"--dense-warmup", std::to_string(s.dense_warmup)},
-          {"--seed", std::to_string(s.seed)},
-          {"ranks", std::to_string(P)},
-          {"parameters", std::to_string(n)},
-          {"training samples", std::to_string(task.training_samples())},
-          {"steps per epoch", std::to_string(steps)}};
+  std::vector<std::pair<std::string, std::string>> settings = {
+      {"--model", s.model},
+      {"--algo", oktopk::to_string(s.algorithm)},
+      {"--density", exact(s.density)},
+      {"--batch", std::to_string(s.batch)},
+      {"--lr", exact(s.lr)},
+      {"--lr-decay", exact(s.lr_decay)},
+      {"--momentum", exact(s.momentum)},
+      {"--weight-decay", exact(s.weight_decay)},
+      {"--dense-warmup", std::to_string(s.dense_warmup)},
+      {"--seed", std::to_string(s.seed)},
+      {"ranks", std::to_string(P)},
+      {"parameters", std::to_string(n)},
+      {"training samples", std::to_string(task.training_samples())},
+      {"steps per epoch", std::to_string(steps)}};
   // Only where it changes the update (checkpoint_implied gives old checkpoints' value).
   if (momentum_correction_applies(s.algorithm))
     settings.emplace_back("--momentum-correction", s.momentum_correction ? "on" : "off");
@@ -382,25 +387,27 @@ std::vector<std::pair<std::string, std::string>> training_settings(
 
 std::vector<float> to_host_vector(const Kokkos::View<float*, Memory>& v) {
   std::vector<float> host(v.extent(0));
-  Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                        host.data(), host.size()),
-                    v);
+  Kokkos::deep_copy(
+      Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(),
+                                                                                       host.size()),
+      v);
   return host;
 }
 
 void from_host_vector(const Exec& exec, const std::vector<float>& host,
                       const Kokkos::View<float*, Memory>& v) {
-  Kokkos::deep_copy(exec, v,
-                    Kokkos::View<const float*, Kokkos::HostSpace,
-                                 Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(), host.size()));
+  Kokkos::deep_copy(
+      exec, v,
+      Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+          host.data(), host.size()));
   exec.fence();  // `host` may go out of scope
 }
 
 /// A digest of the parameters' bytes: equal on every rank exactly when the models are equal.
 std::int64_t parameter_digest(const Kokkos::View<float*, Memory>& params) {
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), params);
-  return oktopk::agreement_digest(std::string_view(reinterpret_cast<const char*>(host.data()),
-                                                   host.size() * sizeof(float)));
+  return oktopk::agreement_digest(
+      std::string_view(reinterpret_cast<const char*>(host.data()), host.size() * sizeof(float)));
 }
 
 int run(const Settings& s, const oktopk::Communicator& comm) {
@@ -451,9 +458,9 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
   auto allreduce = oktopk::make_sparse_allreduce<Exec>(s.algorithm, comm, n, options, layout);
 
   std::ostringstream head;
-  head << "# oktopk-train: model=" << task->describe() << " algo="
-       << oktopk::to_string(s.algorithm) << " P=" << P << " batch/rank=" << s.batch
-       << " steps/epoch=" << steps << " lr=" << s.lr << " lr_decay=" << s.lr_decay << " momentum=" << s.momentum
+  head << "# oktopk-train: model=" << task->describe() << " algo=" << oktopk::to_string(s.algorithm)
+       << " P=" << P << " batch/rank=" << s.batch << " steps/epoch=" << steps << " lr=" << s.lr
+       << " lr_decay=" << s.lr_decay << " momentum=" << s.momentum
        << (corrects_momentum(s) ? " (per rank, before the allreduce)" : " (after the allreduce)")
        << " weight_decay=" << s.weight_decay << " seed=" << s.seed << " exec=" << Exec::name()
        << "\n# options: " << options << "\n# gradient segments:";
@@ -478,8 +485,8 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
   {
     std::string joined;
     for (const auto& [name, value] : settings) joined += name + "=" + value + "\n";
-    comm.check_agreement("the command line",
-                         {{"the digest of the training settings", oktopk::agreement_digest(joined)}});
+    comm.check_agreement("the command line", {{"the digest of the training settings",
+                                               oktopk::agreement_digest(joined)}});
   }
   oktopk::train::TrainingProgress progress;
   progress.lr = s.lr;
@@ -572,8 +579,7 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
       if (correct_momentum) {
         oktopk::train::sgd_apply<float>(exec, params, averaged, lr);
       } else {
-        sgd_momentum_step<float>(exec, params, averaged, velocity, lr, s.momentum,
-                                 s.weight_decay);
+        sgd_momentum_step<float>(exec, params, averaged, velocity, lr, s.momentum, s.weight_decay);
       }
       const oktopk::PhaseTraffic traffic = allreduce->stats().total_traffic();
       bytes_sum += static_cast<double>(std::max(traffic.bytes_sent, traffic.bytes_received));
@@ -587,8 +593,8 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
       // Mid-epoch checkpoints; one that falls on the epoch's last step is taken after it.
       if (s.checkpoint_every > 0 && (global_step + 1) % s.checkpoint_every == 0 &&
           step + 1 < steps) {
-        save({epoch, step + 1, global_step + 1, lr, loss_sum, bytes_sum, density_sum,
-              final_metric});
+        save(
+            {epoch, step + 1, global_step + 1, lr, loss_sum, bytes_sum, density_sum, final_metric});
       }
     }
     exec.fence();
@@ -617,8 +623,8 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
     }
     say(line);
     if (csv.is_open()) {
-      csv << epoch << "," << train_loss << "," << final_metric << "," << seconds << ","
-          << bytes << "," << density << "\n";
+      csv << epoch << "," << train_loss << "," << final_metric << "," << seconds << "," << bytes
+          << "," << density << "\n";
       csv.flush();  // a run stopped after a checkpoint keeps its rows
     }
     if (!s.checkpoint.empty() &&

@@ -414,10 +414,9 @@ void accumulate_velocity(const ExecutionSpace& exec,
 template <class Scalar>
 void sgd_apply(const ExecutionSpace& exec, const Kokkos::View<Scalar*, MemorySpace>& params,
                const typename BasicModel<Scalar>::ConstParameters& update, double lr) {
-  OKTOPK_REQUIRE(update.extent(0) == params.extent(0), std::invalid_argument,
-                 "oktopk::train::sgd_apply",
-                 "params and update have " << params.extent(0) << " and " << update.extent(0)
-                                           << " entries");
+  OKTOPK_REQUIRE(
+      update.extent(0) == params.extent(0), std::invalid_argument, "oktopk::train::sgd_apply",
+      "params and update have " << params.extent(0) << " and " << update.extent(0) << " entries");
   const auto step = static_cast<Scalar>(lr);
   Kokkos::parallel_for(
       "oktopk::train::sgd_apply", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, params.extent(0)),

@@ -97,8 +97,8 @@ TextSplit split_texts(const std::vector<std::string>& texts, std::int64_t test_e
                  "test_every must be at least 2, got " << test_every);
   TextSplit split;
   for (std::size_t i = 0; i < texts.size(); ++i) {
-    const bool test = static_cast<std::int64_t>(i % static_cast<std::size_t>(test_every)) ==
-                      test_every - 1;
+    const bool test =
+        static_cast<std::int64_t>(i % static_cast<std::size_t>(test_every)) == test_every - 1;
     (test ? split.test : split.train).push_back(texts[i]);
   }
   return split;

@@ -122,8 +122,8 @@ class LanguageTask final : public TrainingTask {
     std::ostringstream os;
     os << "lstm (" << model_->num_parameters() << " parameters: vocabulary "
        << settings_.shape.vocabulary << ", embedding " << settings_.shape.embedding << ", hidden "
-       << settings_.shape.hidden << ", T " << settings_.steps << ") text=" << settings_.text
-       << " (" << train_words_ << " training words, " << test_words_ << " test words)";
+       << settings_.shape.hidden << ", T " << settings_.steps << ") text=" << settings_.text << " ("
+       << train_words_ << " training words, " << test_words_ << " test words)";
     return os.str();
   }
   Kokkos::View<float*, MemorySpace> parameters() const override { return model_->parameters(); }

@@ -45,7 +45,9 @@ class TrainingTask {
   /// The metric as the epoch line and the final line print it.
   virtual std::string format_metric(double metric) const = 0;
   /// Settings, beyond the shared ones, that a resumed run must repeat.
-  virtual std::vector<std::pair<std::string, std::string>> checkpoint_settings() const { return {}; }
+  virtual std::vector<std::pair<std::string, std::string>> checkpoint_settings() const {
+    return {};
+  }
 };
 
 /// \brief "mlp" or "cnn" on Fashion-MNIST from `data_dir`: this rank's shard of both sets,
@@ -57,10 +59,10 @@ std::unique_ptr<TrainingTask> make_classifier_task(const ExecutionSpace& exec,
 
 /// \brief What shapes the language model's training.
 struct LanguageTaskSettings {
-  std::string text;                 ///< verses file (scripts/kjv-corpus.sh)
-  LanguageModelShape shape;         ///< shape.vocabulary is the largest vocabulary allowed
-  std::int64_t steps = 20;          ///< T: words per window (truncated BPTT length)
-  std::int64_t batch = 32;          ///< windows per rank per step
+  std::string text;                   ///< verses file (scripts/kjv-corpus.sh)
+  LanguageModelShape shape;           ///< shape.vocabulary is the largest vocabulary allowed
+  std::int64_t steps = 20;            ///< T: words per window (truncated BPTT length)
+  std::int64_t batch = 32;            ///< windows per rank per step
   std::int64_t tokens_per_epoch = 0;  ///< words predicted per epoch, all ranks; 0: all
   std::uint64_t seed = 1;
 };

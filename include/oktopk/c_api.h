@@ -48,10 +48,10 @@ typedef struct oktopk_stats {
   int64_t bytes_received;
   int64_t messages_sent;
   int64_t messages_received;
-  double seconds;          /* the call's time on this rank */
-  float local_threshold;   /* -Inf: every entry */
+  double seconds;        /* the call's time on this rank */
+  float local_threshold; /* -Inf: every entry */
   float global_threshold;
-  int32_t dense;           /* 1 if the call was a dense allreduce (warm-up or method dense) */
+  int32_t dense; /* 1 if the call was a dense allreduce (warm-up or method dense) */
 } oktopk_stats;
 
 /* The library's version, "MAJOR.MINOR.PATCH". Never fails. */
@@ -101,17 +101,16 @@ int oktopk_create_f(MPI_Fint comm, const char* algorithm, int64_t n, const char*
  * the other methods compute what they compute without a layout. Every rank must pass the same
  * layout, names included. A bad segment on any rank returns OKTOPK_ERROR_INVALID_ARGUMENT on
  * every rank, with the message "oktopk_create_with_layout: rank R: segment I: ...". */
-int oktopk_create_with_layout(MPI_Comm comm, const char* algorithm, int64_t n,
-                              const char* options, int64_t num_segments, const int64_t* lengths,
-                              const int* kinds, const int64_t* row_widths,
-                              const char* const* names, oktopk_handle** handle);
+int oktopk_create_with_layout(MPI_Comm comm, const char* algorithm, int64_t n, const char* options,
+                              int64_t num_segments, const int64_t* lengths, const int* kinds,
+                              const int64_t* row_widths, const char* const* names,
+                              oktopk_handle** handle);
 
 /* oktopk_create_with_layout for a communicator given as a Fortran integer handle. */
 int oktopk_create_with_layout_f(MPI_Fint comm, const char* algorithm, int64_t n,
-                                const char* options, int64_t num_segments,
-                                const int64_t* lengths, const int* kinds,
-                                const int64_t* row_widths, const char* const* names,
-                                oktopk_handle** handle);
+                                const char* options, int64_t num_segments, const int64_t* lengths,
+                                const int* kinds, const int64_t* row_widths,
+                                const char* const* names, oktopk_handle** handle);
 
 /* Frees the handle (NULL is allowed and does nothing), after the calls launched before it.
  * Not collective: handles made on one communicator share a duplicate of it, which is freed
@@ -160,8 +159,7 @@ int oktopk_wait(oktopk_request* request);
 int oktopk_request_free(oktopk_request* request);
 
 /* The handle's method name, n and k (any may be NULL). */
-int oktopk_describe(const oktopk_handle* handle, const char** algorithm, int64_t* n,
-                    int64_t* k);
+int oktopk_describe(const oktopk_handle* handle, const char** algorithm, int64_t* n, int64_t* k);
 
 /* Statistics of the handle's last reduce call on this rank (all zero before the first); waits
  * for the calls launched before it. */
@@ -169,13 +167,13 @@ int oktopk_get_stats(const oktopk_handle* handle, oktopk_stats* stats);
 
 /* One segment of a handle's layout and its part of the last reduce call's output. */
 typedef struct oktopk_segment_stats {
-  int64_t offset;     /* where the segment starts in the buffer */
+  int64_t offset; /* where the segment starts in the buffer */
   int64_t length;
-  int64_t row_width;  /* for OKTOPK_SEGMENT_ROWS; 1 for dense segments */
-  int64_t nonzeros;   /* non-zero entries of the last output in the segment (the same on every
-                         rank; 0 before the first call) */
-  int32_t kind;       /* OKTOPK_SEGMENT_DENSE or OKTOPK_SEGMENT_ROWS */
-  const char* name;   /* the segment's name ("" if none), valid while the handle lives */
+  int64_t row_width; /* for OKTOPK_SEGMENT_ROWS; 1 for dense segments */
+  int64_t nonzeros;  /* non-zero entries of the last output in the segment (the same on every
+                        rank; 0 before the first call) */
+  int32_t kind;      /* OKTOPK_SEGMENT_DENSE or OKTOPK_SEGMENT_ROWS */
+  const char* name;  /* the segment's name ("" if none), valid while the handle lives */
 } oktopk_segment_stats;
 
 /* Sets *num_segments to the number of segments of the handle's layout (0 without one). */

@@ -211,9 +211,8 @@ class Communicator {
   void check_agreement(const char* caller, std::initializer_list<AgreementField> fields) const;
 
  private:
-  void charge(const char* operation, int peer, std::int64_t bytes_sent,
-              std::int64_t bytes_received, std::int64_t messages_sent,
-              std::int64_t messages_received) const;
+  void charge(const char* operation, int peer, std::int64_t bytes_sent, std::int64_t bytes_received,
+              std::int64_t messages_sent, std::int64_t messages_received) const;
 
   void isend_bytes(const void* buffer, count_type count, MPI_Datatype type, int destination,
                    int tag, Requests& requests) const;

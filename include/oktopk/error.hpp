@@ -13,7 +13,7 @@
 
 /// \brief Throw `ExceptionType` whose message is `where + ": " + message` unless `cond` holds.
 /// `message` is a stream expression (`"n = " << n`), evaluated only on failure.
-#define OKTOPK_REQUIRE(cond, ExceptionType, where, message)  \
+#define OKTOPK_REQUIRE(cond, ExceptionType, where, message) \
   do {                                                      \
     if (!(cond)) {                                          \
       std::ostringstream oktopk_require_os_;                \

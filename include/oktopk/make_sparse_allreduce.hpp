@@ -16,9 +16,9 @@
 #include <oktopk/impl/algorithms/topka.hpp>
 #include <oktopk/impl/algorithms/topkdsa.hpp>
 #include <oktopk/impl/base/explicit_instantiation.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/gpu_aware_mpi.hpp>
-#include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 
 #include <cstdint>
@@ -56,14 +56,10 @@ namespace oktopk {
 /// every rank when MPI says it cannot read GPU memory (where MPI can be asked). If building the
 /// handle fails on some ranks only (its buffers do not fit in memory), every rank throws a
 /// std::runtime_error naming the (highest) failing rank.
-template <class ExecSpace,
-          std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
-std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpace& exec,
-                                                                  Algorithm algorithm,
-                                                                  const Communicator& comm,
-                                                                  std::int64_t n,
-                                                                  const Options& options,
-                                                                  const Layout& layout) {
+template <class ExecSpace, std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
+std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(
+    const ExecSpace& exec, Algorithm algorithm, const Communicator& comm, std::int64_t n,
+    const Options& options, const Layout& layout) {
   constexpr const char* where = "oktopk::make_sparse_allreduce";
   impl::GpuAwareness gpu_aware = impl::GpuAwareness::Unknown;
   std::string gpu_query;
@@ -135,8 +131,7 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpac
 }
 
 /// \brief make_sparse_allreduce for a buffer without a layout (the empty Layout).
-template <class ExecSpace,
-          std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
+template <class ExecSpace, std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
 std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpace& exec,
                                                                   Algorithm algorithm,
                                                                   const Communicator& comm,

@@ -11,18 +11,18 @@ namespace oktopk {
 
 /// \brief When Ok-Topk redistributes the globally selected entries before the allgatherv.
 enum class Balancing {
-  Off,       ///< never (the reference's VGG and LSTM runs)
-  On,        ///< always (its BERT runs)
-  Adaptive   ///< when the largest rank's share exceeds balance_threshold times the mean
+  Off,      ///< never (the reference's VGG and LSTM runs)
+  On,       ///< always (its BERT runs)
+  Adaptive  ///< when the largest rank's share exceeds balance_threshold times the mean
 };
 
 /// \brief How dense allreduces (method dense, and every method's warm-up calls) sum the ranks'
 /// gradients (Options::dense_allreduce).
 enum class DenseAlgorithm {
-  Mpi,   ///< MPI_Allreduce (the MPI library's own algorithm choice)
-  Ring   ///< OkTopk's ring: a reduce-scatter, then an allgather, P - 1 steps each; the division
-         ///< by P and the finiteness check ride on the last reduce step. For networks where
-         ///< MPI's default algorithm is poor; on GPUs each step waits for the device.
+  Mpi,  ///< MPI_Allreduce (the MPI library's own algorithm choice)
+  Ring  ///< OkTopk's ring: a reduce-scatter, then an allgather, P - 1 steps each; the division
+        ///< by P and the finiteness check ride on the last reduce step. For networks where
+        ///< MPI's default algorithm is poor; on GPUs each step waits for the device.
 };
 
 /// \brief Options of every method; each method reads the fields that concern it.
@@ -99,20 +99,62 @@ struct Options {
   /// Keep what the sketch lost (own entries minus their decoded estimate) for the next call.
   bool s2_error_feedback = false;
 
-  Options& set_density(double v) { density = v; return *this; }
-  Options& set_warmup_iterations(std::int64_t v) { warmup_iterations = v; return *this; }
-  Options& set_seed(std::uint64_t v) { seed = v; return *this; }
-  Options& set_dense_allreduce(DenseAlgorithm v) { dense_allreduce = v; return *this; }
-  Options& set_threshold_period(std::int64_t v) { threshold_period = v; return *this; }
-  Options& set_repartition_period(std::int64_t v) { repartition_period = v; return *this; }
-  Options& set_throttle(int v) { throttle = v; return *this; }
-  Options& set_balancing(Balancing v) { balancing = v; return *this; }
-  Options& set_balance_threshold(double v) { balance_threshold = v; return *this; }
-  Options& set_s2_row_width(std::int64_t v) { s2_row_width = v; return *this; }
-  Options& set_s2_sketch_rows(int v) { s2_sketch_rows = v; return *this; }
-  Options& set_s2_sketch_columns(std::int64_t v) { s2_sketch_columns = v; return *this; }
-  Options& set_s2_error_feedback(bool v) { s2_error_feedback = v; return *this; }
-  Options& set_guard_exact(bool v) { guard_exact = v; return *this; }
+  Options& set_density(double v) {
+    density = v;
+    return *this;
+  }
+  Options& set_warmup_iterations(std::int64_t v) {
+    warmup_iterations = v;
+    return *this;
+  }
+  Options& set_seed(std::uint64_t v) {
+    seed = v;
+    return *this;
+  }
+  Options& set_dense_allreduce(DenseAlgorithm v) {
+    dense_allreduce = v;
+    return *this;
+  }
+  Options& set_threshold_period(std::int64_t v) {
+    threshold_period = v;
+    return *this;
+  }
+  Options& set_repartition_period(std::int64_t v) {
+    repartition_period = v;
+    return *this;
+  }
+  Options& set_throttle(int v) {
+    throttle = v;
+    return *this;
+  }
+  Options& set_balancing(Balancing v) {
+    balancing = v;
+    return *this;
+  }
+  Options& set_balance_threshold(double v) {
+    balance_threshold = v;
+    return *this;
+  }
+  Options& set_s2_row_width(std::int64_t v) {
+    s2_row_width = v;
+    return *this;
+  }
+  Options& set_s2_sketch_rows(int v) {
+    s2_sketch_rows = v;
+    return *this;
+  }
+  Options& set_s2_sketch_columns(std::int64_t v) {
+    s2_sketch_columns = v;
+    return *this;
+  }
+  Options& set_s2_error_feedback(bool v) {
+    s2_error_feedback = v;
+    return *this;
+  }
+  Options& set_guard_exact(bool v) {
+    guard_exact = v;
+    return *this;
+  }
 
   /// \brief Sets the field named `key` (a field name above: "density", "balancing",
   /// "s2_error_feedback", ...) from text: numbers as C writes them, balancing as off, on or

@@ -24,9 +24,8 @@ std::int64_t count_order_violations(const ExecSpace& exec, const IdxView& list) 
   std::int64_t violations = 0;
   if (size < 2) return 0;
   Kokkos::parallel_reduce(
-      "oktopk::check_sorted",
-      impl::RangeOf<ExecSpace>(exec, 0, size - 1),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& bad) {
+      "oktopk::check_sorted", impl::RangeOf<ExecSpace>(exec, 0, size - 1),
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& bad) {
         if (!(list(i) < list(i + 1))) ++bad;
       },
       violations);
@@ -70,9 +69,10 @@ template <class ExecSpace, class IdxView, class ValView, class DenseView>
 void scatter_add_unchecked(const ExecSpace& exec, const IdxView& indices, const ValView& values,
                            const DenseView& dense, count_type offset = 0) {
   Kokkos::parallel_for(
-      "oktopk::scatter_add_unchecked",
-      impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t j) { Kokkos::atomic_add(&dense(indices(j) + offset), values(j)); });
+      "oktopk::scatter_add_unchecked", impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t j) {
+        Kokkos::atomic_add(&dense(indices(j) + offset), values(j));
+      });
 }
 
 }  // namespace impl
@@ -98,7 +98,7 @@ std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices
   std::int64_t shared = 0;
   Kokkos::parallel_scan(
       "oktopk::merge_sorted::count_shared", impl::RangeOf<ExecSpace>(exec, 0, na),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& prefix, bool final) {
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& prefix, bool final) {
         if (final) shared_before(i) = prefix;
         const auto j = lower_bound(b_indices, nb, a_indices(i));
         if (j < nb && b_indices(j) == a_indices(i)) ++prefix;
@@ -108,7 +108,8 @@ std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices
   if (na == 0) Kokkos::deep_copy(exec, shared_before, 0);
 
   Kokkos::parallel_for(
-      "oktopk::merge_sorted::place_a", impl::RangeOf<ExecSpace>(exec, 0, na), KOKKOS_LAMBDA(std::int64_t i) {
+      "oktopk::merge_sorted::place_a", impl::RangeOf<ExecSpace>(exec, 0, na),
+      KOKKOS_LAMBDA(std::int64_t i) {
         const index_type key = a_indices(i);
         const auto j = lower_bound(b_indices, nb, key);
         const bool common = j < nb && b_indices(j) == key;
@@ -117,7 +118,8 @@ std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices
         out_values(slot) = common ? a_values(i) + b_values(j) : a_values(i);
       });
   Kokkos::parallel_for(
-      "oktopk::merge_sorted::place_b", impl::RangeOf<ExecSpace>(exec, 0, nb), KOKKOS_LAMBDA(std::int64_t j) {
+      "oktopk::merge_sorted::place_b", impl::RangeOf<ExecSpace>(exec, 0, nb),
+      KOKKOS_LAMBDA(std::int64_t j) {
         const index_type key = b_indices(j);
         const auto i = lower_bound(a_indices, na, key);
         if (i < na && a_indices(i) == key) return;  // placed with a
@@ -141,9 +143,8 @@ std::int64_t intersect_sorted_unchecked(const ExecSpace& exec, const AIdx& a, co
   const bool a_shorter = na <= nb;
   std::int64_t count = 0;
   Kokkos::parallel_scan(
-      "oktopk::intersect_sorted",
-      impl::RangeOf<ExecSpace>(exec, 0, shorter),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& slot, bool final) {
+      "oktopk::intersect_sorted", impl::RangeOf<ExecSpace>(exec, 0, shorter),
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& slot, bool final) {
         const index_type key = a_shorter ? a(i) : b(i);
         const auto j = a_shorter ? lower_bound(b, nb, key) : lower_bound(a, na, key);
         const bool found = a_shorter ? (j < nb && b(j) == key) : (j < na && a(j) == key);
@@ -178,19 +179,19 @@ std::int64_t merge_sorted(const ExecSpace& exec, const AIdx& a_indices, const AV
   OKTOPK_STATIC_CHECK_WRITABLE(OutVal, "oktopk::merge_sorted: out_values");
   const auto na = static_cast<std::int64_t>(a_indices.extent(0));
   const auto nb = static_cast<std::int64_t>(b_indices.extent(0));
-  OKTOPK_REQUIRE(a_values.extent(0) == a_indices.extent(0) &&
-                     b_values.extent(0) == b_indices.extent(0),
-                 std::invalid_argument, where, "index and value counts differ");
+  OKTOPK_REQUIRE(
+      a_values.extent(0) == a_indices.extent(0) && b_values.extent(0) == b_indices.extent(0),
+      std::invalid_argument, where, "index and value counts differ");
   OKTOPK_REQUIRE(static_cast<std::int64_t>(out_indices.extent(0)) >= na + nb &&
                      static_cast<std::int64_t>(out_values.extent(0)) >= na + nb,
                  std::invalid_argument, where,
-                 "output holds " << out_indices.extent(0) << " indices and "
-                                 << out_values.extent(0) << " values, needs " << na + nb);
+                 "output holds " << out_indices.extent(0) << " indices and " << out_values.extent(0)
+                                 << " values, needs " << na + nb);
   OKTOPK_REQUIRE(impl::count_order_violations(exec, a_indices) == 0 &&
                      impl::count_order_violations(exec, b_indices) == 0,
                  std::invalid_argument, where, "indices must rise strictly in both inputs");
-  return impl::merge_sorted_unchecked(exec, a_indices, a_values, b_indices, b_values,
-                                      out_indices, out_values);
+  return impl::merge_sorted_unchecked(exec, a_indices, a_values, b_indices, b_values, out_indices,
+                                      out_values);
 }
 
 /// \brief The indices present in both strictly rising lists, in rising order. The output needs
@@ -209,9 +210,9 @@ std::int64_t intersect_sorted(const ExecSpace& exec, const AIdx& a, const BIdx& 
   const std::int64_t shorter = na < nb ? na : nb;
   OKTOPK_REQUIRE(static_cast<std::int64_t>(out.extent(0)) >= shorter, std::invalid_argument, where,
                  "output holds " << out.extent(0) << " indices, needs " << shorter);
-  OKTOPK_REQUIRE(impl::count_order_violations(exec, a) == 0 &&
-                     impl::count_order_violations(exec, b) == 0,
-                 std::invalid_argument, where, "indices must rise strictly in both inputs");
+  OKTOPK_REQUIRE(
+      impl::count_order_violations(exec, a) == 0 && impl::count_order_violations(exec, b) == 0,
+      std::invalid_argument, where, "indices must rise strictly in both inputs");
   return impl::intersect_sorted_unchecked(exec, a, b, out);
 }
 

@@ -31,8 +31,7 @@ void accumulate_residual(const ExecSpace& exec, const ResidualView& residual, co
                                              << ", acc " << acc.extent(0));
   impl::ScopedRegion region("oktopk::accumulate_residual");
   Kokkos::parallel_for(
-      "oktopk::accumulate_residual",
-      impl::RangeOf<ExecSpace>(exec, 0, grad.extent(0)),
+      "oktopk::accumulate_residual", impl::RangeOf<ExecSpace>(exec, 0, grad.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) { acc(i) = residual(i) + scale * grad(i); });
 }
 
@@ -47,9 +46,9 @@ void clear_at(const ExecSpace& exec, const VectorView& v, const IdxView& indices
   OKTOPK_STATIC_CHECK_WRITABLE(VectorView, "oktopk::clear_at: v");
   impl::ScopedRegion region("oktopk::clear_at");
   const auto n = static_cast<std::int64_t>(v.extent(0));
-  const std::int64_t outside =
-      impl::scatter_in_range(exec, "oktopk::clear_at", indices, offset, n,
-                             KOKKOS_LAMBDA(std::int64_t i, std::int64_t) { v(i) = 0.0f; });
+  const std::int64_t outside = impl::scatter_in_range(
+      exec, "oktopk::clear_at", indices, offset, n,
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t) { v(i) = 0.0f; });
   OKTOPK_REQUIRE(outside == 0, std::invalid_argument, "oktopk::clear_at",
                  outside << " indices (after adding offset " << offset
                          << ") fall outside the vector of length " << n);
@@ -63,8 +62,7 @@ template <class ExecSpace, class VectorView, class IdxView>
 void clear_at_unchecked(const ExecSpace& exec, const VectorView& v, const IdxView& indices,
                         count_type offset = 0) {
   Kokkos::parallel_for(
-      "oktopk::clear_at_unchecked",
-      impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
+      "oktopk::clear_at_unchecked", impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
       KOKKOS_LAMBDA(std::int64_t j) { v(indices(j) + offset) = 0.0f; });
 }
 

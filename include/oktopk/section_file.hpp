@@ -112,7 +112,8 @@ class SectionParser {
   /// What put_floats wrote.
   std::vector<float> floats() {
     const std::uint64_t count = u64();
-    if (count > remaining() / 4) throw SectionError(true, "it ends inside the " + name_ + " section");
+    if (count > remaining() / 4)
+      throw SectionError(true, "it ends inside the " + name_ + " section");
     std::vector<float> values(static_cast<std::size_t>(count));
     for (float& v : values) v = f32();
     return values;
@@ -224,15 +225,16 @@ class SectionReader {
   }
 
   /// The u32 after the magic.
-  std::uint32_t version() { return SectionParser(read_string(4, "the file header"), "version").u32(); }
+  std::uint32_t version() {
+    return SectionParser(read_string(4, "the file header"), "version").u32();
+  }
 
   /// A whole section of at most `max_length` bytes (`name` is for messages).
   SectionParser section(const char* tag, const std::string& name, std::uint64_t max_length) {
     const std::uint64_t length = begin(tag, name);
     if (length > max_length) {
       throw SectionError(false, "the " + name + " section claims " + std::to_string(length) +
-                                    " bytes (at most " + std::to_string(max_length) +
-                                    " expected)");
+                                    " bytes (at most " + std::to_string(max_length) + " expected)");
     }
     std::string payload = read_string(static_cast<std::size_t>(length), "the " + name + " section");
     impl::Fnv1a64 hash;

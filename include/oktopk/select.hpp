@@ -8,9 +8,9 @@
 
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
-#include <oktopk/impl/kernels/count_levels.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/kernels/count_levels.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -88,10 +88,8 @@ std::int64_t count_above(const ExecSpace& exec, const XView& x, float threshold)
   const std::int64_t chunk = impl::chunk_length_v<ExecSpace>;
   std::int64_t count = 0;
   Kokkos::parallel_reduce(
-      "oktopk::count_above",
-      impl::RangeOf<ExecSpace>(
-          exec, 0, impl::chunk_count<ExecSpace>(n)),
-      KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
+      "oktopk::count_above", impl::RangeOf<ExecSpace>(exec, 0, impl::chunk_count<ExecSpace>(n)),
+      KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& sum) {
         const std::int64_t begin = c * chunk;
         sum += impl::count_above_in(x, threshold, begin, begin + chunk < n ? begin + chunk : n);
       },
@@ -151,17 +149,15 @@ std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold
   impl::check_length("oktopk::select_above", x.extent(0));
   impl::ScopedRegion region("oktopk::select_above");
 
-  const auto capacity =
-      static_cast<std::int64_t>(indices.extent(0) < values.extent(0) ? indices.extent(0)
-                                                                      : values.extent(0));
+  const auto capacity = static_cast<std::int64_t>(
+      indices.extent(0) < values.extent(0) ? indices.extent(0) : values.extent(0));
   const auto n = static_cast<std::int64_t>(x.extent(0));
   std::int64_t count = 0;
   Kokkos::parallel_scan(
       "oktopk::select_above::compact",
-      impl::RangeOf<ExecSpace>(
-          exec, 0, impl::chunk_count<ExecSpace>(n)),
-      impl::SelectAboveFunctor<XView, IdxView, ValView>{
-          x, threshold, indices, values, capacity, n, impl::chunk_length_v<ExecSpace>},
+      impl::RangeOf<ExecSpace>(exec, 0, impl::chunk_count<ExecSpace>(n)),
+      impl::SelectAboveFunctor<XView, IdxView, ValView>{x, threshold, indices, values, capacity, n,
+                                                        impl::chunk_length_v<ExecSpace>},
       count);
   return count;
 }
@@ -176,31 +172,25 @@ std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float t
                                   const ValView& values) {
   constexpr const char* where = "oktopk::select_above_counted";
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::select_above_counted: x");
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type,
-                           "oktopk::select_above_counted: indices");
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, ValView, value_type,
-                           "oktopk::select_above_counted: values");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type, "oktopk::select_above_counted: indices");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, ValView, value_type, "oktopk::select_above_counted: values");
   OKTOPK_STATIC_CHECK_WRITABLE(IdxView, "oktopk::select_above_counted: indices");
   OKTOPK_STATIC_CHECK_WRITABLE(ValView, "oktopk::select_above_counted: values");
   impl::check_length(where, x.extent(0));
   impl::ScopedRegion region("oktopk::select_above_counted");
   const auto n = static_cast<std::int64_t>(x.extent(0));
   const std::int64_t chunks = impl::chunk_count<ExecSpace>(n);
-  OKTOPK_REQUIRE(static_cast<std::int64_t>(chunk_counts.extent(0)) == chunks,
-                 std::invalid_argument, where,
-                 "chunk_counts has " << chunk_counts.extent(0) << " entries for " << chunks
-                                     << " chunks of x");
-  const auto capacity =
-      static_cast<std::int64_t>(indices.extent(0) < values.extent(0) ? indices.extent(0)
-                                                                      : values.extent(0));
-  const auto first_slot =
-      impl::make_uninitialized<std::int64_t>(exec, "oktopk::select_above_counted::first_slot",
-                                             static_cast<std::size_t>(chunks));
+  OKTOPK_REQUIRE(
+      static_cast<std::int64_t>(chunk_counts.extent(0)) == chunks, std::invalid_argument, where,
+      "chunk_counts has " << chunk_counts.extent(0) << " entries for " << chunks << " chunks of x");
+  const auto capacity = static_cast<std::int64_t>(
+      indices.extent(0) < values.extent(0) ? indices.extent(0) : values.extent(0));
+  const auto first_slot = impl::make_uninitialized<std::int64_t>(
+      exec, "oktopk::select_above_counted::first_slot", static_cast<std::size_t>(chunks));
   std::int64_t count = 0;
   Kokkos::parallel_scan(
-      "oktopk::select_above_counted::offsets",
-      impl::RangeOf<ExecSpace>(exec, 0, chunks),
-      KOKKOS_LAMBDA(std::int64_t c, std::int64_t& slot, bool final) {
+      "oktopk::select_above_counted::offsets", impl::RangeOf<ExecSpace>(exec, 0, chunks),
+      KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& slot, bool final) {
         if (final) first_slot(c) = slot;
         slot += chunk_counts(c);
       },
@@ -208,8 +198,7 @@ std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float t
   const impl::SelectAboveFunctor<XView, IdxView, ValView> compact{
       x, threshold, indices, values, capacity, n, impl::chunk_length_v<ExecSpace>};
   Kokkos::parallel_for(
-      "oktopk::select_above_counted::compact",
-      impl::RangeOf<ExecSpace>(exec, 0, chunks),
+      "oktopk::select_above_counted::compact", impl::RangeOf<ExecSpace>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::int64_t c) {
         std::int64_t slot = first_slot(c);
         compact(c, slot, true);
@@ -227,24 +216,21 @@ void split_by_region(const ExecSpace& exec, const OffsetView& region_offsets,
                      const IdxView& indices, const ValView& values, std::int64_t total,
                      const CountView& region_counts) {
   const auto regions = static_cast<std::int64_t>(region_offsets.extent(0)) - 1;
-  const auto capacity =
-      static_cast<std::int64_t>(indices.extent(0) < values.extent(0) ? indices.extent(0)
-                                                                      : values.extent(0));
+  const auto capacity = static_cast<std::int64_t>(
+      indices.extent(0) < values.extent(0) ? indices.extent(0) : values.extent(0));
   if (total > capacity) return;
 
   // The compacted indices ascend, so each region's entries are one contiguous run: its start is
   // a binary search for the region's first index. This touches only the selected entries.
   Kokkos::parallel_for(
-      "oktopk::select_above_by_region::count",
-      impl::RangeOf<ExecSpace>(exec, 0, regions),
+      "oktopk::select_above_by_region::count", impl::RangeOf<ExecSpace>(exec, 0, regions),
       KOKKOS_LAMBDA(std::int64_t r) {
         const auto begin = impl::lower_bound(indices, total, region_offsets(r));
         const auto end = impl::lower_bound(indices, total, region_offsets(r + 1));
         region_counts(r) = end - begin;
       });
   Kokkos::parallel_for(
-      "oktopk::select_above_by_region::relative_indices",
-      impl::RangeOf<ExecSpace>(exec, 0, total),
+      "oktopk::select_above_by_region::relative_indices", impl::RangeOf<ExecSpace>(exec, 0, total),
       KOKKOS_LAMBDA(std::int64_t j) {
         const index_type global = indices(j);
         // Last region starting at or before `global`; empty regions share their start with the
@@ -270,8 +256,8 @@ void split_by_region(const ExecSpace& exec, const OffsetView& region_offsets,
 /// `chunk_counts`, when not empty, holds x's counts above the threshold per chunk (see
 /// select_above_counted()), and the selection then reads x once.
 template <class ExecSpace, class XView, class OffsetView, class IdxView, class ValView,
-          class CountView, class ChunkCountView = Kokkos::View<const count_type*,
-                                                               typename ExecSpace::memory_space>>
+          class CountView,
+          class ChunkCountView = Kokkos::View<const count_type*, typename ExecSpace::memory_space>>
 std::int64_t select_above_by_region(const ExecSpace& exec, const XView& x, float threshold,
                                     const OffsetView& region_offsets, const IdxView& indices,
                                     const ValView& values, const CountView& region_counts,
@@ -293,17 +279,16 @@ std::int64_t select_above_by_region(const ExecSpace& exec, const XView& x, float
   const auto regions = static_cast<std::int64_t>(region_offsets.extent(0)) - 1;
   OKTOPK_REQUIRE(regions >= 1, std::invalid_argument, where,
                  "region_offsets needs at least 2 entries, got " << region_offsets.extent(0));
-  OKTOPK_REQUIRE(static_cast<std::int64_t>(region_counts.extent(0)) >= regions,
-                 std::invalid_argument, where,
-                 "region_counts has " << region_counts.extent(0) << " entries for " << regions
-                                      << " regions");
+  OKTOPK_REQUIRE(
+      static_cast<std::int64_t>(region_counts.extent(0)) >= regions, std::invalid_argument, where,
+      "region_counts has " << region_counts.extent(0) << " entries for " << regions << " regions");
   std::int64_t bad_offsets = 0;
   Kokkos::parallel_reduce(
       "oktopk::select_above_by_region::check_offsets",
       impl::RangeOf<ExecSpace>(exec, 0, regions + 1),
-      KOKKOS_LAMBDA(std::int64_t r, std::int64_t& bad) {
-        const bool ends_ok = (r != 0 || region_offsets(0) == 0) &&
-                             (r != regions || region_offsets(regions) == n);
+      KOKKOS_LAMBDA(const std::int64_t r, std::int64_t& bad) {
+        const bool ends_ok =
+            (r != 0 || region_offsets(0) == 0) && (r != regions || region_offsets(regions) == n);
         const bool ordered = r == 0 || region_offsets(r - 1) <= region_offsets(r);
         if (!ends_ok || !ordered) ++bad;
       },

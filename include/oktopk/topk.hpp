@@ -6,9 +6,9 @@
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
 #include <oktopk/impl/base/hash.hpp>
-#include <oktopk/impl/kernels/inverse_normal.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/kernels/inverse_normal.hpp>
 #include <oktopk/impl/kernels/radix_select.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -103,10 +103,10 @@ float estimate_threshold_sampled(const ExecSpace& exec, const XView& x, std::int
   auto sample = impl::make_uninitialized<value_type>(exec, "oktopk::estimate_threshold::sample",
                                                      static_cast<std::size_t>(sample_size));
   Kokkos::parallel_for(
-      "oktopk::estimate_threshold_sampled::draw",
-      impl::RangeOf<ExecSpace>(exec, 0, sample_size),
+      "oktopk::estimate_threshold_sampled::draw", impl::RangeOf<ExecSpace>(exec, 0, sample_size),
       KOKKOS_LAMBDA(std::int64_t j) {
-        const std::uint64_t h = impl::splitmix64(seed ^ impl::splitmix64(static_cast<std::uint64_t>(j)));
+        const std::uint64_t h =
+            impl::splitmix64(seed ^ impl::splitmix64(static_cast<std::uint64_t>(j)));
         sample(j) = x(static_cast<std::int64_t>(h % static_cast<std::uint64_t>(n)));
       });
   // ceil(k·s/n) without overflow for any k <= n, s < n < 2^63.
@@ -159,7 +159,8 @@ float estimate_threshold_gaussian(const ExecSpace& exec, const XView& x, std::in
       },
       squares);
   const double sigma = std::sqrt(squares / static_cast<double>(n));
-  const double z = impl::inverse_normal_cdf(static_cast<double>(k) / (2.0 * static_cast<double>(n)));
+  const double z =
+      impl::inverse_normal_cdf(static_cast<double>(k) / (2.0 * static_cast<double>(n)));
   return static_cast<float>(mean + std::fabs(z) * sigma);
 }
 

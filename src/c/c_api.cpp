@@ -81,8 +81,8 @@ void check_mpi(const char* where, int code, const char* call) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(code, text, &length);
-  throw std::runtime_error(std::string(where) + ": " + call + " failed: " +
-                           std::string(text, static_cast<std::size_t>(length)));
+  throw std::runtime_error(std::string(where) + ": " + call +
+                           " failed: " + std::string(text, static_cast<std::size_t>(length)));
 }
 
 // The user's communicator is freed: drop its Communicator (handles keep their own copies).
@@ -131,11 +131,10 @@ oktopk::Layout read_layout(const LayoutArrays& arrays, std::int64_t n) {
   oktopk::Layout layout;
   if (arrays.count == 0) return layout;
   if (arrays.count < 0)
-    throw std::invalid_argument("num_segments must be >= 0, got " +
-                                std::to_string(arrays.count));
+    throw std::invalid_argument("num_segments must be >= 0, got " + std::to_string(arrays.count));
   const auto null_array = [&](const char* name) {
-    return std::invalid_argument(std::string(name) + " is NULL with num_segments = " +
-                                 std::to_string(arrays.count));
+    return std::invalid_argument(std::string(name) +
+                                 " is NULL with num_segments = " + std::to_string(arrays.count));
   };
   if (arrays.lengths == nullptr) throw null_array("lengths");
   if (arrays.kinds == nullptr) throw null_array("kinds");
@@ -147,11 +146,9 @@ oktopk::Layout read_layout(const LayoutArrays& arrays, std::int64_t n) {
       throw std::invalid_argument(segment + "length must be >= 0, got " + std::to_string(length));
     // Compared before adding, so that no sum of lengths can overflow.
     if (length > n - layout.end())
-      throw std::invalid_argument(segment + "it ends at " + std::to_string(layout.end()) +
-                                  " + " + std::to_string(length) + ", past n = " +
-                                  std::to_string(n));
-    const char* name =
-        arrays.names != nullptr && arrays.names[i] != nullptr ? arrays.names[i] : "";
+      throw std::invalid_argument(segment + "it ends at " + std::to_string(layout.end()) + " + " +
+                                  std::to_string(length) + ", past n = " + std::to_string(n));
+    const char* name = arrays.names != nullptr && arrays.names[i] != nullptr ? arrays.names[i] : "";
     switch (arrays.kinds[i]) {
       case OKTOPK_SEGMENT_DENSE:
         layout.append_dense(length, name);
@@ -163,11 +160,10 @@ oktopk::Layout read_layout(const LayoutArrays& arrays, std::int64_t n) {
         layout.append_sparse_rows(length, arrays.row_widths[i], name);
         break;
       default:
-        throw std::invalid_argument(segment + "kind must be OKTOPK_SEGMENT_DENSE (" +
-                                    std::to_string(OKTOPK_SEGMENT_DENSE) +
-                                    ") or OKTOPK_SEGMENT_ROWS (" +
-                                    std::to_string(OKTOPK_SEGMENT_ROWS) + "), got " +
-                                    std::to_string(arrays.kinds[i]));
+        throw std::invalid_argument(
+            segment + "kind must be OKTOPK_SEGMENT_DENSE (" + std::to_string(OKTOPK_SEGMENT_DENSE) +
+            ") or OKTOPK_SEGMENT_ROWS (" + std::to_string(OKTOPK_SEGMENT_ROWS) + "), got " +
+            std::to_string(arrays.kinds[i]));
     }
   }
   if (layout.end() != n)
@@ -255,8 +251,9 @@ View wrap(Pointer data, std::int64_t n) {
 void reduce_device(oktopk_handle& h, const float* grad, float* out) {
   const Exec exec;
   const std::int64_t n = h.sparse_allreduce->size();
-  h.sparse_allreduce->reduce(exec, wrap<Kokkos::View<const float*, Exec::memory_space, Unmanaged>>(grad, n),
-                             wrap<Kokkos::View<float*, Exec::memory_space, Unmanaged>>(out, n));
+  h.sparse_allreduce->reduce(
+      exec, wrap<Kokkos::View<const float*, Exec::memory_space, Unmanaged>>(grad, n),
+      wrap<Kokkos::View<float*, Exec::memory_space, Unmanaged>>(out, n));
   exec.fence();
 }
 
@@ -343,10 +340,10 @@ int oktopk_create(MPI_Comm comm, const char* algorithm, int64_t n, const char* o
   });
 }
 
-int oktopk_create_with_layout(MPI_Comm comm, const char* algorithm, int64_t n,
-                              const char* options, int64_t num_segments, const int64_t* lengths,
-                              const int* kinds, const int64_t* row_widths,
-                              const char* const* names, oktopk_handle** handle) {
+int oktopk_create_with_layout(MPI_Comm comm, const char* algorithm, int64_t n, const char* options,
+                              int64_t num_segments, const int64_t* lengths, const int* kinds,
+                              const int64_t* row_widths, const char* const* names,
+                              oktopk_handle** handle) {
   return guarded([&] {
     constexpr const char* where = "oktopk_create_with_layout";
     if (handle == nullptr) throw std::invalid_argument(std::string(where) + ": handle is NULL");
@@ -359,12 +356,11 @@ int oktopk_create_with_layout(MPI_Comm comm, const char* algorithm, int64_t n,
 }
 
 int oktopk_create_with_layout_f(MPI_Fint comm, const char* algorithm, int64_t n,
-                                const char* options, int64_t num_segments,
-                                const int64_t* lengths, const int* kinds,
-                                const int64_t* row_widths, const char* const* names,
-                                oktopk_handle** handle) {
-  return oktopk_create_with_layout(MPI_Comm_f2c(comm), algorithm, n, options, num_segments,
-                                   lengths, kinds, row_widths, names, handle);
+                                const char* options, int64_t num_segments, const int64_t* lengths,
+                                const int* kinds, const int64_t* row_widths,
+                                const char* const* names, oktopk_handle** handle) {
+  return oktopk_create_with_layout(MPI_Comm_f2c(comm), algorithm, n, options, num_segments, lengths,
+                                   kinds, row_widths, names, handle);
 }
 
 int oktopk_create_f(MPI_Fint comm, const char* algorithm, int64_t n, const char* options,
@@ -443,8 +439,7 @@ int oktopk_reduce_device(oktopk_handle* handle, const float* grad, float* out) {
   });
 }
 
-int oktopk_describe(const oktopk_handle* handle, const char** algorithm, int64_t* n,
-                    int64_t* k) {
+int oktopk_describe(const oktopk_handle* handle, const char** algorithm, int64_t* n, int64_t* k) {
   return guarded([&] {
     require_handle(handle, "oktopk_describe");
     if (algorithm != nullptr) *algorithm = handle->algorithm.c_str();
@@ -483,8 +478,7 @@ int oktopk_get_num_segments(const oktopk_handle* handle, int64_t* num_segments) 
     require_handle(handle, where);
     if (num_segments == nullptr)
       throw std::invalid_argument(std::string(where) + ": num_segments is NULL");
-    *num_segments =
-        static_cast<int64_t>(handle->sparse_allreduce->layout().segments().size());
+    *num_segments = static_cast<int64_t>(handle->sparse_allreduce->layout().segments().size());
   });
 }
 
@@ -508,10 +502,9 @@ int oktopk_get_segment_stats(const oktopk_handle* handle, int64_t index,
     stats->length = segment.length;
     stats->row_width = segment.kind == oktopk::SegmentKind::SparseRows ? segment.row_width : 1;
     // Empty before the first call: nothing counted yet.
-    stats->nonzeros =
-        s.segments.empty() ? 0 : s.segments[static_cast<std::size_t>(index)].nonzeros;
+    stats->nonzeros = s.segments.empty() ? 0 : s.segments[static_cast<std::size_t>(index)].nonzeros;
     stats->kind = segment.kind == oktopk::SegmentKind::SparseRows ? OKTOPK_SEGMENT_ROWS
-                                                                   : OKTOPK_SEGMENT_DENSE;
+                                                                  : OKTOPK_SEGMENT_DENSE;
     stats->name = segment.name.c_str();
   });
 }

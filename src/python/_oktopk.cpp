@@ -60,8 +60,7 @@ bool finalized = false;         // shutdown() ran: no new handles from now on
 
 // oktopk_initialize with Kokkos arguments ("--kokkos-num-threads=2", ...), before any handle.
 void initialize(const std::vector<std::string>& kokkos_args) {
-  if (finalized)
-    throw std::runtime_error("oktopk has been finalised (the interpreter is exiting)");
+  if (finalized) throw std::runtime_error("oktopk has been finalised (the interpreter is exiting)");
   if (initialized_here) {
     if (kokkos_args.empty()) return;
     throw std::runtime_error(
@@ -202,8 +201,7 @@ struct Problem {
   bool empty() const { return message.empty(); }
 };
 
-Problem array_problem(const py::handle& object, const char* name, std::int64_t n,
-                      bool writable) {
+Problem array_problem(const py::handle& object, const char* name, std::int64_t n, bool writable) {
   if (!py::isinstance<py::array>(object))
     return {true,
             std::string(name) +
@@ -224,8 +222,7 @@ Problem array_problem(const py::handle& object, const char* name, std::int64_t n
 }
 
 // Checks grad and out and fills `arrays`, or returns the problem.
-Problem take_arrays(const py::handle& grad, const py::handle& out, std::int64_t n,
-                    Arrays& arrays) {
+Problem take_arrays(const py::handle& grad, const py::handle& out, std::int64_t n, Arrays& arrays) {
   Problem problem = array_problem(grad, "grad", n, false);
   if (problem.empty()) problem = array_problem(out, "out", n, true);
   if (!problem.empty()) return problem;
@@ -275,10 +272,9 @@ class Handle {
       const auto fortran_comm = static_cast<MPI_Fint>(comm);
       code = layout.empty()
                  ? oktopk_create_f(fortran_comm, algorithm.c_str(), n, options.c_str(), &handle)
-                 : oktopk_create_with_layout_f(fortran_comm, algorithm.c_str(), n,
-                                               options.c_str(), count, lengths.data(),
-                                               kinds.data(), row_widths.data(), names.data(),
-                                               &handle);
+                 : oktopk_create_with_layout_f(fortran_comm, algorithm.c_str(), n, options.c_str(),
+                                               count, lengths.data(), kinds.data(),
+                                               row_widths.data(), names.data(), &handle);
       if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
     }
     if (code != OKTOPK_SUCCESS) raise_code(code, message);
@@ -501,7 +497,8 @@ PYBIND11_MODULE(_oktopk, m) {
         "Completes every request in flight, destroys every handle and finalises Kokkos if "
         "this module initialised it. Runs at exit (registered by the package); afterwards no "
         "handle can be made. Call before MPI_Finalize.");
-  m.def("finalized", [] { return finalized; }, "Whether shutdown() has run.");
+  m.def(
+      "finalized", [] { return finalized; }, "Whether shutdown() has run.");
   m.attr("SEGMENT_DENSE") = OKTOPK_SEGMENT_DENSE;
   m.attr("SEGMENT_ROWS") = OKTOPK_SEGMENT_ROWS;
 
@@ -526,13 +523,14 @@ PYBIND11_MODULE(_oktopk, m) {
       .def("reduce_async", &Handle::reduce_async, py::arg("grad"), py::arg("out"),
            "Collective. Launches reduce(grad, out) and returns a Request; the arrays stay "
            "referenced until it completes.")
-      .def("fail_reduce",
-           [](Handle& self, const std::string& problem, bool async) {
-             self.fail_reduce(Problem{true, problem}, async);
-           },
-           py::arg("problem"), py::arg("async_") = false,
-           "Collective. Joins the peers' reduce (or reduce_async) without arrays, so that they "
-           "fail instead of waiting, then raises TypeError(problem) here.")
+      .def(
+          "fail_reduce",
+          [](Handle& self, const std::string& problem, bool async) {
+            self.fail_reduce(Problem{true, problem}, async);
+          },
+          py::arg("problem"), py::arg("async_") = false,
+          "Collective. Joins the peers' reduce (or reduce_async) without arrays, so that they "
+          "fail instead of waiting, then raises TypeError(problem) here.")
       .def("stats", &Handle::stats,
            "Statistics of the last reduce on this rank, as a dict; \"segments\": one dict per "
            "segment of the layout.")

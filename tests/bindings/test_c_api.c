@@ -23,8 +23,8 @@ static void check(int ok, const char* what) {
     ++passed;
   } else {
     ++failed;
-    if (!ok) fprintf(stderr, "rank %d: FAILED: %s (last error: %s)\n", rank, what,
-                     oktopk_last_error());
+    if (!ok)
+      fprintf(stderr, "rank %d: FAILED: %s (last error: %s)\n", rank, what, oktopk_last_error());
   }
 }
 
@@ -65,10 +65,8 @@ static void test_method(const char* method, int64_t n) {
   oktopk_handle* b = NULL;
   const char* options = "density=0.02, threshold_period=4 repartition_period=8";
   snprintf(what, sizeof what, "%s: create", method);
-  check(oktopk_create(MPI_COMM_WORLD, method, n, options, &a) == OKTOPK_SUCCESS && a != NULL,
-        what);
-  check(oktopk_create(MPI_COMM_WORLD, method, n, options, &b) == OKTOPK_SUCCESS && b != NULL,
-        what);
+  check(oktopk_create(MPI_COMM_WORLD, method, n, options, &a) == OKTOPK_SUCCESS && a != NULL, what);
+  check(oktopk_create(MPI_COMM_WORLD, method, n, options, &b) == OKTOPK_SUCCESS && b != NULL, what);
   if (a == NULL || b == NULL) return;
 
   const char* name = NULL;
@@ -114,9 +112,9 @@ static void test_method(const char* method, int64_t n) {
 
   oktopk_stats stats;
   snprintf(what, sizeof what, "%s: stats of the last call", method);
-  check(oktopk_get_stats(a, &stats) == OKTOPK_SUCCESS && stats.iteration == calls &&
-            stats.k == k && (size == 1 || stats.bytes_sent > 0) &&
-            (size == 1 || stats.messages_sent > 0) && stats.seconds >= 0.0,
+  check(oktopk_get_stats(a, &stats) == OKTOPK_SUCCESS && stats.iteration == calls && stats.k == k &&
+            (size == 1 || stats.bytes_sent > 0) && (size == 1 || stats.messages_sent > 0) &&
+            stats.seconds >= 0.0,
         what);
 
   /* State: save, reduce once, restore, reduce the same gradient again: the same output. */
@@ -139,10 +137,10 @@ static void test_method(const char* method, int64_t n) {
   state_ok = oktopk_save_state_to_buffer(a, NULL, 0, &bytes) == OKTOPK_SUCCESS && bytes > 0;
   void* buffer = malloc(bytes);
   size_t written = 0;
-  state_ok &= oktopk_save_state_to_buffer(a, buffer, bytes, &written) == OKTOPK_SUCCESS &&
-              written == bytes;
-  state_ok &= oktopk_save_state_to_buffer(a, buffer, bytes - 1, &written) ==
-              OKTOPK_ERROR_INVALID_ARGUMENT;
+  state_ok &=
+      oktopk_save_state_to_buffer(a, buffer, bytes, &written) == OKTOPK_SUCCESS && written == bytes;
+  state_ok &=
+      oktopk_save_state_to_buffer(a, buffer, bytes - 1, &written) == OKTOPK_ERROR_INVALID_ARGUMENT;
   state_ok &= oktopk_restore_state_from_buffer(b, buffer, bytes) == OKTOPK_SUCCESS;
   fill(grad, n, rank, calls + 1);
   state_ok &= oktopk_reduce(a, grad, first) == OKTOPK_SUCCESS;
@@ -161,8 +159,7 @@ static void test_method(const char* method, int64_t n) {
   free(grad);
   free(out);
   free(inplace);
-  check(oktopk_destroy(a) == OKTOPK_SUCCESS && oktopk_destroy(b) == OKTOPK_SUCCESS,
-        "destroy");
+  check(oktopk_destroy(a) == OKTOPK_SUCCESS && oktopk_destroy(b) == OKTOPK_SUCCESS, "destroy");
 }
 
 static void test_errors(void) {
@@ -287,8 +284,7 @@ static void test_layout_methods(void) {
 
     int64_t count = -1, plain_count = -1;
     oktopk_segment_stats seg[2];
-    snprintf(what, sizeof what, "%s: the layout as given, counts 0 before the first call",
-             method);
+    snprintf(what, sizeof what, "%s: the layout as given, counts 0 before the first call", method);
     int ok = oktopk_get_num_segments(fused, &count) == OKTOPK_SUCCESS && count == 2;
     ok &= oktopk_get_num_segments(plain, &plain_count) == OKTOPK_SUCCESS && plain_count == 0;
     ok &= oktopk_get_segment_stats(fused, 0, &seg[0]) == OKTOPK_SUCCESS;
@@ -296,9 +292,9 @@ static void test_layout_methods(void) {
     ok &= seg[0].offset == 0 && seg[0].length == dense_begin && seg[0].row_width == layout_width &&
           seg[0].kind == OKTOPK_SEGMENT_ROWS && strcmp(seg[0].name, "embedding") == 0 &&
           seg[0].nonzeros == 0;
-    ok &= seg[1].offset == dense_begin && seg[1].length == layout_dense &&
-          seg[1].row_width == 1 && seg[1].kind == OKTOPK_SEGMENT_DENSE &&
-          strcmp(seg[1].name, "") == 0 && seg[1].nonzeros == 0;
+    ok &= seg[1].offset == dense_begin && seg[1].length == layout_dense && seg[1].row_width == 1 &&
+          seg[1].kind == OKTOPK_SEGMENT_DENSE && strcmp(seg[1].name, "") == 0 &&
+          seg[1].nonzeros == 0;
     check(ok, what);
 
     int codes_ok = 1, same = 1, dense_exact = 1, counts_ok = 1, identical = 1;
@@ -358,8 +354,9 @@ static void test_layout_errors(void) {
     const char* message; /* expected after "oktopk_create_with_layout: rank R: " */
   } cases[] = {
       {"negative length", "segment 1: length must be >= 0, got -40"},
-      {"unknown kind", "segment 0: kind must be OKTOPK_SEGMENT_DENSE (0) or OKTOPK_SEGMENT_ROWS "
-                       "(1), got 7"},
+      {"unknown kind",
+       "segment 0: kind must be OKTOPK_SEGMENT_DENSE (0) or OKTOPK_SEGMENT_ROWS "
+       "(1), got 7"},
       {"row width 0", "segment 0: row width must be >= 1, got 0"},
       {"NULL lengths", "lengths is NULL with num_segments = 2"},
       {"NULL kinds", "kinds is NULL with num_segments = 2"},
@@ -376,14 +373,30 @@ static void test_layout_errors(void) {
     int64_t count = 2;
     if (last) {
       switch (c) {
-        case 0: my_lengths[1] = -40; break;
-        case 1: my_kinds[0] = 7; break;
-        case 2: my_widths[0] = 0; break;
-        case 3: lengths_arg = NULL; break;
-        case 4: kinds_arg = NULL; break;
-        case 5: my_lengths[1] = 39; break;
-        case 6: my_lengths[1] = 41; break;
-        default: count = -1; break;
+        case 0:
+          my_lengths[1] = -40;
+          break;
+        case 1:
+          my_kinds[0] = 7;
+          break;
+        case 2:
+          my_widths[0] = 0;
+          break;
+        case 3:
+          lengths_arg = NULL;
+          break;
+        case 4:
+          kinds_arg = NULL;
+          break;
+        case 5:
+          my_lengths[1] = 39;
+          break;
+        case 6:
+          my_lengths[1] = 41;
+          break;
+        default:
+          count = -1;
+          break;
       }
     }
     oktopk_handle* h = (oktopk_handle*)1;
@@ -412,10 +425,10 @@ static void test_layout_errors(void) {
         "layouts that differ across ranks: OKTOPK_ERROR_INVALID_ARGUMENT on every rank");
   if (code == OKTOPK_SUCCESS) {
     oktopk_segment_stats seg;
-    check(oktopk_get_segment_stats(h, 2, &seg) == OKTOPK_ERROR_INVALID_ARGUMENT &&
-              strstr(oktopk_last_error(), "oktopk_get_segment_stats: index 2") ==
-                  oktopk_last_error(),
-          "segment index out of range");
+    check(
+        oktopk_get_segment_stats(h, 2, &seg) == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            strstr(oktopk_last_error(), "oktopk_get_segment_stats: index 2") == oktopk_last_error(),
+        "segment index out of range");
     oktopk_destroy(h);
   }
   /* No segments is oktopk_create, NULL arrays allowed. */
@@ -552,9 +565,9 @@ int main(int argc, char** argv) {
   check(oktopk_finalize() == OKTOPK_SUCCESS, "finalize");
   if (rank == 0) {
     printf("mode: %s\n", single ? "no progress thread (MPI_Init)"
-                                 : provided == MPI_THREAD_MULTIPLE
-                                       ? "progress thread (MPI_THREAD_MULTIPLE)"
-                                       : "no progress thread (MPI_THREAD_MULTIPLE not provided)");
+                         : provided == MPI_THREAD_MULTIPLE
+                             ? "progress thread (MPI_THREAD_MULTIPLE)"
+                             : "no progress thread (MPI_THREAD_MULTIPLE not provided)");
     printf("%d passed, %d failed\n", passed, failed);
   }
   MPI_Finalize();

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // A few reduce() calls of one method, built with OKTOPK_FAULT_INJECTION so that OKTOPK_FAULT can
-// make one rank fail in a chosen phase of a chosen call (include/oktopk/impl/comm/fault_injection.hpp).
-// check_faults.sh runs it under mpiexec for every phase it lists.
+// make one rank fail in a chosen phase of a chosen call
+// (include/oktopk/impl/comm/fault_injection.hpp). check_faults.sh runs it under mpiexec for every
+// phase it lists.
 //
 //   fault_program ALGORITHM CALLS [KEY=VALUE...]
 //       prints "fault_program: ok" on rank 0 after CALLS calls; with OKTOPK_FAULT=list, rank 1

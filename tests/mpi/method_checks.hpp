@@ -136,8 +136,8 @@ struct Call {
 class Runner {
  public:
   Runner(Algorithm algorithm, std::int64_t n, const Options& options)
-      : handle_(oktopk::make_sparse_allreduce<Exec>(algorithm, oktopk::Communicator(), n,
-                                                    options)) {}
+      : handle_(
+            oktopk::make_sparse_allreduce<Exec>(algorithm, oktopk::Communicator(), n, options)) {}
 
   Handle& handle() { return *handle_; }
   std::int64_t calls() const { return calls_; }
@@ -181,16 +181,16 @@ inline void check_common(Runner& runner, const Call& c) {
   const auto& s = c.stats;
   EXPECT_EQ(s.iteration, runner.calls());
   EXPECT_EQ(s.k, h.k());
-  EXPECT_EQ(h.k(), static_cast<std::int64_t>(std::floor(h.options().density *
-                                                        static_cast<double>(h.size()))));
+  EXPECT_EQ(h.k(), static_cast<std::int64_t>(
+                       std::floor(h.options().density * static_cast<double>(h.size()))));
   EXPECT_TRUE(same_on_all_ranks(s.iteration));
   EXPECT_TRUE(same_on_all_ranks(s.dense ? 1 : 0)) << "stats().dense differs across ranks";
   if (h.algorithm() == Algorithm::Dense) {
     EXPECT_TRUE(s.dense);
   }
 
-  const auto nonfinite = std::count_if(c.out.begin(), c.out.end(),
-                                       [](float v) { return !std::isfinite(v); });
+  const auto nonfinite =
+      std::count_if(c.out.begin(), c.out.end(), [](float v) { return !std::isfinite(v); });
   EXPECT_EQ(nonfinite, 0) << "output entries left unwritten or not finite";
   EXPECT_EQ(bits_differing_from_rank0(c.out), 0) << "output bits differ from rank 0's";
 
@@ -206,8 +206,8 @@ inline void check_common(Runner& runner, const Call& c) {
     for (std::size_t e = 0; e < size; ++e) {
       const bool ascending = e == 0 || idx[e] > idx[e - 1];
       const bool inside = idx[e] >= 0 && static_cast<std::size_t>(idx[e]) < c.out.size();
-      if (!ascending || !inside || bits_of(c.out[static_cast<std::size_t>(idx[e])]) !=
-                                       bits_of(val[e])) {
+      if (!ascending || !inside ||
+          bits_of(c.out[static_cast<std::size_t>(idx[e])]) != bits_of(val[e])) {
         ++bad;
       }
     }
@@ -288,8 +288,8 @@ inline void expect_threshold_oracle(const Call& c, const Oracle& o) {
     if (!either && !same_value_bits(expected, actual)) residual_diff.note(j, expected, actual);
     removed[j] = c.acc[j] - actual;
   }
-  EXPECT_EQ(residual_diff.count, 0) << "residual vs acc with (local ∩ global) cleared: "
-                                    << residual_diff;
+  EXPECT_EQ(residual_diff.count, 0)
+      << "residual vs acc with (local ∩ global) cleared: " << residual_diff;
 
   const std::vector<float> moved = sum_over_ranks(removed);
   Diff mass_diff;

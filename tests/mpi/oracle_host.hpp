@@ -98,12 +98,18 @@ enum class Dist {
 
 inline const char* name_of(Dist d) {
   switch (d) {
-    case Dist::Uniform: return "uniform";
-    case Dist::Heavy: return "heavy";
-    case Dist::Correlated: return "correlated";
-    case Dist::Rows: return "rows";
-    case Dist::Ties: return "ties";
-    case Dist::Wide: return "wide";
+    case Dist::Uniform:
+      return "uniform";
+    case Dist::Heavy:
+      return "heavy";
+    case Dist::Correlated:
+      return "correlated";
+    case Dist::Rows:
+      return "rows";
+    case Dist::Ties:
+      return "ties";
+    case Dist::Wide:
+      return "wide";
   }
   return "?";
 }
@@ -115,8 +121,8 @@ inline std::uint64_t mix64(std::uint64_t x) {  // splitmix64 finalizer
   return x ^ (x >> 31);
 }
 
-inline std::uint64_t hash_key(std::uint64_t a, std::uint64_t b, std::uint64_t c,
-                              std::uint64_t d, std::uint64_t e) {
+inline std::uint64_t hash_key(std::uint64_t a, std::uint64_t b, std::uint64_t c, std::uint64_t d,
+                              std::uint64_t e) {
   std::uint64_t h = mix64(a);
   h = mix64(h ^ b);
   h = mix64(h ^ c);
@@ -127,9 +133,8 @@ inline std::uint64_t hash_key(std::uint64_t a, std::uint64_t b, std::uint64_t c,
 inline float units(std::int64_t m) { return std::ldexp(static_cast<float>(m), -8); }
 
 /// The gradient of `rank` at call `call`: deterministic in all arguments.
-inline std::vector<float> make_gradient(Dist dist, std::uint64_t seed, int rank,
-                                        std::int64_t call, std::int64_t n,
-                                        std::int64_t row_width = 64) {
+inline std::vector<float> make_gradient(Dist dist, std::uint64_t seed, int rank, std::int64_t call,
+                                        std::int64_t n, std::int64_t row_width = 64) {
   std::vector<float> g(static_cast<std::size_t>(n), 0.0f);
   const auto d = static_cast<std::uint64_t>(dist);
   const auto r = static_cast<std::uint64_t>(rank);
@@ -139,7 +144,9 @@ inline std::vector<float> make_gradient(Dist dist, std::uint64_t seed, int rank,
     const std::int64_t sign = (u >> 63) != 0 ? -1 : 1;
     std::int64_t m = 0;
     switch (dist) {
-      case Dist::Uniform: m = static_cast<std::int64_t>(u % 32767) - 16383; break;
+      case Dist::Uniform:
+        m = static_cast<std::int64_t>(u % 32767) - 16383;
+        break;
       case Dist::Heavy:
         m = sign * ((u % 100) < 2 ? 4096 + static_cast<std::int64_t>((u >> 8) % 12288)
                                   : static_cast<std::int64_t>((u >> 8) % 65));
@@ -157,8 +164,12 @@ inline std::vector<float> make_gradient(Dist dist, std::uint64_t seed, int rank,
         m = shared_row || own_row ? static_cast<std::int64_t>(u % 32767) - 16383 : 0;
         break;
       }
-      case Dist::Ties: m = static_cast<std::int64_t>(u % 7) - 3; break;
-      case Dist::Wide: m = static_cast<std::int64_t>(u % 524287) - 262143; break;
+      case Dist::Ties:
+        m = static_cast<std::int64_t>(u % 7) - 3;
+        break;
+      case Dist::Wide:
+        m = static_cast<std::int64_t>(u % 524287) - 262143;
+        break;
     }
     g[static_cast<std::size_t>(j)] = units(m);
   }

@@ -26,8 +26,8 @@ Vector gradient(std::int64_t n, int seed) {
   Vector g("grad", static_cast<std::size_t>(n));
   Kokkos::parallel_for(
       "fill", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t i) {
-        const std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^
-                                static_cast<std::uint32_t>(seed) * 40503u;
+        const std::uint32_t h =
+            static_cast<std::uint32_t>(i) * 2654435761u ^ static_cast<std::uint32_t>(seed) * 40503u;
         g(i) = static_cast<float>(h % 2001u) / 1000.0f - 1.0f;
       });
   Kokkos::fence();

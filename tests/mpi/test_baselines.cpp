@@ -31,10 +31,9 @@ using DeviceVector = Kokkos::View<float*, Exec::memory_space>;
 
 constexpr float inf = std::numeric_limits<float>::infinity();
 
+using oktopk::test::bits_of;
 using oktopk::test::world_rank;
 using oktopk::test::world_size;
-using oktopk::test::bits_of;
-
 
 std::int64_t sum_over_ranks(std::int64_t value) {
   std::int64_t sum = 0;
@@ -223,8 +222,8 @@ std::pair<std::int64_t, std::string> compare_bits(const std::vector<float>& got,
 }
 
 struct Observed {
-  int dense_switch_calls = 0;     // TopkDSA calls that allgathered dense regions
-  int corrected_calls = 0;        // Gaussian-k calls whose loops moved the threshold
+  int dense_switch_calls = 0;  // TopkDSA calls that allgathered dense regions
+  int corrected_calls = 0;     // Gaussian-k calls whose loops moved the threshold
   std::int64_t max_global_selected = 0;
 };
 

@@ -63,8 +63,10 @@ Vector gradient(int call, std::int64_t n = kN) {
     host[static_cast<std::size_t>(i)] = v;
   }
   Vector device("test::gradient", static_cast<std::size_t>(n));
-  Kokkos::deep_copy(device, Kokkos::View<const float*, Kokkos::HostSpace,
-                                         Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(), host.size()));
+  Kokkos::deep_copy(
+      device,
+      Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+          host.data(), host.size()));
   return device;
 }
 
@@ -150,8 +152,7 @@ void expect_rejected(Handle& h, const std::string& blob, const std::string& type
 
 class Restart : public ::testing::TestWithParam<Algorithm> {};
 
-INSTANTIATE_TEST_SUITE_P(All, Restart, ::testing::ValuesIn(oktopk::all_algorithms),
-                         algorithm_name);
+INSTANTIATE_TEST_SUITE_P(All, Restart, ::testing::ValuesIn(oktopk::all_algorithms), algorithm_name);
 
 // Saved during the warm-up, right after it, and mid-schedule: later calls, their outputs and
 // the final residual equal the uninterrupted handle's bit for bit.
@@ -203,8 +204,8 @@ TEST(RestoreErrors, TruncatedOnOneRank) {
   run_calls(*h, 1, 5);
   const std::string good = saved(*h);
   run_calls(*h, 6, 6);  // the handle now differs from `good`
-  for (const std::size_t keep : {std::size_t{0}, std::size_t{5}, std::size_t{20}, good.size() / 2,
-                                 good.size() - 1}) {
+  for (const std::size_t keep :
+       {std::size_t{0}, std::size_t{5}, std::size_t{20}, good.size() / 2, good.size() - 1}) {
     SCOPED_TRACE("first " + std::to_string(keep) + " bytes");
     const std::string blob = world_rank() == odd ? good.substr(0, keep) : good;
     expect_rejected(*h, blob, "runtime_error", odd, "checkpoint is truncated");
@@ -283,9 +284,9 @@ TEST(RestoreErrors, OtherRank) {
   std::string theirs(mine.size(), '\0');
   const int P = world_size();
   const int me = world_rank();
-  MPI_Sendrecv(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, (me + 1) % P, 0,
-               theirs.data(), static_cast<int>(theirs.size()), MPI_CHAR, (me + P - 1) % P, 0,
-               MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  MPI_Sendrecv(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, (me + 1) % P, 0, theirs.data(),
+               static_cast<int>(theirs.size()), MPI_CHAR, (me + P - 1) % P, 0, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
   expect_rejected(*h, theirs, "invalid_argument", 0,
                   "checkpoint was written by rank " + std::to_string(P - 1));
 }
@@ -329,7 +330,8 @@ TEST(SaveState, FailingStreamThrows) {
   os.setstate(std::ios::badbit);
   const Caught c = caught([&] { h->save_state(Exec(), os); });
   EXPECT_EQ(c.type, "runtime_error");
-  EXPECT_EQ(c.message.rfind("oktopk::SparseAllreduce::save_state: writing the checkpoint failed", 0), 0u)
+  EXPECT_EQ(
+      c.message.rfind("oktopk::SparseAllreduce::save_state: writing the checkpoint failed", 0), 0u)
       << c.message;
 }
 

@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <climits>
-#include <map>
 #include <cstdint>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -718,9 +718,10 @@ TEST(Communicator, MessageLogListsEveryChargeAndSumsToTheTraffic) {
   EXPECT_EQ(std::string(log[3].operation), "allgather");
   std::map<std::string, PhaseTraffic> sums;
   for (const auto& m : log) {
-    EXPECT_EQ(m.peer == -1, std::string(m.operation) != "send" && std::string(m.operation) != "recv");
-    sums[m.phase] += PhaseTraffic{m.bytes_sent, m.bytes_received, m.messages_sent,
-                                  m.messages_received};
+    EXPECT_EQ(m.peer == -1,
+              std::string(m.operation) != "send" && std::string(m.operation) != "recv");
+    sums[m.phase] +=
+        PhaseTraffic{m.bytes_sent, m.bytes_received, m.messages_sent, m.messages_received};
   }
   EXPECT_EQ(sums, comm.traffic());
   comm.reset_traffic();

@@ -39,10 +39,18 @@ std::vector<float> part_of(int rank, int ranks) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     const auto draw = static_cast<std::uint32_t>(state >> 33);
     switch (draw % 4) {
-      case 0: x[i] = static_cast<float>(static_cast<int>(draw % 64) - 32) / 8.0f; break;
-      case 1: x[i] = 0.0f; break;
-      case 2: x[i] = std::ldexp(static_cast<float>(draw % 1000) + 1.0f, -static_cast<int>(draw % 40)); break;
-      default: x[i] = -std::ldexp(static_cast<float>(draw % 997) + 1.0f, static_cast<int>(draw % 20)); break;
+      case 0:
+        x[i] = static_cast<float>(static_cast<int>(draw % 64) - 32) / 8.0f;
+        break;
+      case 1:
+        x[i] = 0.0f;
+        break;
+      case 2:
+        x[i] = std::ldexp(static_cast<float>(draw % 1000) + 1.0f, -static_cast<int>(draw % 40));
+        break;
+      default:
+        x[i] = -std::ldexp(static_cast<float>(draw % 997) + 1.0f, static_cast<int>(draw % 20));
+        break;
     }
   }
   if (rank == ranks - 1 && length > 3) x[3] = -kInf;
@@ -77,9 +85,9 @@ TEST(DistributedKth, MatchesTheThresholdOfTheConcatenation) {
   const oktopk::Communicator comm;
   oktopk::KthLargestWorkspace<Exec> workspace(exec);
   // Both ends, small k (narrow digits), k past 2^16 of the total (widest digits) and ties.
-  for (const std::int64_t k : {std::int64_t{-1}, std::int64_t{0}, std::int64_t{1}, std::int64_t{2},
-                               std::int64_t{17}, std::int64_t{600}, std::int64_t{1500},
-                               total / 2, total - 1, total, total + 5}) {
+  for (const std::int64_t k :
+       {std::int64_t{-1}, std::int64_t{0}, std::int64_t{1}, std::int64_t{2}, std::int64_t{17},
+        std::int64_t{600}, std::int64_t{1500}, total / 2, total - 1, total, total + 5}) {
     SCOPED_TRACE("k = " + std::to_string(k) + ", total = " + std::to_string(total));
     const float got = oktopk::impl::distributed_topk_threshold(exec, comm, x, k, workspace);
     const float want = expected_threshold(all, k);

@@ -22,9 +22,8 @@ TEST(Factory, RejectsNOutOfRange) {
   for (const std::int64_t n : {std::int64_t{-1}, std::int64_t{-1000},
                                std::int64_t{std::numeric_limits<std::int32_t>::max()} + 1}) {
     SCOPED_TRACE(n);
-    expect_invalid_argument(
-        [&] { oktopk::make_sparse_allreduce<Exec>(Algorithm::TopkA, comm, n); },
-        "oktopk::make_sparse_allreduce");
+    expect_invalid_argument([&] { oktopk::make_sparse_allreduce<Exec>(Algorithm::TopkA, comm, n); },
+                            "oktopk::make_sparse_allreduce");
   }
 }
 
@@ -46,8 +45,8 @@ template <class Make>
 void expect_factory_mismatch(Make&& make, const std::string& what) {
   const std::string message = expect_invalid_argument(make, "oktopk::make_sparse_allreduce");
   EXPECT_NE(message.find(what + " differs"), std::string::npos) << message;
-  EXPECT_TRUE(same_text_on_all_ranks(message)) << "different messages on different ranks: "
-                                               << message;
+  EXPECT_TRUE(same_text_on_all_ranks(message))
+      << "different messages on different ranks: " << message;
 }
 
 TEST(Factory, RejectsNDifferingOnOneRank) {
@@ -66,8 +65,8 @@ TEST(Factory, RejectsAlgorithmDifferingOnOneRank) {
   if (world_size() == 1) GTEST_SKIP() << "needs two ranks to disagree";
   oktopk::Communicator comm;
   for (std::size_t i = 0; i < oktopk::all_algorithms.size(); ++i) {
-    const Algorithm mine = world_rank() == 0 ? oktopk::all_algorithms[i]
-                                             : oktopk::all_algorithms[(i + 1) % 7];
+    const Algorithm mine =
+        world_rank() == 0 ? oktopk::all_algorithms[i] : oktopk::all_algorithms[(i + 1) % 7];
     expect_factory_mismatch([&] { oktopk::make_sparse_allreduce<Exec>(mine, comm, 64); },
                             "algorithm");
   }
@@ -81,9 +80,8 @@ TEST(Factory, RejectsOptionsDifferingOnOneRank) {
     SCOPED_TRACE(name);
     Options o;
     if (odd_one) change(o);
-    expect_factory_mismatch([&] { oktopk::make_sparse_allreduce<Exec>(Algorithm::OkTopk, comm,
-                                                                        64, o); },
-                            "options");
+    expect_factory_mismatch(
+        [&] { oktopk::make_sparse_allreduce<Exec>(Algorithm::OkTopk, comm, 64, o); }, "options");
   }
   // A valid option differing on one rank is reported as a mismatch, not as invalid.
   Options o;

@@ -470,9 +470,9 @@ TEST(S2LayoutOracle, AgreesWithTheHostModel) {
         }
       }
     }
-    EXPECT_EQ(oktopk::count_mismatches(exec, *h, expected, out, oktopk::default_oracle_tolerance,
-                                       slack),
-              0);
+    EXPECT_EQ(
+        oktopk::count_mismatches(exec, *h, expected, out, oktopk::default_oracle_tolerance, slack),
+        0);
   }
 }
 
@@ -509,9 +509,9 @@ void check_against_oracle(const Layout& layout, const Options& options, int call
     oktopk::expected_result(exec, *h, acc_view, expected, oktopk::default_oracle_tolerance, slack);
     // With the slack every entry is checked: none is left undecided.
     for (const float e : to_vector(expected)) ASSERT_FALSE(std::isnan(e));
-    EXPECT_EQ(oktopk::count_mismatches(exec, *h, expected, out, oktopk::default_oracle_tolerance,
-                                       slack),
-              0);
+    EXPECT_EQ(
+        oktopk::count_mismatches(exec, *h, expected, out, oktopk::default_oracle_tolerance, slack),
+        0);
     oktopk::expected_result(exec, *h, acc_view, expected, oktopk::default_oracle_tolerance,
                             unchecked);
     EXPECT_EQ(oktopk::count_mismatches(exec, *h, expected, out), 0);
@@ -563,8 +563,8 @@ TEST(S2LayoutOracle, MatchesTheMethod) {
       for (const auto& [sketch_rows, columns] :
            {std::pair<int, std::int64_t>{3, 5}, {4, 17}, {1, 3}, {3, 0}}) {
         const std::int64_t width = columns == 0 ? c.layout.sparse_entries() : columns;
-        SCOPED_TRACE(std::string(c.name) + ", feedback " + (feedback ? "on" : "off") +
-                     ", sketch " + std::to_string(sketch_rows) + " x " + std::to_string(width));
+        SCOPED_TRACE(std::string(c.name) + ", feedback " + (feedback ? "on" : "off") + ", sketch " +
+                     std::to_string(sketch_rows) + " x " + std::to_string(width));
         Options o = s2_options(sketch_rows, width);
         o.set_s2_error_feedback(feedback);
         check_against_oracle(c.layout, o, 4, 300);

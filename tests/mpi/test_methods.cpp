@@ -26,8 +26,7 @@ std::string algorithm_name(const ::testing::TestParamInfo<Algorithm>& info) {
 
 class Method : public ::testing::TestWithParam<Algorithm> {};
 
-INSTANTIATE_TEST_SUITE_P(All, Method, ::testing::ValuesIn(oktopk::all_algorithms),
-                         algorithm_name);
+INSTANTIATE_TEST_SUITE_P(All, Method, ::testing::ValuesIn(oktopk::all_algorithms), algorithm_name);
 
 TEST_P(Method, ReportsItsConfiguration) {
   const Algorithm a = GetParam();
@@ -35,8 +34,7 @@ TEST_P(Method, ReportsItsConfiguration) {
   for (const auto& [n, density] : std::vector<std::pair<std::int64_t, double>>{
            {1000, 0.1}, {1000, 0.0149}, {3, 1.0 / 3.0}, {7, 0.0}, {7, 1.0}, {0, 0.5}}) {
     SCOPED_TRACE(std::to_string(n) + " " + std::to_string(density));
-    const auto h = oktopk::make_sparse_allreduce<Exec>(a, comm, n,
-                                                       Options{}.set_density(density));
+    const auto h = oktopk::make_sparse_allreduce<Exec>(a, comm, n, Options{}.set_density(density));
     EXPECT_EQ(h->algorithm(), a);
     EXPECT_EQ(h->size(), n);
     EXPECT_EQ(h->k(), static_cast<std::int64_t>(std::floor(density * static_cast<double>(n))));
@@ -98,9 +96,9 @@ TEST_P(Method, LengthMismatchOnOneRankThrowsOnEveryRank) {
   const Vector shorter("test::shorter", static_cast<std::size_t>(n - 1));
   Vector out("test::out", static_cast<std::size_t>(n));
   // A longer gradient on the last rank only.
-  const std::string m1 = expect_invalid_argument(
-      [&] { runner.handle().reduce(exec, me == P - 1 ? longer : g, out); },
-      "oktopk::SparseAllreduce::reduce");
+  const std::string m1 =
+      expect_invalid_argument([&] { runner.handle().reduce(exec, me == P - 1 ? longer : g, out); },
+                              "oktopk::SparseAllreduce::reduce");
   EXPECT_NE(m1.find(std::to_string(P - 1)), std::string::npos) << "the rank is not named: " << m1;
   // A shorter output on rank 0 only.
   expect_invalid_argument([&] { runner.handle().reduce(exec, g, me == 0 ? shorter : out); },
@@ -243,8 +241,12 @@ TEST_P(Method, TinyVectors) {
   for (const std::int64_t n : {0, 1, 3}) {
     for (const double density : {0.5, 1.0}) {
       SCOPED_TRACE("n = " + std::to_string(n) + ", density = " + std::to_string(density));
-      Runner runner(a, n, Options{}.set_density(density).set_threshold_period(2)
-                              .set_repartition_period(3).set_s2_row_width(2));
+      Runner runner(a, n,
+                    Options{}
+                        .set_density(density)
+                        .set_threshold_period(2)
+                        .set_repartition_period(3)
+                        .set_s2_row_width(2));
       for (int call = 0; call < 4; ++call) {
         const Call c = runner.reduce(make_gradient(Dist::Uniform, 17, world_rank(), call, n));
         check_call(runner, c);

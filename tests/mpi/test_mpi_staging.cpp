@@ -6,8 +6,8 @@
 // part holds a sentinel that must never reach another rank.
 #include "mpi/mpi_test_utils.hpp"
 #include <oktopk/communicator.hpp>
-#include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/collectives/sparse_allgatherv.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
@@ -51,7 +51,8 @@ std::vector<typename View::non_const_value_type> host_copy(const View& view, std
 TEST(MpiStaging, SendViewHoldsTheSentPartOnly) {
   Exec exec;
   const auto view = device_copy<float>({1.0f, 2.0f, 3.0f}, 10, sentinel);
-  const auto sent = oktopk::impl::mpi_send_view(exec, Kokkos::subview(view, Kokkos::make_pair(0, 3)));
+  const auto sent =
+      oktopk::impl::mpi_send_view(exec, Kokkos::subview(view, Kokkos::make_pair(0, 3)));
   ASSERT_EQ(sent.extent(0), 3u);
   EXPECT_EQ(sent.data() != view.data(), staged);
   EXPECT_EQ(host_copy(sent, 3), (std::vector<float>{1, 2, 3}));

@@ -77,10 +77,9 @@ void run_oktopk(const OkTopkRun& run) {
   // Same data, different balancing and throttling: identical results required.
   Runner off(Algorithm::OkTopk, n, Options(base).set_balancing(Balancing::Off).set_throttle(4));
   Runner on(Algorithm::OkTopk, n, Options(base).set_balancing(Balancing::On).set_throttle(1));
-  Runner adaptive(Algorithm::OkTopk, n, Options(base)
-                                            .set_balancing(Balancing::Adaptive)
-                                            .set_balance_threshold(1.0)
-                                            .set_throttle(3));
+  Runner adaptive(
+      Algorithm::OkTopk, n,
+      Options(base).set_balancing(Balancing::Adaptive).set_balance_threshold(1.0).set_throttle(3));
   const std::int64_t k = off.handle().k();
   const Options& o = off.handle().options();
   ASSERT_EQ(k, 81);
@@ -170,9 +169,8 @@ void run_oktopk(const OkTopkRun& run) {
           EXPECT_EQ(s.local_threshold_exact, local_fallback);
           if (!local_fallback) {
             EXPECT_NEAR(s.local_threshold, thr, tolerance * std::fabs(thr))
-                << "local threshold after nudge (previous " << previous_lt << ", "
-                << previous_local << " selected of k = " << k << ") and " << loops
-                << " guard steps";
+                << "local threshold after nudge (previous " << previous_lt << ", " << previous_local
+                << " selected of k = " << k << ") and " << loops << " guard steps";
           }
           const bool global_fallback = o.guard_exact && !in_range(orc.R, global);
           EXPECT_EQ(s.global_threshold_exact, global_fallback);
@@ -184,12 +182,11 @@ void run_oktopk(const OkTopkRun& run) {
         }
       }
       // The nudge after an exact call is unambiguous only when its count is in range.
-      previous_nudge_known =
-          !(s.local_threshold_exact || s.global_threshold_exact) ||
-          (orc.local_count >= o.local_low * static_cast<double>(k) &&
-           orc.local_count <= o.local_high * static_cast<double>(k) &&
-           orc.global_count >= o.global_low * static_cast<double>(k) &&
-           orc.global_count <= o.global_high * static_cast<double>(k));
+      previous_nudge_known = !(s.local_threshold_exact || s.global_threshold_exact) ||
+                             (orc.local_count >= o.local_low * static_cast<double>(k) &&
+                              orc.local_count <= o.local_high * static_cast<double>(k) &&
+                              orc.global_count >= o.global_low * static_cast<double>(k) &&
+                              orc.global_count <= o.global_high * static_cast<double>(k));
       have_previous = true;
       previous_lt = s.local_threshold;
       previous_gt = s.global_threshold;
@@ -260,7 +257,7 @@ TEST(OkTopk, ScheduleOracleThresholdControlAndBalancingOverManyCalls) {
   OkTopkRun run;
   run.dist = [](int t) {
     if (t < 20) return Dist::Uniform;
-    if (t < 44) return Dist::Heavy;  // uniform threshold on heavy data: too few pass
+    if (t < 44) return Dist::Heavy;    // uniform threshold on heavy data: too few pass
     if (t < 58) return Dist::Uniform;  // heavy threshold on uniform data: far too many pass
     return Dist::Correlated;
   };

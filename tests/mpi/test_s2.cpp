@@ -158,7 +158,8 @@ std::vector<double> sum_over_ranks(const std::vector<double>& v) {
   return sum;
 }
 
-// ---- exact mode ----------------------------------------------------------------------------------
+// ---- exact mode
+// ----------------------------------------------------------------------------------
 
 // With c >= n the sketch is injective: the output is the dense average on union rows (bitwise:
 // the sums are exact and both divide the same float by P), and exactly 0 on the other rows.
@@ -173,8 +174,8 @@ TEST(S2, ExactSketchEqualsDenseAverageOnUnionRows) {
     double density;
   };
   // c = n, c > n (clamped to n), and c = ceil(2 * 0.5 * n) = n from the density.
-  for (const Case& c : {Case{1, n, 0.01}, Case{3, n, 0.01}, Case{2, 10 * n, 0.01},
-                        Case{3, 0, 0.5}, Case{15, n, 0.01}}) {
+  for (const Case& c : {Case{1, n, 0.01}, Case{3, n, 0.01}, Case{2, 10 * n, 0.01}, Case{3, 0, 0.5},
+                        Case{15, n, 0.01}}) {
     SCOPED_TRACE("r = " + std::to_string(c.rows) + ", c = " + std::to_string(c.columns) +
                  ", density = " + std::to_string(c.density));
     auto options = s2_options(m, c.rows, c.columns);
@@ -225,7 +226,8 @@ TEST(S2, UnionIsTheOrOfLocalNonzeroRows) {
       const auto row_start = static_cast<std::size_t>((i / m) * m);
       if (grad[static_cast<std::size_t>(i)] == 0.0f &&
           std::any_of(grad.begin() + static_cast<std::ptrdiff_t>(row_start),
-                      grad.begin() + static_cast<std::ptrdiff_t>(std::min<std::int64_t>(n, (i / m + 1) * m)),
+                      grad.begin() +
+                          static_cast<std::ptrdiff_t>(std::min<std::int64_t>(n, (i / m + 1) * m)),
                       [](float v) { return v != 0.0f; })) {
         grad[static_cast<std::size_t>(i)] = 1.0f / 256.0f;
       }
@@ -236,7 +238,8 @@ TEST(S2, UnionIsTheOrOfLocalNonzeroRows) {
     for (std::int64_t row = 0; row * m < n; ++row) {
       std::int64_t nonzero = 0;
       const std::int64_t end = std::min(n, (row + 1) * m);
-      for (std::int64_t i = row * m; i < end; ++i) nonzero += out[static_cast<std::size_t>(i)] != 0.0f;
+      for (std::int64_t i = row * m; i < end; ++i)
+        nonzero += out[static_cast<std::size_t>(i)] != 0.0f;
       EXPECT_EQ(nonzero, expected[static_cast<std::size_t>(row)] != 0 ? end - row * m : 0)
           << "row " << row;
     }
@@ -282,7 +285,8 @@ TEST(S2, TinyAndEmptyGradients) {
   }
 }
 
-// ---- compressed mode -----------------------------------------------------------------------------
+// ---- compressed mode
+// -----------------------------------------------------------------------------
 
 // A sketch far narrower than the union: the output is the host model's median of the summed
 // tables / P (equal: the tables are exact), the s2_oracle's decode of the sketched mean, and 0 off
@@ -309,7 +313,8 @@ TEST(S2, CompressedSketchMatchesHostModelAndOracle) {
       const auto in_union = union_rows(grad, m);
       const auto table = sum_over_ranks(host_table(sketch, grad));
       const auto sum = dense_sum(grad);
-      const auto oracle_view = to_view(std::vector<float>(static_cast<std::size_t>(n), -7.0f), "oracle");
+      const auto oracle_view =
+          to_view(std::vector<float>(static_cast<std::size_t>(n), -7.0f), "oracle");
       oktopk::impl::s2_oracle(exec, comm, n, options, to_view(grad, "acc"), oracle_view);
       const auto oracle = to_vector(oracle_view);
       // Per cell, the absolute mass and the number of non-zero mean entries: they bound the
@@ -335,7 +340,8 @@ TEST(S2, CompressedSketchMatchesHostModelAndOracle) {
           EXPECT_EQ(oracle[k], 0.0f) << "at " << i;
           continue;
         }
-        const float model = static_cast<float>(host_estimate(sketch, table, i)) / static_cast<float>(p);
+        const float model =
+            static_cast<float>(host_estimate(sketch, table, i)) / static_cast<float>(p);
         EXPECT_EQ(out[k], model) << "at " << i;
         sketch_errors += out[k] != sum[k] / static_cast<float>(p);
         if (power_of_two) {
@@ -412,7 +418,7 @@ TEST(S2, AllreduceTrafficIsFixedBySketchAndRows) {
     auto options = s2_options(m, r, 0);
     options.set_density(0.01);
     const std::int64_t c = static_cast<std::int64_t>(std::ceil(2 * 0.01 * n));  // 201
-    const std::int64_t rows = (n + m - 1) / m;                                      // 157
+    const std::int64_t rows = (n + m - 1) / m;                                  // 157
     const std::int64_t expected =
         allreduce_bytes(4 * r * c, p, world_rank()) + allreduce_bytes(rows, p, world_rank());
     auto handle = make_s2(comm, n, options);
@@ -453,7 +459,8 @@ TEST(S2, CountSketchEstimateIsUnbiasedOverSeeds) {
   const std::int64_t c = 32;
   const int seeds = 200;
   std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(1 + i % 4);
+  for (std::int64_t i = 0; i < n; ++i)
+    v[static_cast<std::size_t>(i)] = static_cast<float>(1 + i % 4);
   std::vector<double> mean(v.size(), 0.0);
   for (int s = 0; s < seeds; ++s) {
     auto options = s2_options(16, 1, c);

@@ -5,10 +5,9 @@
 #include <language_model.hpp>
 #include <text_corpus.hpp>
 
-#include <gtest/gtest.h>
 #include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +16,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -34,17 +34,17 @@ template <class Scalar>
 std::vector<Scalar> to_host(const Kokkos::View<Scalar*, MemorySpace>& v) {
   std::vector<Scalar> out(v.extent(0));
   Kokkos::deep_copy(
-      Kokkos::View<Scalar*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-          out.data(), out.size()),
+      Kokkos::View<Scalar*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(out.data(),
+                                                                                        out.size()),
       v);
   return out;
 }
 
 template <class Scalar>
 void from_host(const Kokkos::View<Scalar*, MemorySpace>& v, const std::vector<Scalar>& values) {
-  Kokkos::deep_copy(v, Kokkos::View<const Scalar*, Kokkos::HostSpace,
-                                    Kokkos::MemoryTraits<Kokkos::Unmanaged>>(values.data(),
-                                                                             values.size()));
+  Kokkos::deep_copy(
+      v, Kokkos::View<const Scalar*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+             values.data(), values.size()));
 }
 
 DeviceWindows device_windows(const std::vector<std::vector<std::int32_t>>& rows) {
@@ -204,8 +204,8 @@ TEST(LanguageModel, ParameterBlocksAndSegments) {
   EXPECT_NE(model.summary().find("sparse per step"), std::string::npos);
 
   // The classifiers' blocks are all dense.
-  for (const auto& segment : oktopk::train::gradient_segments(
-           oktopk::train::make_model("mlp", 1)->parameter_blocks())) {
+  for (const auto& segment :
+       oktopk::train::gradient_segments(oktopk::train::make_model("mlp", 1)->parameter_blocks())) {
     EXPECT_FALSE(segment.is_sparse_rows) << segment.name;
   }
 }

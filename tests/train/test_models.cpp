@@ -6,11 +6,10 @@
 
 #include <oktopk/impl/base/hash.hpp>
 
+#include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
 #include <zlib.h>
-#include <Kokkos_Core.hpp>
 
-#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -20,6 +19,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -647,9 +647,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GradientCheck, ::testing::Values("mlp", "cnn"))
 
 Kokkos::View<double*, MemorySpace> device_copy(const char* label, const std::vector<double>& host) {
   Kokkos::View<double*, MemorySpace> v(std::string(label), host.size());
-  Kokkos::deep_copy(v, Kokkos::View<const double*, Kokkos::HostSpace,
-                                    Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(),
-                                                                             host.size()));
+  Kokkos::deep_copy(
+      v, Kokkos::View<const double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+             host.data(), host.size()));
   return v;
 }
 

@@ -282,8 +282,8 @@ template <class T, class Equal>
     }
   }
   if (mismatches == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << mismatches << " of " << actual.size()
-                                       << " entries differ:" << os.str();
+  return ::testing::AssertionFailure()
+         << mismatches << " of " << actual.size() << " entries differ:" << os.str();
 }
 
 /// Exact equality: integers compare with ==, floats bit for bit (so -0 differs from +0).

@@ -78,9 +78,8 @@ TYPED_TEST(Candidates, KeepThenSelectMatchesReference) {
             const auto counts = oktopk::impl::accumulate_keeping_candidates(
                 exec, residual_view, grad_view, acc_view, levels, level_counts, candidates);
             EXPECT_TRUE(same_entries(to_vector(exec, acc_view), acc));
-            EXPECT_EQ(counts.nonfinite, std::count_if(acc.begin(), acc.end(), [](float v) {
-                        return !std::isfinite(v);
-                      }));
+            EXPECT_EQ(counts.nonfinite, std::count_if(acc.begin(), acc.end(),
+                                                      [](float v) { return !std::isfinite(v); }));
             EXPECT_EQ(candidates.threshold, levels.threshold[0]);
             // Every level: its total, each chunk's count, and the selection from the candidates.
             for (int j = 0; j < levels.count; ++j) {

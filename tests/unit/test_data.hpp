@@ -28,18 +28,24 @@ inline constexpr std::size_t test_sizes[] = {0, 1, 2, 7, 1000, 1000003};
 
 enum class DataKind { normal, ties, all_equal, signed_zero, non_finite, heavy_tailed };
 
-inline constexpr DataKind all_data_kinds[] = {DataKind::normal,      DataKind::ties,
-                                              DataKind::all_equal,   DataKind::signed_zero,
-                                              DataKind::non_finite,  DataKind::heavy_tailed};
+inline constexpr DataKind all_data_kinds[] = {DataKind::normal,     DataKind::ties,
+                                              DataKind::all_equal,  DataKind::signed_zero,
+                                              DataKind::non_finite, DataKind::heavy_tailed};
 
 inline const char* to_string(DataKind kind) {
   switch (kind) {
-    case DataKind::normal: return "normal";
-    case DataKind::ties: return "ties";
-    case DataKind::all_equal: return "all_equal";
-    case DataKind::signed_zero: return "signed_zero";
-    case DataKind::non_finite: return "non_finite";
-    case DataKind::heavy_tailed: return "heavy_tailed";
+    case DataKind::normal:
+      return "normal";
+    case DataKind::ties:
+      return "ties";
+    case DataKind::all_equal:
+      return "all_equal";
+    case DataKind::signed_zero:
+      return "signed_zero";
+    case DataKind::non_finite:
+      return "non_finite";
+    case DataKind::heavy_tailed:
+      return "heavy_tailed";
   }
   return "unknown";
 }
@@ -236,20 +242,26 @@ inline IndexPair make_index_pair(std::size_t na, std::size_t nb, std::size_t com
 
 enum class Overlap { disjoint, identical, partial, subset, a_empty, b_empty, both_empty };
 
-inline constexpr Overlap all_overlaps[] = {Overlap::disjoint, Overlap::identical,
-                                           Overlap::partial,  Overlap::subset,
-                                           Overlap::a_empty,  Overlap::b_empty,
+inline constexpr Overlap all_overlaps[] = {Overlap::disjoint,  Overlap::identical, Overlap::partial,
+                                           Overlap::subset,    Overlap::a_empty,   Overlap::b_empty,
                                            Overlap::both_empty};
 
 inline const char* to_string(Overlap overlap) {
   switch (overlap) {
-    case Overlap::disjoint: return "disjoint";
-    case Overlap::identical: return "identical";
-    case Overlap::partial: return "partial";
-    case Overlap::subset: return "subset";
-    case Overlap::a_empty: return "a_empty";
-    case Overlap::b_empty: return "b_empty";
-    case Overlap::both_empty: return "both_empty";
+    case Overlap::disjoint:
+      return "disjoint";
+    case Overlap::identical:
+      return "identical";
+    case Overlap::partial:
+      return "partial";
+    case Overlap::subset:
+      return "subset";
+    case Overlap::a_empty:
+      return "a_empty";
+    case Overlap::b_empty:
+      return "b_empty";
+    case Overlap::both_empty:
+      return "both_empty";
   }
   return "unknown";
 }
@@ -257,16 +269,22 @@ inline const char* to_string(Overlap overlap) {
 /// An index pair of the given family built around size n.
 inline IndexPair make_overlap(Overlap overlap, std::size_t n, std::uint64_t seed) {
   switch (overlap) {
-    case Overlap::disjoint: return make_index_pair(n, n, 0, seed);
-    case Overlap::identical: return make_index_pair(n, n, n, seed);
+    case Overlap::disjoint:
+      return make_index_pair(n, n, 0, seed);
+    case Overlap::identical:
+      return make_index_pair(n, n, n, seed);
     case Overlap::partial: {
       const std::size_t nb = n / 2 + 1;
       return make_index_pair(n, nb, std::min(n, nb) / 2, seed);
     }
-    case Overlap::subset: return make_index_pair(n, n / 2, n / 2, seed);
-    case Overlap::a_empty: return make_index_pair(0, n, 0, seed);
-    case Overlap::b_empty: return make_index_pair(n, 0, 0, seed);
-    case Overlap::both_empty: return make_index_pair(0, 0, 0, seed);
+    case Overlap::subset:
+      return make_index_pair(n, n / 2, n / 2, seed);
+    case Overlap::a_empty:
+      return make_index_pair(0, n, 0, seed);
+    case Overlap::b_empty:
+      return make_index_pair(n, 0, 0, seed);
+    case Overlap::both_empty:
+      return make_index_pair(0, 0, 0, seed);
   }
   return {};
 }
@@ -300,8 +318,8 @@ std::vector<std::remove_const_t<typename View::value_type>> to_vector(const Exec
                                                                       const View& view) {
   impl::fence(exec, "oktopk::test::to_vector");
   const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
-  return std::vector<std::remove_const_t<typename View::value_type>>(
-      host.data(), host.data() + host.extent(0));
+  return std::vector<std::remove_const_t<typename View::value_type>>(host.data(),
+                                                                     host.data() + host.extent(0));
 }
 
 }  // namespace oktopk::test

@@ -23,7 +23,7 @@ using oktopk::Balancing;
 using oktopk::Options;
 
 TEST(AlgorithmNames, RoundTripAllSeven) {
-  const std::vector<std::string> names = {"dense", "topka", "topkdsa", "gtopk",
+  const std::vector<std::string> names = {"dense",     "topka",  "topkdsa", "gtopk",
                                           "gaussiank", "oktopk", "s2"};
   ASSERT_EQ(oktopk::all_algorithms.size(), names.size());
   for (std::size_t i = 0; i < names.size(); ++i) {
@@ -40,8 +40,8 @@ TEST(AlgorithmNames, RoundTripAllSeven) {
 
 TEST(AlgorithmNames, UnknownNameThrowsListingTheValidOnes) {
   for (const char* bad : {"", "OkTopk", "topk", "dense ", "s2reducer", "gtopk\n"}) {
-    const std::string message = expect_invalid_argument(
-        [&] { oktopk::algorithm_from_string(bad); }, "oktopk::algorithm_from_string");
+    const std::string message = expect_invalid_argument([&] { oktopk::algorithm_from_string(bad); },
+                                                        "oktopk::algorithm_from_string");
     for (const Algorithm a : oktopk::all_algorithms) {
       EXPECT_NE(message.find(oktopk::to_string(a)), std::string::npos)
           << "'" << message << "' does not list " << oktopk::to_string(a);
@@ -58,8 +58,7 @@ TEST(DenseAllreduceNames, RoundTrip) {
   }
   expect_invalid_argument([] { oktopk::dense_allreduce_from_string("tree"); },
                           "oktopk::dense_allreduce_from_string");
-  expect_invalid_argument([] { Options{}.set("dense_allreduce", "tree"); },
-                          "oktopk::Options::set");
+  expect_invalid_argument([] { Options{}.set("dense_allreduce", "tree"); }, "oktopk::Options::set");
 }
 
 TEST(BalancingNames, RoundTrip) {
@@ -90,8 +89,13 @@ TEST(OptionsTest, DefaultsBoundariesAndEveryChangedFieldAreValid) {
   EXPECT_NO_THROW(Options{}.set_density(0.0).validate());
   EXPECT_NO_THROW(Options{}.set_density(1.0).validate());
   EXPECT_NO_THROW(Options{}.set_balance_threshold(1.0).validate());
-  EXPECT_NO_THROW(Options{}.set_throttle(1).set_threshold_period(1).set_repartition_period(1)
-                      .set_warmup_iterations(0).set_s2_sketch_columns(0).validate());
+  EXPECT_NO_THROW(Options{}
+                      .set_throttle(1)
+                      .set_threshold_period(1)
+                      .set_repartition_period(1)
+                      .set_warmup_iterations(0)
+                      .set_s2_sketch_columns(0)
+                      .validate());
   // The chained setters set what they name.
   const Options o = Options{}
                         .set_density(0.25)
@@ -180,12 +184,28 @@ TEST(OptionsTest, PrintsEveryFieldOnOneLine) {
   Options all;
   for (const auto& field : field_changes()) field.second(all);
   const std::string text = printed(all);
-  for (const char* expected : {"density=0.375", "warmup_iterations=7", "seed=123456789",
-                               "dense_allreduce=ring", "threshold_period=11",
-                               "repartition_period=13", "throttle=3",
-                               "balancing=on", "balance_threshold=1.5", "1.75", "1.0625", "9",
-                               "1.125", "0.25", "2.5", "1.25", "0.625", "1.375", "1.03125", "17",
-                               "s2_row_width=33", "77"}) {
+  for (const char* expected : {"density=0.375",
+                               "warmup_iterations=7",
+                               "seed=123456789",
+                               "dense_allreduce=ring",
+                               "threshold_period=11",
+                               "repartition_period=13",
+                               "throttle=3",
+                               "balancing=on",
+                               "balance_threshold=1.5",
+                               "1.75",
+                               "1.0625",
+                               "9",
+                               "1.125",
+                               "0.25",
+                               "2.5",
+                               "1.25",
+                               "0.625",
+                               "1.375",
+                               "1.03125",
+                               "17",
+                               "s2_row_width=33",
+                               "77"}) {
     EXPECT_NE(text.find(expected), std::string::npos) << "'" << expected << "' not in " << text;
   }
   EXPECT_EQ(Options{}.digest(), Options{}.digest());

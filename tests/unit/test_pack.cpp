@@ -31,7 +31,8 @@ constexpr index_type int_min = std::numeric_limits<index_type>::min();
 
 template <class T>
 std::vector<T> prefix(const std::vector<T>& v, std::size_t count) {
-  return std::vector<T>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(count, v.size())));
+  return std::vector<T>(v.begin(),
+                        v.begin() + static_cast<std::ptrdiff_t>(std::min(count, v.size())));
 }
 
 // ---- scatter_add -------------------------------------------------------------------------
@@ -90,9 +91,8 @@ TYPED_TEST(Pack, ScatterAddWithOffset) {
     auto relative = make_unique_indices((n - start) / 2 + 1, n - start, 15, false);
     auto shifted = make_unique_indices(n / 2 + 1, n, 16, false);
     for (auto& i : shifted) i += 9;
-    for (const auto& [indices, offset] :
-         {std::make_pair(relative, static_cast<count_type>(start)),
-          std::make_pair(shifted, count_type{-9})}) {
+    for (const auto& [indices, offset] : {std::make_pair(relative, static_cast<count_type>(start)),
+                                          std::make_pair(shifted, count_type{-9})}) {
       SCOPED_TRACE("n = " + std::to_string(n) + ", offset " + std::to_string(offset));
       const auto values = make_data(DataKind::heavy_tailed, indices.size(), 17);
       auto expected = cached_data(DataKind::normal, n, 3);
@@ -157,10 +157,10 @@ void check_merge(const ExecSpace& exec, const std::vector<index_type>& ai,
   const std::size_t room = ai.size() + bi.size() + extra_room;
   auto out_indices = filled_view<ExecSpace>(room, index_sentinel, "out_indices");
   auto out_values = filled_view<ExecSpace>(room, value_sentinel, "out_values");
-  const auto count = oktopk::merge_sorted(
-      exec, to_view<ExecSpace>(ai, "a_indices"), to_view<ExecSpace>(av, "a_values"),
-      to_view<ExecSpace>(bi, "b_indices"), to_view<ExecSpace>(bv, "b_values"), out_indices,
-      out_values);
+  const auto count =
+      oktopk::merge_sorted(exec, to_view<ExecSpace>(ai, "a_indices"),
+                           to_view<ExecSpace>(av, "a_values"), to_view<ExecSpace>(bi, "b_indices"),
+                           to_view<ExecSpace>(bv, "b_values"), out_indices, out_values);
   ASSERT_EQ(count, static_cast<std::int64_t>(expected.indices.size()));
   const auto n = static_cast<std::size_t>(count);
   EXPECT_TRUE(same_entries(prefix(to_vector(exec, out_indices), n), expected.indices));
@@ -175,9 +175,9 @@ TYPED_TEST(Pack, MergeSortedMatchesReference) {
       std::vector<DataKind> kinds = {DataKind::normal, DataKind::non_finite};
       if (n <= 1000) kinds.insert(kinds.end(), {DataKind::ties, DataKind::signed_zero});
       for (const auto kind : kinds) {
-        SCOPED_TRACE(std::string(to_string(overlap)) + ", |a| = " +
-                     std::to_string(pair.a.size()) + ", |b| = " + std::to_string(pair.b.size()) +
-                     ", " + to_string(kind) + " values");
+        SCOPED_TRACE(std::string(to_string(overlap)) + ", |a| = " + std::to_string(pair.a.size()) +
+                     ", |b| = " + std::to_string(pair.b.size()) + ", " + to_string(kind) +
+                     " values");
         const auto av = make_data(kind, pair.a.size(), 21);
         const auto bv = make_data(kind, pair.b.size(), 22);
         check_merge(exec, pair.a, av, pair.b, bv, 0);
@@ -235,8 +235,8 @@ void check_intersect(const ExecSpace& exec, const std::vector<index_type>& a,
   auto expected = ref::intersect_sorted(a, b);
   const std::size_t room = std::min(a.size(), b.size()) + extra_room;
   auto out = filled_view<ExecSpace>(room, index_sentinel, "out");
-  const auto count = oktopk::intersect_sorted(exec, to_view<ExecSpace>(a, "a"),
-                                              to_view<ExecSpace>(b, "b"), out);
+  const auto count =
+      oktopk::intersect_sorted(exec, to_view<ExecSpace>(a, "a"), to_view<ExecSpace>(b, "b"), out);
   ASSERT_EQ(count, static_cast<std::int64_t>(expected.size()));
   // Only `count` entries are written: the rest keep their sentinel.
   expected.resize(room, index_sentinel);

@@ -84,14 +84,14 @@ TYPED_TEST(Residual, AccumulateResidualRejectsLengthMismatch) {
   const auto c = filled_view<TypeParam>(9, 1.0f, "c");
   const auto empty = filled_view<TypeParam>(0, 1.0f, "empty");
   const std::string where = "oktopk::accumulate_residual";
-  EXPECT_TRUE(throws_invalid_argument(
-      [&] { oktopk::accumulate_residual(exec, a, b, 1.0f, a); }, where));  // grad longer
-  EXPECT_TRUE(throws_invalid_argument(
-      [&] { oktopk::accumulate_residual(exec, b, a, 1.0f, a); }, where));  // residual longer
-  EXPECT_TRUE(throws_invalid_argument(
-      [&] { oktopk::accumulate_residual(exec, a, a, 1.0f, c); }, where));  // acc shorter
-  EXPECT_TRUE(throws_invalid_argument(
-      [&] { oktopk::accumulate_residual(exec, a, a, 1.0f, b); }, where));  // acc longer
+  EXPECT_TRUE(throws_invalid_argument([&] { oktopk::accumulate_residual(exec, a, b, 1.0f, a); },
+                                      where));  // grad longer
+  EXPECT_TRUE(throws_invalid_argument([&] { oktopk::accumulate_residual(exec, b, a, 1.0f, a); },
+                                      where));  // residual longer
+  EXPECT_TRUE(throws_invalid_argument([&] { oktopk::accumulate_residual(exec, a, a, 1.0f, c); },
+                                      where));  // acc shorter
+  EXPECT_TRUE(throws_invalid_argument([&] { oktopk::accumulate_residual(exec, a, a, 1.0f, b); },
+                                      where));  // acc longer
   EXPECT_TRUE(throws_invalid_argument(
       [&] { oktopk::accumulate_residual(exec, empty, a, 1.0f, empty); }, where));
 }
@@ -127,8 +127,8 @@ TYPED_TEST(Residual, ClearAtMatchesReference) {
   for (const auto kind : all_data_kinds) {
     for (const auto n : test_sizes) {
       for (const auto& c : index_cases(n)) {
-        SCOPED_TRACE(std::string(to_string(kind)) + ", n = " + std::to_string(n) + ", " +
-                     c.what + " indices, offset " + std::to_string(c.offset));
+        SCOPED_TRACE(std::string(to_string(kind)) + ", n = " + std::to_string(n) + ", " + c.what +
+                     " indices, offset " + std::to_string(c.offset));
         auto expected = cached_data(kind, n);
         ASSERT_EQ(ref::clear_at(expected, c.indices, c.offset), 0);
         const auto v = to_view<TypeParam>(cached_data(kind, n), "v");

@@ -35,8 +35,8 @@ const float value_sentinel = float_from_bits(0x7fe5a5a5u);  // a NaN payload no 
 /// +-Inf, NaN (nothing is selected), a plain value, and |x| of an entry of x (strict: that
 /// entry is not selected).
 std::vector<float> thresholds_for(const std::vector<float>& x) {
-  std::vector<float> t = {0.0f, -0.0f, -1.0f, -inf, inf,
-                          std::numeric_limits<float>::quiet_NaN(), 1.0f};
+  std::vector<float> t = {0.0f, -0.0f, -1.0f, -inf, inf, std::numeric_limits<float>::quiet_NaN(),
+                          1.0f};
   for (std::size_t i = x.size() / 2; i < x.size(); ++i) {
     if (!std::isnan(x[i])) {
       t.push_back(std::fabs(x[i]));
@@ -160,8 +160,9 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
         const auto capacity = static_cast<std::size_t>(count) + 3;
         auto indices = filled_view<TypeParam>(capacity, index_sentinel, "indices");
         auto values = filled_view<TypeParam>(capacity, value_sentinel, "values");
-        EXPECT_EQ(oktopk::select_above_counted(exec, acc_view, first, chunk_counts, indices, values),
-                  count);
+        EXPECT_EQ(
+            oktopk::select_above_counted(exec, acc_view, first, chunk_counts, indices, values),
+            count);
         expected.indices.resize(capacity, index_sentinel);
         expected.values.resize(capacity, value_sentinel);
         EXPECT_TRUE(same_entries(to_vector(exec, indices), expected.indices));
@@ -216,16 +217,16 @@ TYPED_TEST(Select, SelectAboveThresholdEdgeCases) {
     std::vector<index_type> indices;
   };
   const std::vector<Case> cases = {
-      {2.0f, {5, 6}},                          // equal to |x|: not selected
-      {1.0f, {1, 5, 6, 7}},                    //
-      {0.0f, {0, 1, 5, 6, 7, 8}},              // zeros of both signs are not above 0
-      {-0.0f, {0, 1, 5, 6, 7, 8}},             //
-      {-1.0f, {0, 1, 2, 3, 5, 6, 7, 8}},       // negative: every non-NaN
-      {-inf, {0, 1, 2, 3, 5, 6, 7, 8}},        //
-      {sub, {0, 1, 5, 6, 7}},                  // the subnormal equals the threshold
+      {2.0f, {5, 6}},                     // equal to |x|: not selected
+      {1.0f, {1, 5, 6, 7}},               //
+      {0.0f, {0, 1, 5, 6, 7, 8}},         // zeros of both signs are not above 0
+      {-0.0f, {0, 1, 5, 6, 7, 8}},        //
+      {-1.0f, {0, 1, 2, 3, 5, 6, 7, 8}},  // negative: every non-NaN
+      {-inf, {0, 1, 2, 3, 5, 6, 7, 8}},   //
+      {sub, {0, 1, 5, 6, 7}},             // the subnormal equals the threshold
       {std::numeric_limits<float>::max(), {5, 6}},
-      {inf, {}},                               // nothing exceeds +Inf
-      {nan, {}},                               // nothing compares above NaN
+      {inf, {}},  // nothing exceeds +Inf
+      {nan, {}},  // nothing compares above NaN
   };
   for (const auto& c : cases) {
     SCOPED_TRACE("threshold = " + describe(c.threshold));
@@ -289,11 +290,16 @@ enum class Split { equal, random_with_empty, empty_ends, all_in_first, all_in_la
 
 const char* to_string(Split split) {
   switch (split) {
-    case Split::equal: return "equal";
-    case Split::random_with_empty: return "random_with_empty";
-    case Split::empty_ends: return "empty_ends";
-    case Split::all_in_first: return "all_in_first";
-    case Split::all_in_last: return "all_in_last";
+    case Split::equal:
+      return "equal";
+    case Split::random_with_empty:
+      return "random_with_empty";
+    case Split::empty_ends:
+      return "empty_ends";
+    case Split::all_in_first:
+      return "all_in_first";
+    case Split::all_in_last:
+      return "all_in_last";
   }
   return "unknown";
 }
@@ -317,7 +323,8 @@ std::vector<count_type> make_offsets(Split split, std::size_t n_size, int region
       break;
     }
     case Split::empty_ends:  // the first and the last region are empty
-      for (std::size_t r = 1; r < p; ++r) off[r] = n * static_cast<count_type>(r - 1) / std::max(regions - 2, 1);
+      for (std::size_t r = 1; r < p; ++r)
+        off[r] = n * static_cast<count_type>(r - 1) / std::max(regions - 2, 1);
       if (p >= 2) off[p - 1] = n;
       break;
     case Split::all_in_first:
@@ -354,10 +361,10 @@ TYPED_TEST(Select, SelectAboveByRegionMatchesReference) {
             const auto cap = static_cast<std::size_t>(total);
             auto indices = filled_view<TypeParam>(cap, index_sentinel, "indices");
             auto values = filled_view<TypeParam>(cap, value_sentinel, "values");
-            auto counts = filled_view<TypeParam>(static_cast<std::size_t>(regions),
-                                                 count_type{-1}, "counts");
-            ASSERT_EQ(oktopk::select_above_by_region(exec, x_view, t, offsets_view, indices,
-                                                     values, counts),
+            auto counts =
+                filled_view<TypeParam>(static_cast<std::size_t>(regions), count_type{-1}, "counts");
+            ASSERT_EQ(oktopk::select_above_by_region(exec, x_view, t, offsets_view, indices, values,
+                                                     counts),
                       total);
             EXPECT_TRUE(same_entries(to_vector(exec, counts), expected.counts));
             EXPECT_TRUE(same_entries(to_vector(exec, indices), expected.indices));
@@ -385,9 +392,8 @@ TYPED_TEST(Select, SelectAboveByRegionFewerEntriesThanRegions) {
   auto indices = filled_view<TypeParam>(2, index_sentinel, "indices");
   auto values = filled_view<TypeParam>(2, value_sentinel, "values");
   auto counts = filled_view<TypeParam>(16, count_type{-1}, "counts");
-  ASSERT_EQ(oktopk::select_above_by_region(exec, x_view, 1.0f, offsets_view, indices, values,
-                                           counts),
-            2);
+  ASSERT_EQ(
+      oktopk::select_above_by_region(exec, x_view, 1.0f, offsets_view, indices, values, counts), 2);
   std::vector<count_type> expected_counts(16, 0);
   expected_counts[1] = 1;  // x[0] in region [0, 1)
   expected_counts[4] = 1;  // x[2] in region [1, 3), at relative position 1
@@ -412,9 +418,9 @@ TYPED_TEST(Select, SelectAboveByRegionOverflowReturnsTotal) {
     auto indices = filled_view<TypeParam>(cap, index_sentinel, "indices");
     auto values = filled_view<TypeParam>(cap, value_sentinel, "values");
     auto counts = filled_view<TypeParam>(7, count_type{-1}, "counts");
-    EXPECT_EQ(oktopk::select_above_by_region(exec, x_view, 0.5f, offsets_view, indices, values,
-                                             counts),
-              total);
+    EXPECT_EQ(
+        oktopk::select_above_by_region(exec, x_view, 0.5f, offsets_view, indices, values, counts),
+        total);
     const std::vector<float> want(expected.values.begin(), expected.values.begin() + capacity);
     EXPECT_TRUE(same_entries(to_vector(exec, values), want));
   }
@@ -443,8 +449,7 @@ TYPED_TEST(Select, SelectAboveByRegionRejectsInvalidOffsets) {
     const auto offsets_view = to_view<TypeParam>(offsets, "offsets");
     EXPECT_TRUE(throws_invalid_argument(
         [&] {
-          oktopk::select_above_by_region(exec, x_view, 0.0f, offsets_view, indices, values,
-                                         counts);
+          oktopk::select_above_by_region(exec, x_view, 0.0f, offsets_view, indices, values, counts);
         },
         where));
   }

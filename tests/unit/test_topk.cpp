@@ -4,9 +4,9 @@
 #include "host_reference.hpp"
 #include "test_data.hpp"
 
-#include <oktopk/impl/kernels/inverse_normal.hpp>
 #include <oktopk/select.hpp>
 #include <oktopk/topk.hpp>
+#include <oktopk/impl/kernels/inverse_normal.hpp>
 
 #include <gtest/gtest.h>
 
@@ -56,9 +56,9 @@ std::string case_name(const char* kind, std::size_t n, std::int64_t k) {
     if (same_bits(a, t)) present = true;
   }
   if (present && above < k && k <= at_least) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << describe(t) << " is no k-th largest |x|: " << above
-                                       << " above, " << at_least << " at or above, present "
-                                       << present;
+  return ::testing::AssertionFailure()
+         << describe(t) << " is no k-th largest |x|: " << above << " above, " << at_least
+         << " at or above, present " << present;
 }
 
 // ---- kth_largest_abs ---------------------------------------------------------------------
@@ -118,9 +118,18 @@ TYPED_TEST(TopK, KthLargestDocumentedSemantics) {
       {"negative NaN", {float_from_bits(0xffffffffu), -1.0f}, 1, 1.0f},
       // NaNs whose |x| patterns share +Inf's top digits (0x7f800001..0x7f8fffff): still ignored
       // when the walk descends into +Inf's prefix.
-      {"+Inf beside a NaN sharing its top 22 bits", {inf, float_from_bits(0x7f800001u), 1.0f}, 1, inf},
-      {"+Inf beside a NaN sharing its top 11 bits", {inf, float_from_bits(0xff800200u), 1.0f}, 1, inf},
-      {"two +Inf beside such NaNs", {float_from_bits(0x7f8fffffu), inf, -inf, float_from_bits(0x7f800001u)}, 2, inf},
+      {"+Inf beside a NaN sharing its top 22 bits",
+       {inf, float_from_bits(0x7f800001u), 1.0f},
+       1,
+       inf},
+      {"+Inf beside a NaN sharing its top 11 bits",
+       {inf, float_from_bits(0xff800200u), 1.0f},
+       1,
+       inf},
+      {"two +Inf beside such NaNs",
+       {float_from_bits(0x7f8fffffu), inf, -inf, float_from_bits(0x7f800001u)},
+       2,
+       inf},
       {"ties", {-2.0f, 2.0f, 1.0f, -2.0f}, 3, 2.0f},
       {"ties, below them", {-2.0f, 2.0f, 1.0f, -2.0f}, 4, 1.0f},
   };
@@ -129,7 +138,8 @@ TYPED_TEST(TopK, KthLargestDocumentedSemantics) {
     SCOPED_TRACE(c.what);
     const auto x_view = to_view<TypeParam>(c.x, "x");
     const float got = oktopk::kth_largest_abs(exec, x_view, c.k, workspace);
-    EXPECT_TRUE(same_bits(got, c.expected)) << describe(got) << ", expected " << describe(c.expected);
+    EXPECT_TRUE(same_bits(got, c.expected))
+        << describe(got) << ", expected " << describe(c.expected);
     EXPECT_TRUE(same_bits(oktopk::kth_largest_abs(exec, x_view, c.k), c.expected));
   }
 }
@@ -149,7 +159,8 @@ TYPED_TEST(TopK, KthLargestStrictSelectionTakesKMinusOne) {
     x.push_back(std::numeric_limits<float>::quiet_NaN());
     const auto x_view = to_view<TypeParam>(x, "x");
     const auto m = static_cast<std::int64_t>(n);
-    for (const std::int64_t k : {std::int64_t{1}, std::int64_t{2}, std::int64_t{3}, m / 2, m - 1, m}) {
+    for (const std::int64_t k :
+         {std::int64_t{1}, std::int64_t{2}, std::int64_t{3}, m / 2, m - 1, m}) {
       SCOPED_TRACE(case_name("distinct", n, k));
       const float t = oktopk::kth_largest_abs(exec, x_view, k);
       EXPECT_EQ(ref::count_above(x, t), k - 1);
@@ -314,7 +325,8 @@ TYPED_TEST(TopK, EstimateSampledIsDeterministicAndTakenFromX) {
                          ", seed = " + std::to_string(seed));
             const float first = oktopk::estimate_threshold_sampled(exec, x_view, k, s, seed);
             const float second = oktopk::estimate_threshold_sampled(exec, x_view, k, s, seed);
-            EXPECT_TRUE(same_bits(first, second)) << describe(first) << " then " << describe(second);
+            EXPECT_TRUE(same_bits(first, second))
+                << describe(first) << " then " << describe(second);
             // +Inf only when the whole sample could be NaN.
             const bool found = std::binary_search(mags.begin(), mags.end(), first) ||
                                (same_bits(first, inf) && kind == DataKind::non_finite);
@@ -331,8 +343,8 @@ TYPED_TEST(TopK, EstimateSampledCountIsNearK) {
   const auto& x = cached_data(DataKind::normal, 1000000);
   const auto x_view = to_view<TypeParam>(x, "x");
   const std::int64_t k = 10000;  // density 0.01
-  for (const std::uint64_t seed : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{42},
-                                   std::uint64_t{0xdeadbeef}}) {
+  for (const std::uint64_t seed :
+       {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{42}, std::uint64_t{0xdeadbeef}}) {
     SCOPED_TRACE("seed = " + std::to_string(seed));
     const float t = oktopk::estimate_threshold_sampled(exec, x_view, k, 100000, seed);
     const auto count = ref::count_above(x, t);
@@ -379,10 +391,9 @@ TEST(InverseNormalCdf, KnownQuantiles) {
     double z;
   };
   const Known known[] = {
-      {0.975, 1.959963984540054},         {0.025, -1.959963984540054},
-      {0.005, -2.5758293035489004},       {0.995, 2.5758293035489004},
-      {1e-10, -6.361340902404056},        {0.8413447460685429, 1.0},
-      {0.15865525393145707, -1.0},        {0.9772498680518208, 2.0},
+      {0.975, 1.959963984540054},  {0.025, -1.959963984540054}, {0.005, -2.5758293035489004},
+      {0.995, 2.5758293035489004}, {1e-10, -6.361340902404056}, {0.8413447460685429, 1.0},
+      {0.15865525393145707, -1.0}, {0.9772498680518208, 2.0},
   };
   for (const auto& q : known) {
     SCOPED_TRACE("p = " + describe(q.p));
@@ -400,9 +411,9 @@ TEST(InverseNormalCdf, KnownQuantiles) {
 /// the 0.02425 switch between the approximation's branches.
 TEST(InverseNormalCdf, MatchesBisectionReference) {
   using oktopk::impl::inverse_normal_cdf;
-  std::vector<double> ps = {1e-300, 1e-200, 1e-100, 1e-50, 1e-20, 1e-15, 1e-10, 1e-5,
-                            1e-3,   0.01,   0.02,   0.0242, 0.02425, 0.0243, 0.05,  0.9757,
-                            0.97575, 0.9758, 0.99,  0.999,  0.9999};
+  std::vector<double> ps = {1e-300, 1e-200, 1e-100,  1e-50,  1e-20,  1e-15,   1e-10,
+                            1e-5,   1e-3,   0.01,    0.02,   0.0242, 0.02425, 0.0243,
+                            0.05,   0.9757, 0.97575, 0.9758, 0.99,   0.999,   0.9999};
   for (int i = 1; i < 1000; ++i) ps.push_back(i / 1000.0);
   for (const double p : ps) {
     SCOPED_TRACE("p = " + describe(p));
@@ -502,9 +513,9 @@ TYPED_TEST(TopK, GaussianThresholdEdgeCases) {
   EXPECT_EQ(oktopk::estimate_threshold_gaussian(exec, empty, 5), inf);
   EXPECT_EQ(oktopk::estimate_threshold_gaussian(exec, x_view, 1000), -inf);
   EXPECT_EQ(oktopk::estimate_threshold_gaussian(exec, x_view, 1005), -inf);
-  EXPECT_TRUE(throws_invalid_argument(
-      [&] { oktopk::estimate_threshold_gaussian(exec, x_view, -1); },
-      "oktopk::estimate_threshold_gaussian"));
+  EXPECT_TRUE(
+      throws_invalid_argument([&] { oktopk::estimate_threshold_gaussian(exec, x_view, -1); },
+                              "oktopk::estimate_threshold_gaussian"));
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
 #include <oktopk/select.hpp>
-#include <oktopk/impl/algorithms/method_base.hpp>
 #include <oktopk/topk.hpp>
+#include <oktopk/impl/algorithms/method_base.hpp>
 #include <oktopk/impl/collectives/sparse_allgatherv.hpp>
 
 #include <cmath>
@@ -24,8 +24,8 @@ class GaussianK final : public MethodBase<ExecSpace> {
   using vector_type = typename Base::vector_type;
 
  public:
-  GaussianK(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
-            const Options& options, const Layout& layout = Layout())
+  GaussianK(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options,
+            const Layout& layout = Layout())
       : Base(exec, Algorithm::GaussianK, comm, n, options, layout) {}
 
  protected:
@@ -69,7 +69,8 @@ class GaussianK final : public MethodBase<ExecSpace> {
     }
     {
       auto timer = this->phase(exec, "residual");
-      clear_at_unchecked(exec, acc, Kokkos::subview(indices_, Kokkos::make_pair(std::int64_t{0}, selected)));
+      clear_at_unchecked(exec, acc,
+                         Kokkos::subview(indices_, Kokkos::make_pair(std::int64_t{0}, selected)));
     }
   }
 

@@ -5,8 +5,8 @@
 
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
-#include <oktopk/impl/algorithms/method_base.hpp>
 #include <oktopk/topk.hpp>
+#include <oktopk/impl/algorithms/method_base.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
@@ -36,8 +36,8 @@ class GTopk final : public MethodBase<ExecSpace> {
   using index_vector_type = typename Base::index_vector_type;
 
  public:
-  GTopk(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
-        const Options& options, const Layout& layout = Layout())
+  GTopk(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options,
+        const Layout& layout = Layout())
       : Base(exec, Algorithm::GTopk, comm, n, options, layout) {}
 
  protected:
@@ -62,7 +62,7 @@ class GTopk final : public MethodBase<ExecSpace> {
     }
     stats.local_selected = local;
 
-    std::int64_t size = local;  // of my current set
+    std::int64_t size = local;                                  // of my current set
     float threshold = -std::numeric_limits<float>::infinity();  // of my last re-selection
     {
       auto timer = this->phase(exec, "tree");

@@ -48,8 +48,8 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
 
  protected:
   /// Allocates the handle's buffers on `exec` and fences it.
-  MethodBase(const ExecSpace& exec, Algorithm algorithm, const Communicator& comm,
-             std::int64_t n, const Options& options, const Layout& layout)
+  MethodBase(const ExecSpace& exec, Algorithm algorithm, const Communicator& comm, std::int64_t n,
+             const Options& options, const Layout& layout)
       : Base(exec, algorithm, comm, n, options, layout),
         kth_workspace_(exec),
         acc_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::SparseAllreduce::acc"),
@@ -116,7 +116,9 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
     Kokkos::Timer timer_;
     int uncaught_at_start_ = std::uncaught_exceptions();
   };
-  PhaseTimer phase(const ExecSpace& exec, const char* name) { return PhaseTimer(*this, exec, name); }
+  PhaseTimer phase(const ExecSpace& exec, const char* name) {
+    return PhaseTimer(*this, exec, name);
+  }
 
   /// Dense allreduce of `in` (SUM) into `out`, then out /= P, by options_.dense_allreduce.
   /// `in` and `out` may be the same. With `count_nonfinite`, returns how many averages this
@@ -167,7 +169,7 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
 
 template <class ExecSpace>
 void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector_type& grad,
-                                            const vector_type& out) {
+                                       const vector_type& out) {
   constexpr const char* where = "oktopk::SparseAllreduce::reduce";
   ScopedRegion region("oktopk::SparseAllreduce::reduce");
   const ReduceStats previous_stats = this->stats_;  // restored if the call is rejected
@@ -193,7 +195,8 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
     if (length_ok && !as_is) {
       auto timer = phase(exec, "accumulate");
       if (uses_error_feedback()) {
-        nonfinite = accumulated_.run(exec, this->residual_, grad, acc_, accumulate_count_levels(), this->k_);
+        nonfinite = accumulated_.run(exec, this->residual_, grad, acc_, accumulate_count_levels(),
+                                     this->k_);
       } else {
         nonfinite = copy_counting_nonfinite(exec, grad, acc_);
       }
@@ -208,20 +211,21 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
   OKTOPK_REQUIRE(same_handle, std::invalid_argument, where,
                  "the ranks' calls at this position belong to different handles (numbers "
                      << -bad_rank[3] << " to " << bad_rank[2] << " of their communicator; this "
-                     << "rank's is " << this->serial_ << ", " << this->algorithm_ << " on n = " << this->n_
-                     << "): launch calls in the same order on every rank");
-  OKTOPK_REQUIRE(bad_rank[0] == 0, std::invalid_argument, where,
-                 "grad and out must have length " << this->n_ << " on every rank; rank "
-                                                  << bad_rank[0] - 1 << " passed "
-                                                  << (this->comm_.rank() + 1 == bad_rank[0]
-                                                          ? std::to_string(grad.extent(0)) + " and " +
-                                                                std::to_string(out.extent(0))
-                                                          : std::string("other lengths")));
-  OKTOPK_REQUIRE(bad_rank[1] == 0, std::invalid_argument, where,
-                 "the gradient (plus residual) holds NaN or Inf on rank " << bad_rank[1] - 1
-                     << (this->comm_.rank() + 1 == bad_rank[1]
-                             ? " (" + std::to_string(nonfinite) + " entries)"
-                             : std::string()));
+                     << "rank's is " << this->serial_ << ", " << this->algorithm_ << " on n = "
+                     << this->n_ << "): launch calls in the same order on every rank");
+  OKTOPK_REQUIRE(
+      bad_rank[0] == 0, std::invalid_argument, where,
+      "grad and out must have length "
+          << this->n_ << " on every rank; rank " << bad_rank[0] - 1 << " passed "
+          << (this->comm_.rank() + 1 == bad_rank[0]
+                  ? std::to_string(grad.extent(0)) + " and " + std::to_string(out.extent(0))
+                  : std::string("other lengths")));
+  OKTOPK_REQUIRE(
+      bad_rank[1] == 0, std::invalid_argument, where,
+      "the gradient (plus residual) holds NaN or Inf on rank "
+          << bad_rank[1] - 1
+          << (this->comm_.rank() + 1 == bad_rank[1] ? " (" + std::to_string(nonfinite) + " entries)"
+                                                    : std::string()));
 
   // Non-finite averages of an as-is call, counted over all ranks: NaN or Inf in some rank's
   // gradient, or a sum that overflows. The same on every rank, so all throw below.
@@ -233,8 +237,9 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
       nonfinite_averages = dense_step(exec, grad, out, true);
       auto timer = phase(exec, "check");
       // MPI_Allreduce leaves every rank the whole average, the ring each rank its own chunk.
-      this->comm_.allreduce_in_place(&nonfinite_averages, 1,
-                               this->options_.dense_allreduce == DenseAlgorithm::Ring ? MPI_SUM : MPI_MAX);
+      this->comm_.allreduce_in_place(
+          &nonfinite_averages, 1,
+          this->options_.dense_allreduce == DenseAlgorithm::Ring ? MPI_SUM : MPI_MAX);
     } else if (this->iteration_ <= this->options_.warmup_iterations) {
       dense_step(exec, acc_, out, false);
       Kokkos::deep_copy(exec, this->residual_, 0.0f);
@@ -242,7 +247,8 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
       reduce_step(exec, acc_, out);
       if (uses_error_feedback()) std::swap(this->residual_, acc_);
     }
-    for (const auto& [name, traffic] : this->comm_.traffic()) this->stats_.phases[name].traffic = traffic;
+    for (const auto& [name, traffic] : this->comm_.traffic())
+      this->stats_.phases[name].traffic = traffic;
     if (!this->layout_.empty()) count_segment_nonzeros(exec, out);
   });
   if (nonfinite_averages != 0) {
@@ -256,22 +262,21 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
       bad_input = nonfinite == 0 ? 0 : this->comm_.rank() + 1;
       this->comm_.allreduce_in_place(&bad_input, 1, MPI_MAX);
     });
-    OKTOPK_REQUIRE(bad_input == 0, std::invalid_argument, where,
-                   "the gradient holds NaN or Inf on rank " << bad_input - 1
-                       << (this->comm_.rank() + 1 == bad_input
-                               ? " (" + std::to_string(nonfinite) + " entries)"
-                               : std::string()));
+    OKTOPK_REQUIRE(
+        bad_input == 0, std::invalid_argument, where,
+        "the gradient holds NaN or Inf on rank "
+            << bad_input - 1
+            << (this->comm_.rank() + 1 == bad_input ? " (" + std::to_string(nonfinite) + " entries)"
+                                                    : std::string()));
     OKTOPK_REQUIRE(false, std::invalid_argument, where,
-                   "the sum over ranks overflows to Inf at " << nonfinite_averages
-                       << " entries (every gradient is finite)");
+                   "the sum over ranks overflows to Inf at "
+                       << nonfinite_averages << " entries (every gradient is finite)");
   }
   this->last_out_ = out;
 }
 
-
 template <class ExecSpace>
-void MethodBase<ExecSpace>::count_segment_nonzeros(const ExecSpace& exec,
-                                                        const vector_type& out) {
+void MethodBase<ExecSpace>::count_segment_nonzeros(const ExecSpace& exec, const vector_type& out) {
   this->stats_.segments.clear();
   this->stats_.segments.reserve(this->layout_.segments().size());
   for (const Segment& segment : this->layout_.segments()) {
@@ -283,7 +288,6 @@ void MethodBase<ExecSpace>::count_segment_nonzeros(const ExecSpace& exec,
   }
 }
 
-
 template <class ExecSpace>
 template <class Body>
 void MethodBase<ExecSpace>::run_or_abort(std::int64_t call, Body&& body) {
@@ -292,23 +296,24 @@ void MethodBase<ExecSpace>::run_or_abort(std::int64_t call, Body&& body) {
   try {
     body();
   } catch (const std::exception& e) {
-    abort_after_local_failure(this->comm_, e.what(), failed_phase_.empty() ? "other" : failed_phase_,
-                                    this->algorithm_, call);
+    abort_after_local_failure(this->comm_, e.what(),
+                              failed_phase_.empty() ? "other" : failed_phase_, this->algorithm_,
+                              call);
   } catch (...) {
     abort_after_local_failure(this->comm_, "an exception of unknown type",
-                                    failed_phase_.empty() ? "other" : failed_phase_, this->algorithm_,
-                                    call);
+                              failed_phase_.empty() ? "other" : failed_phase_, this->algorithm_,
+                              call);
   }
 }
 
 template <class ExecSpace>
 template <class In>
 std::int64_t MethodBase<ExecSpace>::dense_average(const ExecSpace& exec, const In& in,
-                                                       const vector_type& out,
-                                                       bool count_nonfinite) {
+                                                  const vector_type& out, bool count_nonfinite) {
   if (this->options_.dense_allreduce == DenseAlgorithm::Ring) {
     // The ring's count rides on a pass it makes anyway.
-    const std::int64_t nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_received_);
+    const std::int64_t nonfinite =
+        ring_allreduce_average(exec, this->comm_, in, out, ring_received_);
     return count_nonfinite ? nonfinite : 0;
   }
   if (in.data() == out.data()) {
@@ -329,10 +334,10 @@ std::int64_t MethodBase<ExecSpace>::dense_average(const ExecSpace& exec, const I
 template <class ExecSpace>
 template <class In>
 std::int64_t MethodBase<ExecSpace>::dense_step(const ExecSpace& exec, const In& in,
-                                                    const vector_type& out,
-                                                    bool count_nonfinite) {
+                                               const vector_type& out, bool count_nonfinite) {
   this->stats_.dense = true;
-  this->stats_.local_threshold = this->stats_.global_threshold = -std::numeric_limits<float>::infinity();
+  this->stats_.local_threshold = this->stats_.global_threshold =
+      -std::numeric_limits<float>::infinity();
   this->stats_.local_selected = this->stats_.global_selected = this->n_;
   auto timer = phase(exec, "dense_allreduce");
   return dense_average(exec, in, out, count_nonfinite);
@@ -340,9 +345,9 @@ std::int64_t MethodBase<ExecSpace>::dense_step(const ExecSpace& exec, const In& 
 
 template <class ExecSpace>
 std::int64_t MethodBase<ExecSpace>::select_into(const ExecSpace& exec, const vector_type& x,
-                                                     float threshold, index_vector_type& indices,
-                                                     vector_type& values,
-                                                     const KnownAbove<ExecSpace>& known) {
+                                                float threshold, index_vector_type& indices,
+                                                vector_type& values,
+                                                const KnownAbove<ExecSpace>& known) {
   std::int64_t count = select_known(exec, known, x, threshold, indices, values);
   if (count > static_cast<std::int64_t>(std::min(indices.extent(0), values.extent(0)))) {
     ensure_capacity(exec, indices, count);
@@ -354,13 +359,12 @@ std::int64_t MethodBase<ExecSpace>::select_into(const ExecSpace& exec, const vec
 
 template <class ExecSpace>
 float MethodBase<ExecSpace>::topk_threshold(const ExecSpace& exec, const vector_type& x,
-                                                 std::int64_t k) {
+                                            std::int64_t k) {
   const auto n = static_cast<std::int64_t>(x.extent(0));
   if (k <= 0) return std::numeric_limits<float>::infinity();
   if (k >= n) return -std::numeric_limits<float>::infinity();
   return kth_largest_abs(exec, x, k + 1, kth_workspace_);
 }
-
 
 }  // namespace oktopk::impl
 

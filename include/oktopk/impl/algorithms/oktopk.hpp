@@ -110,12 +110,14 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
     for (auto& o : offsets) o = in.i64();
     in.expect_end();
     // Before the first repartition (warm-up calls) every boundary is still 0.
-    const bool initial = std::all_of(offsets.begin(), offsets.end(), [](std::int64_t o) { return o == 0; });
+    const bool initial =
+        std::all_of(offsets.begin(), offsets.end(), [](std::int64_t o) { return o == 0; });
     const bool valid = offsets.front() == 0 && offsets.back() == this->n_ &&
                        std::is_sorted(offsets.begin(), offsets.end());
     if (!initial && !valid) {
-      throw StateError(false, "checkpoint is corrupt: Ok-Topk region boundaries are not a "
-                              "partition of [0, n)");
+      throw StateError(false,
+                       "checkpoint is corrupt: Ok-Topk region boundaries are not a "
+                       "partition of [0, n)");
     }
     return [this, local, global, offsets](const ExecSpace& exec) {
       local_threshold_ = local;
@@ -135,8 +137,8 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
   impl::CountLevels accumulate_count_levels() const override {
     const Options& o = this->options_;
     const std::int64_t call = this->iteration_ + 1;
-    const bool reused = call > o.warmup_iterations &&
-                        (call - o.warmup_iterations - 1) % o.threshold_period != 0;
+    const bool reused =
+        call > o.warmup_iterations && (call - o.warmup_iterations - 1) % o.threshold_period != 0;
     if (!reused || !(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return {};
     return guard_levels(local_threshold_, o.guard_step, o.guard_low > 0.0 ? o.guard_loops : 0,
                         o.guard_loops + 1);
@@ -176,8 +178,9 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
     const float selected_above = local_threshold_;
     // Chunk counts at this threshold, and the candidates above it, when the accumulate pass
     // or the guard counted it (host spaces).
-    split_and_reduce(exec, this->comm_, acc, local_threshold_, this->accumulated_.known_above(local_threshold_),
-                     offsets_, offsets_device_, o.throttle, split_, this->timed(exec));
+    split_and_reduce(exec, this->comm_, acc, local_threshold_,
+                     this->accumulated_.known_above(local_threshold_), offsets_, offsets_device_,
+                     o.throttle, split_, this->timed(exec));
     stats.local_selected = split_.selected;
     nudge(local_threshold_, split_.selected, o.local_low, o.local_high, o.local_step);
 
@@ -252,8 +255,8 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
       for (int j = 0; j < levels.count; ++j) {
         if (levels.threshold[j] == t) return counts[j];
       }
-      levels = guard_levels(t, o.guard_step, o.guard_low > 0.0 ? o.guard_loops : 0,
-                            o.guard_loops + 1);
+      levels =
+          guard_levels(t, o.guard_step, o.guard_low > 0.0 ? o.guard_loops : 0, o.guard_loops + 1);
       count_above_levels(exec, split_.region, levels, counts);
       this->comm_.allreduce_in_place(counts, levels.count, MPI_SUM);
       for (int j = 0; j < levels.count; ++j) {

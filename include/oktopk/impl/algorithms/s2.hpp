@@ -37,7 +37,6 @@ struct S2Buffers {
                static_cast<std::size_t>(sketch.rows)) {}
 };
 
-
 /// \brief S2's buffers for a fused buffer with a Layout: everything one allreduce carries,
 /// [sketch table | bitmap over the sparse rows (as floats, so one SUM adds it too: a row is in
 /// the union where the sum is non-zero) | the Dense segments' entries], plus the compacted
@@ -60,9 +59,9 @@ struct S2SegmentBuffers {
               fused_length(sketch, map)),
         union_rows(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::s2::union_rows"),
                    static_cast<std::size_t>(map.sparse_rows)),
-        union_entry_begin(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                                             "oktopk::s2::union_entry_begin"),
-                          static_cast<std::size_t>(map.sparse_rows)) {
+        union_entry_begin(
+            Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::s2::union_entry_begin"),
+            static_cast<std::size_t>(map.sparse_rows)) {
     const auto cells = static_cast<std::size_t>(sketch.cells());
     const auto rows = static_cast<std::size_t>(map.sparse_rows);
     table = Kokkos::subview(fused, Kokkos::make_pair(std::size_t{0}, cells));
@@ -81,7 +80,6 @@ struct S2SegmentBuffers {
     return static_cast<std::size_t>(length);
   }
 };
-
 
 /// \brief S2 Reducer: count sketch + row bitmap, both allreduced.
 ///
@@ -113,11 +111,11 @@ class S2Reducer final : public MethodBase<ExecSpace> {
   using vector_type = typename Base::vector_type;
 
  public:
-  S2Reducer(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
-            const Options& options, const Layout& layout = Layout())
+  S2Reducer(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options,
+            const Layout& layout = Layout())
       : S2Reducer(exec, comm, n, options, layout,
                   CountSketch::make("oktopk::make_sparse_allreduce",
-                                 layout.empty() ? n : layout.sparse_entries(), options)) {}
+                                    layout.empty() ? n : layout.sparse_entries(), options)) {}
 
   const CountSketch& sketch() const { return sketch_; }
 
@@ -146,8 +144,8 @@ class S2Reducer final : public MethodBase<ExecSpace> {
     }
     {
       auto timer = this->phase(exec, "decode");
-      stats.global_selected = decode_marked_rows(exec, sketch_, buffers_.table, buffers_.bitmap, out,
-                                        static_cast<float>(this->comm_.size()));
+      stats.global_selected = decode_marked_rows(exec, sketch_, buffers_.table, buffers_.bitmap,
+                                                 out, static_cast<float>(this->comm_.size()));
     }
     stats.local_threshold = stats.global_threshold = 0.0f;
   }
@@ -171,8 +169,8 @@ class S2Reducer final : public MethodBase<ExecSpace> {
     const bool feedback = uses_error_feedback();
     {
       auto timer = this->phase(exec, "sketch");
-      stats.local_selected = sketch_segments(exec, sketch_, map_, acc, b.table, b.bitmap) +
-                             map_.dense_entries;
+      stats.local_selected =
+          sketch_segments(exec, sketch_, map_, acc, b.table, b.bitmap) + map_.dense_entries;
     }
     if (feedback) {
       // Before the allreduce, while the table is still this rank's own sketch.
@@ -192,7 +190,7 @@ class S2Reducer final : public MethodBase<ExecSpace> {
       auto timer = this->phase(exec, "decode");
       unpack_dense_segments(exec, map_, b.dense, out, P);
       stats.global_selected = decode_segments(exec, sketch_, map_, b.table, b.bitmap, out, P,
-                                                 b.union_rows, b.union_entry_begin) +
+                                              b.union_rows, b.union_entry_begin) +
                               map_.dense_entries;
     }
     stats.local_threshold = stats.global_threshold = 0.0f;
@@ -203,6 +201,5 @@ class S2Reducer final : public MethodBase<ExecSpace> {
   SegmentMap<typename ExecSpace::memory_space> map_;
   S2SegmentBuffers<ExecSpace> segment_buffers_;
 };
-
 
 }  // namespace oktopk::impl

@@ -30,8 +30,8 @@ class TopkAllgather final : public MethodBase<ExecSpace> {
       selected = this->select_into(exec, acc, stats.local_threshold, indices_, values_);
     }
     stats.local_selected = selected;
-    sparse_allgatherv(exec, this->comm_, indices_, values_, selected, Balancing::Off, 1.0,
-                      gather_, this->timed(exec));
+    sparse_allgatherv(exec, this->comm_, indices_, values_, selected, Balancing::Off, 1.0, gather_,
+                      this->timed(exec));
     {
       auto timer = this->phase(exec, "reduce");
       average_gathered(exec, gather_, out, this->comm_.size());
@@ -40,7 +40,8 @@ class TopkAllgather final : public MethodBase<ExecSpace> {
     stats.global_selected = gather_.total;
     {
       auto timer = this->phase(exec, "residual");
-      clear_at_unchecked(exec, acc, Kokkos::subview(indices_, Kokkos::make_pair(std::int64_t{0}, selected)));
+      clear_at_unchecked(exec, acc,
+                         Kokkos::subview(indices_, Kokkos::make_pair(std::int64_t{0}, selected)));
     }
   }
 

@@ -6,9 +6,9 @@
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
 #include <oktopk/impl/algorithms/method_base.hpp>
-#include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/collectives/sparse_allgatherv.hpp>
 #include <oktopk/impl/collectives/split_and_reduce.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -28,8 +28,8 @@ class TopkDSA final : public MethodBase<ExecSpace> {
   using memory_space = typename Base::memory_space;
 
  public:
-  TopkDSA(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
-          const Options& options, const Layout& layout = Layout())
+  TopkDSA(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options,
+          const Layout& layout = Layout())
       : Base(exec, Algorithm::TopkDSA, comm, n, options, layout) {
     // Equal regions of floor(n/P) entries; the last one also takes the remainder.
     const int P = this->comm_.size();
@@ -64,9 +64,9 @@ class TopkDSA final : public MethodBase<ExecSpace> {
       auto timer = this->phase(exec, "residual");
       ensure_capacity(exec, selected_indices_, state_.selected);
       selected_global_indices(exec, state_, offsets_device_, selected_indices_);
-      clear_at_unchecked(exec, acc,
-                         Kokkos::subview(selected_indices_,
-                                         Kokkos::make_pair(std::int64_t{0}, state_.selected)));
+      clear_at_unchecked(
+          exec, acc,
+          Kokkos::subview(selected_indices_, Kokkos::make_pair(std::int64_t{0}, state_.selected)));
     }
 
     // My reduced region's non-zeros, with region-relative indices.

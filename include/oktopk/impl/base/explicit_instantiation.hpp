@@ -39,11 +39,11 @@
 #endif
 
 /// M(Class, Space) for every execution space of this Kokkos build that the list above knows.
-#define OKTOPK_IMPL_FOR_EACH_EXEC_SPACE(M, Class)                                            \
-  OKTOPK_IMPL_ON_CUDA(M, Class)                                                             \
-  OKTOPK_IMPL_ON_HIP(M, Class)                                                              \
-  OKTOPK_IMPL_ON_OPENMP(M, Class)                                                           \
-  OKTOPK_IMPL_ON_THREADS(M, Class)                                                          \
+#define OKTOPK_IMPL_FOR_EACH_EXEC_SPACE(M, Class) \
+  OKTOPK_IMPL_ON_CUDA(M, Class)                   \
+  OKTOPK_IMPL_ON_HIP(M, Class)                    \
+  OKTOPK_IMPL_ON_OPENMP(M, Class)                 \
+  OKTOPK_IMPL_ON_THREADS(M, Class)                \
   OKTOPK_IMPL_ON_SERIAL(M, Class)
 
 #define OKTOPK_IMPL_EXTERN_TEMPLATE(Class, Space) extern template class Class<Space>;

@@ -41,8 +41,8 @@ inline constexpr bool accessible_from_v =
 /// A rank-1 View of T in ExecSpace's memory, not initialized, allocated in stream order.
 template <class T, class ExecSpace>
 Kokkos::View<T*, typename ExecSpace::memory_space> make_uninitialized(const ExecSpace& exec,
-                                                                       const std::string& label,
-                                                                       std::size_t n) {
+                                                                      const std::string& label,
+                                                                      std::size_t n) {
   return Kokkos::View<T*, typename ExecSpace::memory_space>(
       Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, label), n);
 }
@@ -82,12 +82,12 @@ KOKKOS_INLINE_FUNCTION std::int64_t upper_bound(const View& sorted, std::int64_t
 }  // namespace oktopk::impl
 
 /// Compile-time checks every kernel entry point makes on its View arguments.
-#define OKTOPK_STATIC_CHECK_VIEW(ExecSpace, View, ValueType, what)                           \
-  static_assert(Kokkos::is_view<View>::value, what " must be a Kokkos::View");              \
-  static_assert(View::rank == 1, what " must be a rank-1 View");                             \
+#define OKTOPK_STATIC_CHECK_VIEW(ExecSpace, View, ValueType, what)                              \
+  static_assert(Kokkos::is_view<View>::value, what " must be a Kokkos::View");                  \
+  static_assert(View::rank == 1, what " must be a rank-1 View");                                \
   static_assert(std::is_same<std::remove_const_t<typename View::value_type>, ValueType>::value, \
-                what " has the wrong value type");                                           \
-  static_assert(::oktopk::impl::accessible_from_v<ExecSpace, View>,                         \
+                what " has the wrong value type");                                              \
+  static_assert(::oktopk::impl::accessible_from_v<ExecSpace, View>,                             \
                 what " must be accessible from the execution space")
 
 #define OKTOPK_STATIC_CHECK_WRITABLE(View, what) \

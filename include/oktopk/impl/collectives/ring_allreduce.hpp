@@ -42,7 +42,7 @@ std::int64_t ring_add_average(const ExecSpace& exec, const In& in, const Out& ou
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "oktopk::ring_allreduce::add_average", RangeOf<ExecSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& nonfinite) {
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& nonfinite) {
         const float average = (in(begin + i) + received(i)) / divisor;
         out(begin + i) = average;
         if (!is_finite(average)) ++nonfinite;
@@ -61,9 +61,9 @@ std::int64_t ring_add_average(const ExecSpace& exec, const In& in, const Out& ou
 /// add this rank's input to it; after the last step chunk r + 1 holds the whole sum. Allgather
 /// step s: send chunk r + 1 - s, receive chunk r - s, both finished sums.
 template <class ExecSpace, class In, class Out>
-std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& comm, const In& in,
-                                    const Out& out,
-                                    Kokkos::View<value_type*, typename ExecSpace::memory_space>& received) {
+std::int64_t ring_allreduce_average(
+    const ExecSpace& exec, const Communicator& comm, const In& in, const Out& out,
+    Kokkos::View<value_type*, typename ExecSpace::memory_space>& received) {
   const auto n = static_cast<std::int64_t>(out.extent(0));
   const int P = comm.size();
   const int me = comm.rank();

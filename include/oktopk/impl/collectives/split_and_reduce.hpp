@@ -8,9 +8,9 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/pack.hpp>
 #include <oktopk/select.hpp>
-#include <oktopk/impl/kernels/candidates.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/kernels/candidates.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -31,7 +31,7 @@ struct SplitReduce {
   Kokkos::View<count_type*, Memory> send_counts_device{"oktopk::SplitReduce::send_counts", 0};
   // host_mirror_type, not the HostMirror alias that Kokkos 4.7 deprecates.
   typename Kokkos::View<count_type*, Memory>::host_mirror_type send_counts_host;
-  std::vector<std::int64_t> send_counts;  // per region
+  std::vector<std::int64_t> send_counts;   // per region
   std::vector<std::int64_t> send_offsets;  // start of each region's group, P + 1 entries
   /// send_offsets in the execution space's memory, computed there (no copy from the host).
   Kokkos::View<count_type*, Memory> send_offsets_device{"oktopk::SplitReduce::send_offsets", 0};
@@ -53,8 +53,7 @@ template <class ExecSpace, class Counts, class Offsets>
 void prefix_offsets(const ExecSpace& exec, const Counts& counts, const Offsets& offsets) {
   const auto parts = static_cast<int>(counts.extent(0));
   Kokkos::parallel_for(
-      "oktopk::split_and_reduce::send_offsets", RangeOf<ExecSpace>(exec, 0, 1),
-      KOKKOS_LAMBDA(int) {
+      "oktopk::split_and_reduce::send_offsets", RangeOf<ExecSpace>(exec, 0, 1), KOKKOS_LAMBDA(int) {
         count_type running = 0;
         offsets(0) = 0;
         for (int r = 0; r < parts; ++r) {
@@ -76,11 +75,11 @@ void prefix_offsets(const ExecSpace& exec, const Counts& counts, const Offsets& 
 /// is the target of everyone at once. Steps go in groups of `throttle` (the messages in
 /// flight); while a group travels, the previous group's data is added into the region.
 template <class ExecSpace, class Acc, class Timed>
-void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc& acc,
-                      float threshold, const KnownAbove<ExecSpace>& known,
-                      const std::vector<std::int64_t>& offsets,
-                      const Kokkos::View<count_type*, typename ExecSpace::memory_space>& offsets_device,
-                      int throttle, SplitReduce<ExecSpace>& state, Timed&& timed) {
+void split_and_reduce(
+    const ExecSpace& exec, const Communicator& comm, const Acc& acc, float threshold,
+    const KnownAbove<ExecSpace>& known, const std::vector<std::int64_t>& offsets,
+    const Kokkos::View<count_type*, typename ExecSpace::memory_space>& offsets_device, int throttle,
+    SplitReduce<ExecSpace>& state, Timed&& timed) {
   const int P = comm.size();
   const int me = comm.rank();
   using Memory = typename ExecSpace::memory_space;
@@ -112,20 +111,23 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
     fence(exec, "oktopk::split_and_reduce: counts to host");
     state.send_counts.assign(state.send_counts_host.data(), state.send_counts_host.data() + P);
     state.send_offsets.assign(P + 1, 0);
-    for (int r = 0; r < P; ++r) state.send_offsets[r + 1] = state.send_offsets[r] + state.send_counts[r];
+    for (int r = 0; r < P; ++r)
+      state.send_offsets[r + 1] = state.send_offsets[r] + state.send_counts[r];
   }
 
   auto timer = timed("split_reduce");
   state.recv_counts.assign(P, 0);
   comm.alltoall(state.send_counts.data(), state.recv_counts.data(), 1);
   state.recv_offsets.assign(P + 1, 0);
-  for (int r = 0; r < P; ++r) state.recv_offsets[r + 1] = state.recv_offsets[r] + state.recv_counts[r];
+  for (int r = 0; r < P; ++r)
+    state.recv_offsets[r + 1] = state.recv_offsets[r] + state.recv_counts[r];
   ensure_capacity(exec, state.recv_indices, state.recv_offsets[P]);
   ensure_capacity(exec, state.recv_values, state.recv_offsets[P]);
   const std::int64_t region_size = offsets[me + 1] - offsets[me];
   if (static_cast<std::int64_t>(state.region.extent(0)) != region_size) {
-    state.region = Kokkos::View<value_type*, Memory>(
-        Kokkos::view_alloc(exec, "oktopk::SplitReduce::region"), static_cast<std::size_t>(region_size));
+    state.region =
+        Kokkos::View<value_type*, Memory>(Kokkos::view_alloc(exec, "oktopk::SplitReduce::region"),
+                                          static_cast<std::size_t>(region_size));
   } else {
     Kokkos::deep_copy(exec, state.region, 0.0f);
   }
@@ -138,7 +140,8 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
     }
   };
   // My own part needs no message.
-  add_from(state.send_indices, state.send_values, state.send_offsets[me], state.send_offsets[me + 1]);
+  add_from(state.send_indices, state.send_values, state.send_offsets[me],
+           state.send_offsets[me + 1]);
 
   const std::int64_t sent = state.send_offsets[P];
   const std::int64_t received = state.recv_offsets[P];
@@ -155,32 +158,40 @@ void split_and_reduce(const ExecSpace& exec, const Communicator& comm, const Acc
       const int dst = (me + s) % P;
       const int src = (me - s + P) % P;
       if (state.recv_counts[src] > 0) {
-        comm.irecv(recv_idx.data() + state.recv_offsets[src], state.recv_counts[src], src, 1, requests);
-        comm.irecv(recv_val.data() + state.recv_offsets[src], state.recv_counts[src], src, 2, requests);
+        comm.irecv(recv_idx.data() + state.recv_offsets[src], state.recv_counts[src], src, 1,
+                   requests);
+        comm.irecv(recv_val.data() + state.recv_offsets[src], state.recv_counts[src], src, 2,
+                   requests);
       }
       if (state.send_counts[dst] > 0) {
-        comm.isend(send_idx.data() + state.send_offsets[dst], state.send_counts[dst], dst, 1, requests);
-        comm.isend(send_val.data() + state.send_offsets[dst], state.send_counts[dst], dst, 2, requests);
+        comm.isend(send_idx.data() + state.send_offsets[dst], state.send_counts[dst], dst, 1,
+                   requests);
+        comm.isend(send_val.data() + state.send_offsets[dst], state.send_counts[dst], dst, 2,
+                   requests);
       }
     }
     OKTOPK_FAULT_POINT(comm, "posted");
     // Overlap: add the previous group's data while this group is in flight.
     for (int s = pending_first; s <= pending_last; ++s) {
       const int src = (me - s + P) % P;
-      add_from(state.recv_indices, state.recv_values, state.recv_offsets[src], state.recv_offsets[src + 1]);
+      add_from(state.recv_indices, state.recv_values, state.recv_offsets[src],
+               state.recv_offsets[src + 1]);
     }
     requests.wait_all();
     for (int s = first; s <= last; ++s) {
       const int src = (me - s + P) % P;
-      mpi_received(exec, recv_idx, state.recv_indices, state.recv_offsets[src], state.recv_offsets[src + 1]);
-      mpi_received(exec, recv_val, state.recv_values, state.recv_offsets[src], state.recv_offsets[src + 1]);
+      mpi_received(exec, recv_idx, state.recv_indices, state.recv_offsets[src],
+                   state.recv_offsets[src + 1]);
+      mpi_received(exec, recv_val, state.recv_values, state.recv_offsets[src],
+                   state.recv_offsets[src + 1]);
     }
     pending_first = first;
     pending_last = last;
   }
   for (int s = pending_first; s <= pending_last; ++s) {
     const int src = (me - s + P) % P;
-    add_from(state.recv_indices, state.recv_values, state.recv_offsets[src], state.recv_offsets[src + 1]);
+    add_from(state.recv_indices, state.recv_values, state.recv_offsets[src],
+             state.recv_offsets[src + 1]);
   }
 }
 
@@ -194,8 +205,7 @@ void selected_global_indices(const ExecSpace& exec, const SplitReduce<ExecSpace>
   const auto group_offsets = state.send_offsets_device;
   const auto regions = static_cast<std::int64_t>(group_offsets.extent(0)) - 1;
   Kokkos::parallel_for(
-      "oktopk::split_and_reduce::global_indices",
-      impl::RangeOf<ExecSpace>(exec, 0, state.selected),
+      "oktopk::split_and_reduce::global_indices", impl::RangeOf<ExecSpace>(exec, 0, state.selected),
       KOKKOS_LAMBDA(std::int64_t j) {
         // The last group starting at or before j: empty groups share their start with the next.
         const auto r = upper_bound(group_offsets, regions + 1, j) - 1;

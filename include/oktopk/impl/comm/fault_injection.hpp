@@ -57,8 +57,8 @@ inline Spec parse_spec() {
   std::string rank, call;
   if (!std::getline(in, rank, ':') || !std::getline(in, spec.phase, ':') ||
       !std::getline(in, call, ':') || !std::getline(in, spec.kind, ':')) {
-    throw std::invalid_argument(std::string("OKTOPK_FAULT: expected RANK:PHASE:CALL:KIND[:POINT], got '") +
-                                text + "'");
+    throw std::invalid_argument(
+        std::string("OKTOPK_FAULT: expected RANK:PHASE:CALL:KIND[:POINT], got '") + text + "'");
   }
   std::getline(in, spec.point, ':');
   if (spec.point.empty()) spec.point = "enter";

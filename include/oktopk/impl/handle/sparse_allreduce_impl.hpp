@@ -56,7 +56,6 @@ ReduceRequest SparseAllreduce<ExecSpace>::reduce_async(const ExecSpace& exec,
   return ReduceRequest(impl::enqueue([this, exec, grad, out] { reduce_now(exec, grad, out); }));
 }
 
-
 template <class ExecSpace>
 void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream& os) const {
   impl::ScopedRegion region("oktopk::SparseAllreduce::save_state");
@@ -122,8 +121,8 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
         version == impl::state_format_version_without_layout ? Layout().digest() : head.i64();
     head.expect_end();
     if (algorithm >= all_algorithms.size()) {
-      throw impl::StateError(false, "checkpoint is corrupt: unknown algorithm number " +
-                                        std::to_string(algorithm));
+      throw impl::StateError(
+          false, "checkpoint is corrupt: unknown algorithm number " + std::to_string(algorithm));
     }
     const auto written_for = all_algorithms[algorithm];
     if (written_for != algorithm_) {
@@ -144,23 +143,26 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
       throw impl::StateError(true, "checkpoint was written by rank " + std::to_string(rank));
     }
     if (digest != options_.digest()) {
-      throw impl::StateError(true, "checkpoint was written with other options than this "
-                                   "handle's (options digest " +
-                                       std::to_string(digest) + ", this handle's " +
-                                       std::to_string(options_.digest()) + ")");
+      throw impl::StateError(true,
+                             "checkpoint was written with other options than this "
+                             "handle's (options digest " +
+                                 std::to_string(digest) + ", this handle's " +
+                                 std::to_string(options_.digest()) + ")");
     }
     if (layout_digest != layout_.digest()) {
-      throw impl::StateError(true, "checkpoint was written by a handle with another layout than "
-                                   "this handle's (layout digest " +
-                                       std::to_string(layout_digest) + ", this handle's " +
-                                       std::to_string(layout_.digest()) + ")");
+      throw impl::StateError(true,
+                             "checkpoint was written by a handle with another layout than "
+                             "this handle's (layout digest " +
+                                 std::to_string(layout_digest) + ", this handle's " +
+                                 std::to_string(layout_.digest()) + ")");
     }
     if (iteration < 0) {
-      throw impl::StateError(false, "checkpoint is corrupt: negative call counter " +
-                                        std::to_string(iteration));
+      throw impl::StateError(
+          false, "checkpoint is corrupt: negative call counter " + std::to_string(iteration));
     }
     residual = Kokkos::View<value_type*, Kokkos::HostSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::SparseAllreduce::restored_residual"),
+        Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                           "oktopk::SparseAllreduce::restored_residual"),
         static_cast<std::size_t>(n_));
     in.section_floats("RESD", "residual", residual.data(), residual.extent(0));
     // Method sections are small: thresholds and P + 1 region boundaries.
@@ -210,12 +212,12 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
   impl::fence(exec, "oktopk::SparseAllreduce::restore_state: state installed");
 }
 
-
 template <class ExecSpace>
 SparseResult<typename ExecSpace::memory_space> SparseAllreduce<ExecSpace>::result(
     const ExecSpace& exec) const {
   SparseResult<memory_space> r;
-  const auto capacity = static_cast<std::size_t>(last_out_.extent(0) == 0 ? 0 : stats_.global_selected + 1);
+  const auto capacity =
+      static_cast<std::size_t>(last_out_.extent(0) == 0 ? 0 : stats_.global_selected + 1);
   r.indices = index_vector_type(
       Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::SparseResult::indices"),
       capacity);
@@ -230,6 +232,5 @@ SparseResult<typename ExecSpace::memory_space> SparseAllreduce<ExecSpace>::resul
   }
   return r;
 }
-
 
 }  // namespace oktopk

@@ -25,7 +25,8 @@ inline constexpr std::uint32_t state_format_version_without_layout = 1;
 /// (std::runtime_error).
 class StateError : public std::runtime_error {
  public:
-  StateError(bool mismatch, const std::string& what) : std::runtime_error(what), mismatch_(mismatch) {}
+  StateError(bool mismatch, const std::string& what)
+      : std::runtime_error(what), mismatch_(mismatch) {}
   bool mismatch() const { return mismatch_; }
 
  private:

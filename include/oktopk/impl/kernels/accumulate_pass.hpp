@@ -46,11 +46,10 @@ class AccumulatePass {
     if (!runs_on_host_v<ExecSpace> && levels.count > 1) levels.count = 1;
     if (runs_on_host_v<ExecSpace> && levels.count > 0 &&
         static_cast<int>(chunk_counts_.extent(0)) < levels.count) {
-      chunk_counts_ = ChunkCounts(
-          Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                             "oktopk::AccumulatePass::chunk_counts"),
-          static_cast<std::size_t>(max_count_levels),
-          static_cast<std::size_t>(chunk_count<ExecSpace>(n)));
+      chunk_counts_ = ChunkCounts(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                                     "oktopk::AccumulatePass::chunk_counts"),
+                                  static_cast<std::size_t>(max_count_levels),
+                                  static_cast<std::size_t>(chunk_count<ExecSpace>(n)));
     }
     const AccumulateCounts counts = accumulate(exec, residual, grad, acc, levels, k);
     levels_ = levels;
@@ -103,8 +102,7 @@ class AccumulatePass {
       const auto n = static_cast<std::int64_t>(acc.extent(0));
       // Room for a whole chunk (k above about n/8) would keep as much as acc itself, twice its
       // memory, to save nothing: such handles read acc.
-      const bool worth_keeping =
-          candidate_capacity<ExecSpace>(n, k) < chunk_length_v<ExecSpace>;
+      const bool worth_keeping = candidate_capacity<ExecSpace>(n, k) < chunk_length_v<ExecSpace>;
       if (levels.count > 0 && worth_keeping) {
         if (candidates_.capacity == 0) allocate_candidates(exec, n, k);
         return accumulate_keeping_candidates(exec, residual, grad, acc, levels, chunk_counts_,
@@ -119,11 +117,9 @@ class AccumulatePass {
     const auto chunks = static_cast<std::size_t>(chunk_count<ExecSpace>(n));
     const auto kept = chunks * static_cast<std::size_t>(candidates_.stride());
     candidates_.indices = decltype(candidates_.indices)(
-        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::Candidates::indices"),
-        kept);
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::Candidates::indices"), kept);
     candidates_.values = decltype(candidates_.values)(
-        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::Candidates::values"),
-        kept);
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::Candidates::values"), kept);
     candidates_.counts = decltype(candidates_.counts)(
         Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::Candidates::counts"),
         chunks);

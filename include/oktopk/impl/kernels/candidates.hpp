@@ -7,9 +7,9 @@
 
 #include <oktopk/fwd.hpp>
 #include <oktopk/select.hpp>
-#include <oktopk/impl/kernels/count_levels.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/kernels/count_levels.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -123,13 +123,14 @@ AccumulateCounts accumulate_keeping_candidates(const ExecSpace& exec, const Resi
   std::int64_t packed = 0;  // as in accumulate_counting: non-finite count above bit 32
   Kokkos::parallel_reduce(
       "oktopk::accumulate_keeping_candidates", RangeOf<ExecSpace>(exec, 0, chunks),
-      KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
+      KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& sum) {
         const std::int64_t begin = c * chunk;
         const std::int64_t end = begin + chunk < n ? begin + chunk : n;
         unsigned char hits[chunk / group];
         std::int64_t above = 0;
-        const std::int64_t bad = accumulate_chunk(residual_data + begin, grad_data + begin,
-                                                  acc_data + begin, end - begin, first, hits, above);
+        const std::int64_t bad =
+            accumulate_chunk(residual_data + begin, grad_data + begin, acc_data + begin,
+                             end - begin, first, hits, above);
         std::int64_t counts[max_count_levels] = {};
         if (above <= capacity) {
           std::int64_t kept = c * stride;
@@ -187,7 +188,7 @@ std::int64_t select_candidates(const ExecSpace& exec, const Candidates<ExecSpace
   std::int64_t count = 0;
   Kokkos::parallel_scan(
       "oktopk::select_candidates::offsets", RangeOf<ExecSpace>(exec, 0, chunks),
-      KOKKOS_LAMBDA(std::int64_t c, std::int64_t& slot, bool final) {
+      KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& slot, bool final) {
         if (final) first_slot(c) = slot;
         slot += chunk_counts(c);
       },

@@ -110,9 +110,8 @@ struct CountSketch {
   /// (entries that share a cell may be added at once).
   template <class Table>
   KOKKOS_INLINE_FUNCTION void add(const Table& table, std::int64_t key, float value) const {
-    for_each_cell(key, [&](int, std::int64_t c, float sign) {
-      Kokkos::atomic_add(&table(c), sign * value);
-    });
+    for_each_cell(
+        key, [&](int, std::int64_t c, float sign) { Kokkos::atomic_add(&table(c), sign * value); });
   }
 
   /// The count-sketch estimate of entry x: the median over sketch rows q of
@@ -139,8 +138,7 @@ struct CountSketch {
 
   /// The value of rank `rank` (from 0, ascending) among e[0, sketch_rows): the entry with
   /// exactly `rank` entries before it, counting equal entries at lower positions as before.
-  KOKKOS_INLINE_FUNCTION float order_statistic(const float (&e)[max_sketch_rows],
-                                               int rank) const {
+  KOKKOS_INLINE_FUNCTION float order_statistic(const float (&e)[max_sketch_rows], int rank) const {
     float result = 0.0f;
     for (int a = 0; a < max_sketch_rows; ++a) {
       int before = 0;
@@ -153,22 +151,20 @@ struct CountSketch {
   }
 };
 
-
-
 /// Clears `table` and `bitmap`, then, for every non-zero x(i): table(q, h_q(i)) += s_q(i)·x(i)
 /// and bitmap(row of i) = 1. Returns the non-zeros of x. One pass over x, one entry per work
 /// item, so neighbouring GPU threads read neighbouring entries. Several entries of a row may
 /// mark it at once; they all store the same byte.
 template <class ExecSpace, class X, class Table, class Bitmap>
 std::int64_t sketch_nonzeros(const ExecSpace& exec, const CountSketch& sketch, const X& x,
-                       const Table& table, const Bitmap& bitmap) {
+                             const Table& table, const Bitmap& bitmap) {
   const CountSketch s = sketch;
   Kokkos::deep_copy(exec, table, 0.0f);
   Kokkos::deep_copy(exec, bitmap, static_cast<unsigned char>(0));
   std::int64_t nonzeros = 0;
   Kokkos::parallel_reduce(
       "oktopk::count_sketch::sketch", RangeOf<ExecSpace>(exec, 0, s.n),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
         const float v = x(i);
         if (v == 0.0f) return;
         ++count;
@@ -183,7 +179,7 @@ std::int64_t sketch_nonzeros(const ExecSpace& exec, const CountSketch& sketch, c
 /// feedback keeps of what the sketch lost.
 template <class ExecSpace, class Table, class X>
 void subtract_own_estimate(const ExecSpace& exec, const CountSketch& sketch, const Table& table,
-                          const X& x) {
+                           const X& x) {
   const CountSketch s = sketch;
   Kokkos::parallel_for(
       "oktopk::count_sketch::subtract_own_estimate", RangeOf<ExecSpace>(exec, 0, s.n),
@@ -196,13 +192,14 @@ void subtract_own_estimate(const ExecSpace& exec, const CountSketch& sketch, con
 /// out(i) = estimate(table, i) / divisor on the rows the bitmap marks, 0 elsewhere; returns the
 /// number of entries in marked rows.
 template <class ExecSpace, class Table, class Bitmap, class Out>
-std::int64_t decode_marked_rows(const ExecSpace& exec, const CountSketch& sketch, const Table& table,
-                       const Bitmap& bitmap, const Out& out, float divisor) {
+std::int64_t decode_marked_rows(const ExecSpace& exec, const CountSketch& sketch,
+                                const Table& table, const Bitmap& bitmap, const Out& out,
+                                float divisor) {
   const CountSketch s = sketch;
   std::int64_t covered = 0;
   Kokkos::parallel_reduce(
       "oktopk::count_sketch::decode", RangeOf<ExecSpace>(exec, 0, s.n),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
         if (bitmap(i / s.row_width) != 0) {
           out(i) = s.estimate(table, i) / divisor;
           ++count;

@@ -31,11 +31,11 @@ KOKKOS_INLINE_FUNCTION std::uint32_t abs_key(float x) { return float_to_bits(x) 
 
 /// What one histogram pass needs to know about the digit it counts.
 struct RadixDigit {
-  int shift;              // position of the digit's lowest bit in the key
-  int bins;               // 2^(digit width)
-  int prefix_shift;       // key >> prefix_shift are the digits fixed by earlier passes
-  std::uint32_t prefix;   // their value
-  bool first_pass;        // nothing fixed yet: count every non-NaN key
+  int shift;             // position of the digit's lowest bit in the key
+  int bins;              // 2^(digit width)
+  int prefix_shift;      // key >> prefix_shift are the digits fixed by earlier passes
+  std::uint32_t prefix;  // their value
+  bool first_pass;       // nothing fixed yet: count every non-NaN key
 
   KOKKOS_INLINE_FUNCTION bool counts(std::uint32_t key) const {
     // NaN keys exceed the infinity key. Some NaNs share +Inf's leading digits, so a prefix
@@ -101,10 +101,10 @@ void radix_histogram_host(const ExecSpace& exec, const XView& x, const RadixDigi
   constexpr int copies = 4;
   constexpr std::int64_t group = 16;
   const auto n = static_cast<std::int64_t>(x.extent(0));
-  const std::int64_t stretches = std::max<std::int64_t>(1, std::min<std::int64_t>(exec.concurrency(), n));
+  const std::int64_t stretches =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(exec.concurrency(), n));
   Kokkos::parallel_for(
-      "oktopk::kth_largest_abs::histogram_host",
-      impl::RangeOf<ExecSpace>(exec, 0, stretches),
+      "oktopk::kth_largest_abs::histogram_host", impl::RangeOf<ExecSpace>(exec, 0, stretches),
       KOKKOS_LAMBDA(std::int64_t s) {
         int local[copies << radix_max_bits];
         for (int b = 0; b < copies * digit.bins; ++b) local[b] = 0;
@@ -161,7 +161,8 @@ void radix_histogram_device(const ExecSpace& exec, const XView& x, const RadixDi
   Kokkos::parallel_for(
       "oktopk::kth_largest_abs::histogram_device", policy, KOKKOS_LAMBDA(const Member& team) {
         ScratchBins local(team.team_scratch(0), digit.bins);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, digit.bins), [&](int b) { local(b) = 0; });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, digit.bins),
+                             [&](int b) { local(b) = 0; });
         team.team_barrier();
         const std::int64_t begin = n * team.league_rank() / team.league_size();
         const std::int64_t end = n * (team.league_rank() + 1) / team.league_size();

@@ -20,7 +20,7 @@ std::int64_t scatter_in_range(const ExecSpace& exec, const char* label, const Id
   std::int64_t outside = 0;
   Kokkos::parallel_reduce(
       label, RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t j, std::int64_t& bad) {
+      KOKKOS_LAMBDA(const std::int64_t j, std::int64_t& bad) {
         const std::int64_t i = indices(j) + offset;
         if (i >= 0 && i < n) {
           apply(i, j);

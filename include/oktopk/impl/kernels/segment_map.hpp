@@ -99,7 +99,8 @@ struct SegmentMap {
   /// The first sparse entry number of row `row`, and its number of entries.
   KOKKOS_INLINE_FUNCTION std::int64_t row_entries(std::int64_t row, std::int64_t& count) const {
     const std::int64_t s = find(sparse_row_begin, sparse_segments, row);
-    const std::int64_t first = sparse_entry_begin(s) + (row - sparse_row_begin(s)) * sparse_width(s);
+    const std::int64_t first =
+        sparse_entry_begin(s) + (row - sparse_row_begin(s)) * sparse_width(s);
     const std::int64_t segment_end = sparse_entry_begin(s + 1);
     count = segment_end - first < sparse_width(s) ? segment_end - first : sparse_width(s);
     return first;

@@ -14,13 +14,12 @@
 
 namespace oktopk::impl {
 
-
 /// Clears `table` and `bitmap`, then, for every non-zero acc entry of a SparseRows segment
 /// (sparse entry e): table(q, h_q(e)) += s_q(e)·value and bitmap(its row) = 1. Returns the
 /// non-zeros. One work item per sparse entry, in buffer order within each segment.
 template <class ExecSpace, class Map, class Acc, class Table, class Bitmap>
 std::int64_t sketch_segments(const ExecSpace& exec, const CountSketch& sketch, const Map& map,
-                                const Acc& acc, const Table& table, const Bitmap& bitmap) {
+                             const Acc& acc, const Table& table, const Bitmap& bitmap) {
   const CountSketch s = sketch;
   const Map m = map;
   Kokkos::deep_copy(exec, table, 0.0f);
@@ -28,7 +27,7 @@ std::int64_t sketch_segments(const ExecSpace& exec, const CountSketch& sketch, c
   std::int64_t nonzeros = 0;
   Kokkos::parallel_reduce(
       "oktopk::count_sketch::sketch_segments", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
-      KOKKOS_LAMBDA(std::int64_t e, std::int64_t& count) {
+      KOKKOS_LAMBDA(const std::int64_t e, std::int64_t& count) {
         std::int64_t row = 0;
         const float v = acc(m.sparse_position(e, row));
         if (v == 0.0f) return;
@@ -43,13 +42,13 @@ std::int64_t sketch_segments(const ExecSpace& exec, const CountSketch& sketch, c
 /// acc -= estimate(table) on the non-zero sparse entries (error feedback, with this rank's
 /// own sketch).
 template <class ExecSpace, class Map, class Table, class Acc>
-void subtract_own_estimate_segments(const ExecSpace& exec, const CountSketch& sketch, const Map& map,
-                                   const Table& table, const Acc& acc) {
+void subtract_own_estimate_segments(const ExecSpace& exec, const CountSketch& sketch,
+                                    const Map& map, const Table& table, const Acc& acc) {
   const CountSketch s = sketch;
   const Map m = map;
   Kokkos::parallel_for(
-      "oktopk::count_sketch::subtract_own_estimate_segments", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
-      KOKKOS_LAMBDA(std::int64_t e) {
+      "oktopk::count_sketch::subtract_own_estimate_segments",
+      RangeOf<ExecSpace>(exec, 0, m.sparse_entries), KOKKOS_LAMBDA(std::int64_t e) {
         std::int64_t row = 0;
         const std::int64_t i = m.sparse_position(e, row);
         const float v = acc(i);
@@ -61,7 +60,7 @@ void subtract_own_estimate_segments(const ExecSpace& exec, const CountSketch& sk
 /// sent exactly, so error feedback keeps nothing of it).
 template <class ExecSpace, class Map, class Acc, class Dense>
 void pack_dense_segments(const ExecSpace& exec, const Map& map, const Acc& acc, const Dense& dense,
-                   bool clear) {
+                         bool clear) {
   const Map m = map;
   Kokkos::parallel_for(
       "oktopk::count_sketch::pack_dense", RangeOf<ExecSpace>(exec, 0, m.dense_entries),
@@ -74,8 +73,8 @@ void pack_dense_segments(const ExecSpace& exec, const Map& map, const Acc& acc, 
 
 /// out(position of packed entry d) = dense(d) / divisor.
 template <class ExecSpace, class Map, class Dense, class Out>
-void unpack_dense_segments(const ExecSpace& exec, const Map& map, const Dense& dense, const Out& out,
-                     float divisor) {
+void unpack_dense_segments(const ExecSpace& exec, const Map& map, const Dense& dense,
+                           const Out& out, float divisor) {
   const Map m = map;
   Kokkos::parallel_for(
       "oktopk::count_sketch::unpack_dense", RangeOf<ExecSpace>(exec, 0, m.dense_entries),
@@ -88,9 +87,8 @@ void unpack_dense_segments(const ExecSpace& exec, const Map& map, const Dense& d
 /// entries only, neighbouring work items on neighbouring entries. Returns the entries decoded.
 template <class ExecSpace, class Map, class Table, class Bitmap, class Out, class Rows>
 std::int64_t decode_segments(const ExecSpace& exec, const CountSketch& sketch, const Map& map,
-                                const Table& table, const Bitmap& bitmap, const Out& out,
-                                float divisor, const Rows& union_rows,
-                                const Rows& union_entry_begin) {
+                             const Table& table, const Bitmap& bitmap, const Out& out,
+                             float divisor, const Rows& union_rows, const Rows& union_entry_begin) {
   const CountSketch s = sketch;
   const Map m = map;
   const std::int64_t rows = m.sparse_rows;
@@ -101,7 +99,7 @@ std::int64_t decode_segments(const ExecSpace& exec, const CountSketch& sketch, c
   std::int64_t totals = 0;
   Kokkos::parallel_scan(
       "oktopk::count_sketch::compact_union_rows", RangeOf<ExecSpace>(exec, 0, rows),
-      KOKKOS_LAMBDA(std::int64_t row, std::int64_t& prefix, bool final) {
+      KOKKOS_LAMBDA(const std::int64_t row, std::int64_t& prefix, bool final) {
         if (bitmap(row) == 0.0f) return;
         std::int64_t entries = 0;
         m.row_entries(row, entries);
@@ -127,8 +125,8 @@ std::int64_t decode_segments(const ExecSpace& exec, const CountSketch& sketch, c
       KOKKOS_LAMBDA(std::int64_t u) {
         const std::int64_t slot = Map::find(union_entry_begin, union_count, u);
         std::int64_t entries = 0;
-        const std::int64_t e = m.row_entries(union_rows(slot), entries) + u -
-                               union_entry_begin(slot);
+        const std::int64_t e =
+            m.row_entries(union_rows(slot), entries) + u - union_entry_begin(slot);
         std::int64_t row = 0;
         out(m.sparse_position(e, row)) = s.estimate(table, e) / divisor;
       });

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <oktopk/fwd.hpp>
-#include <oktopk/impl/kernels/count_levels.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/kernels/count_levels.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -21,7 +21,7 @@ KOKKOS_INLINE_FUNCTION bool is_finite(float x) {
 
 /// What accumulate_counting() found in acc.
 struct AccumulateCounts {
-  std::int64_t nonfinite = 0;                   ///< entries that are NaN or +-Inf
+  std::int64_t nonfinite = 0;                 ///< entries that are NaN or +-Inf
   std::int64_t above[max_count_levels] = {};  ///< entries with |acc| > each level's threshold
 };
 
@@ -54,7 +54,7 @@ AccumulateCounts accumulate_counting(const ExecSpace& exec, const Residual& resi
   std::int64_t packed = 0;
   Kokkos::parallel_reduce(
       "oktopk::accumulate_counting", RangeOf<ExecSpace>(exec, 0, chunks),
-      KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
+      KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& sum) {
         const std::int64_t begin = c * chunk;
         const std::int64_t end = begin + chunk < n ? begin + chunk : n;
         std::int64_t bad = 0;
@@ -95,7 +95,7 @@ std::int64_t count_above_by_chunk(const ExecSpace& exec, const X& x, float thres
   std::int64_t total = 0;
   Kokkos::parallel_reduce(
       "oktopk::count_above_by_chunk", RangeOf<ExecSpace>(exec, 0, chunks),
-      KOKKOS_LAMBDA(std::int64_t c, std::int64_t& sum) {
+      KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& sum) {
         const std::int64_t begin = c * chunk;
         const std::int64_t end = begin + chunk < n ? begin + chunk : n;
         std::int64_t above = 0;
@@ -113,7 +113,7 @@ std::int64_t copy_counting_nonfinite(const ExecSpace& exec, const From& from, co
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "oktopk::copy_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, from.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
         const float x = from(i);
         to(i) = x;
         if (!is_finite(x)) ++count;
@@ -128,7 +128,7 @@ std::int64_t count_nonfinite(const ExecSpace& exec, const X& x) {
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "oktopk::count_nonfinite", RangeOf<ExecSpace>(exec, 0, x.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
         if (!is_finite(x(i))) ++count;
       },
       bad);
@@ -143,7 +143,7 @@ std::int64_t divide_counting_nonfinite(const ExecSpace& exec, const In& in, cons
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "oktopk::divide_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, out.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& count) {
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
         const float average = in(i) / divisor;
         out(i) = average;
         if (!is_finite(average)) ++count;
@@ -222,7 +222,7 @@ std::int64_t select_pairs_above(const ExecSpace& exec, const Idx& indices, const
   std::int64_t selected = 0;
   Kokkos::parallel_scan(
       "oktopk::select_pairs_above", RangeOf<ExecSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(std::int64_t j, std::int64_t& slot, bool final) {
+      KOKKOS_LAMBDA(const std::int64_t j, std::int64_t& slot, bool final) {
         const float v = values(j);
         if (abs(v) > threshold) {
           if (final && slot < capacity) {

@@ -61,5 +61,4 @@ void local_borderline_counts(const ExecSpace& exec, const Communicator& comm,
   mpi_allreduce_in_place(exec, comm, flags, MPI_SUM);
 }
 
-
 }  // namespace oktopk::impl

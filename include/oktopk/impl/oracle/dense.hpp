@@ -38,8 +38,7 @@ void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
         "oktopk::expected_result::abs", RangeOf<ExecSpace>(exec, 0, n),
         KOKKOS_LAMBDA(std::int64_t i) { bound(i) = abs(acc(i)); });
     mpi_allreduce_in_place(exec, comm, bound, MPI_SUM);
-    const float scale =
-        2.0f * static_cast<float>(P - 1) * float_roundoff / static_cast<float>(P);
+    const float scale = 2.0f * static_cast<float>(P - 1) * float_roundoff / static_cast<float>(P);
     Kokkos::parallel_for(
         "oktopk::expected_result::ring_slack", RangeOf<ExecSpace>(exec, 0, n),
         KOKKOS_LAMBDA(std::int64_t i) { bound(i) *= scale; });

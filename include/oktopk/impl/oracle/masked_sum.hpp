@@ -68,5 +68,4 @@ void expected_masked_sum(const ExecSpace& exec, const SparseAllreduce<ExecSpace>
       });
 }
 
-
 }  // namespace oktopk::impl

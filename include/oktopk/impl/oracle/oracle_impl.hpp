@@ -81,7 +81,6 @@ void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& ha
   impl::fence(exec, "oktopk::expected_result");
 }
 
-
 template <class ExecSpace>
 std::int64_t count_mismatches(
     const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
@@ -111,7 +110,7 @@ std::int64_t count_mismatches(
   std::int64_t wrong = 0;
   Kokkos::parallel_reduce(
       "oktopk::count_mismatches", impl::RangeOf<ExecSpace>(exec, 0, n),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t& bad) {
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& bad) {
         const float o = out(i);
         const float e = expected(i);
         bool mismatch = !impl::is_finite(o) || o != reference(i);
@@ -126,6 +125,5 @@ std::int64_t count_mismatches(
   comm.allreduce_in_place(&wrong, 1, MPI_MAX);
   return wrong;
 }
-
 
 }  // namespace oktopk

@@ -36,10 +36,10 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
   constexpr const char* where = "oktopk::impl::s2_oracle";
   const CountSketch sketch = CountSketch::make(where, n, options);
   ScopedRegion region("oktopk::expected_result::s2_oracle");
-  int bad_rank = static_cast<std::int64_t>(acc.extent(0)) == n &&
-                         static_cast<std::int64_t>(out.extent(0)) == n
-                     ? 0
-                     : comm.rank() + 1;
+  int bad_rank =
+      static_cast<std::int64_t>(acc.extent(0)) == n && static_cast<std::int64_t>(out.extent(0)) == n
+          ? 0
+          : comm.rank() + 1;
   comm.allreduce_in_place(&bad_rank, 1, MPI_MAX);
   OKTOPK_REQUIRE(bad_rank == 0, std::invalid_argument, where,
                  "acc and out must have length " << n << " on every rank; rank " << bad_rank - 1
@@ -47,17 +47,17 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
   S2Buffers<ExecSpace> buffers(exec, sketch);
   sketch_nonzeros(exec, sketch, acc, buffers.table, buffers.bitmap);  // for the rows it marks
   mpi_allreduce_in_place(exec, comm, buffers.bitmap, MPI_MAX);
-  auto mean = make_uninitialized<float>(exec, "oktopk::expected_result::s2_oracle_mean", static_cast<std::size_t>(n));
+  auto mean = make_uninitialized<float>(exec, "oktopk::expected_result::s2_oracle_mean",
+                                        static_cast<std::size_t>(n));
   Kokkos::deep_copy(exec, mean, acc);
   mpi_allreduce_in_place(exec, comm, mean, MPI_SUM);
   divide(exec, mean, mean, static_cast<float>(comm.size()));
-  auto mean_rows = make_uninitialized<unsigned char>(exec, "oktopk::expected_result::s2_oracle_mean_rows",
-                                                    static_cast<std::size_t>(sketch.rows));
+  auto mean_rows = make_uninitialized<unsigned char>(
+      exec, "oktopk::expected_result::s2_oracle_mean_rows", static_cast<std::size_t>(sketch.rows));
   sketch_nonzeros(exec, sketch, mean, buffers.table, mean_rows);
   decode_marked_rows(exec, sketch, buffers.table, buffers.bitmap, out, 1.0f);
   fence(exec, "oktopk::expected_result::s2_oracle");
 }
-
 
 /// The median of e[0, count) (sorted in place): the middle value, or for even counts the mean
 /// of the two middle ones. Written apart from CountSketch::estimate, so the oracle does not check
@@ -212,6 +212,5 @@ void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle
         slack(i) = 4.0f * float_roundoff * worst / ranks;
       });
 }
-
 
 }  // namespace oktopk::impl
