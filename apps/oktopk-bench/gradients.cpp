@@ -77,20 +77,20 @@ void GradientSource::fill(const Exec& exec, std::int64_t call, const Vector& gra
 
 void GradientSource::draw_once(const Exec& exec, std::size_t n) {
   own_draws_ =
-      Vector(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk-bench::own_draws"), n);
+      Vector(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::bench::own_draws"), n);
   if (args_.dist.kind != DistKind::Correlated) {
     generate(exec, -1, own_draws_);
     return;
   }
   shared_draws_ = Vector(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk-bench::shared_draws"), n);
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::bench::shared_draws"), n);
   const auto rank = static_cast<std::uint64_t>(world_.rank());
   const std::uint64_t own = stream_key(args_.seed, rank, -1);
   const std::uint64_t shared = stream_key(args_.seed, shared_stream, -1);
   const auto own_draws = own_draws_;
   const auto shared_draws = shared_draws_;
   Kokkos::parallel_for(
-      "oktopk-bench::draw_once",
+      "oktopk::bench::draw_once",
       Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
         own_draws(i) = static_cast<float>(normal_at(own, i));
@@ -114,7 +114,8 @@ void GradientSource::shift(const Exec& exec, std::int64_t call, const Vector& gr
   const auto own_draws = own_draws_;
   const auto shared_draws = correlated ? shared_draws_ : own_draws_;
   Kokkos::parallel_for(
-      "oktopk-bench::shift", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+      "oktopk::bench::shift",
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
         const auto j = static_cast<std::uint64_t>(i);
         const std::int64_t o = i + own_offset < n ? i + own_offset : i + own_offset - n;
@@ -138,7 +139,7 @@ void GradientSource::generate(const Exec& exec, std::int64_t call, const Vector&
   const double b = std::sqrt(1.0 - std::min(p, 1.0));
   const std::int64_t width = rows_width;
   Kokkos::parallel_for(
-      "oktopk-bench::generate",
+      "oktopk::bench::generate",
       Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, grad.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) {
         const auto j = static_cast<std::uint64_t>(i);
@@ -177,7 +178,7 @@ void GradientSource::read(const Exec& exec, std::int64_t call, const Vector& gra
   const std::int64_t record = (call * P + world_.rank()) % file_.count;
   if (host_.extent(0) != static_cast<std::size_t>(n)) {
     host_ = Kokkos::View<float*, Kokkos::HostSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk-bench::file_gradient"),
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::bench::file_gradient"),
         static_cast<std::size_t>(n));
   }
   std::string error;
@@ -207,7 +208,7 @@ void dump_gradients(const Exec& exec, const oktopk::Communicator& world, const A
   world.bcast(&ok, 1, 0);
   if (ok == 0) throw std::runtime_error("cannot write gradient file '" + args.dump_path + "'");
 
-  Vector grad("oktopk-bench::dump_grad", static_cast<std::size_t>(n));
+  Vector grad("oktopk::bench::dump_grad", static_cast<std::size_t>(n));
   auto host = Kokkos::create_mirror_view(grad);
   std::vector<float> all(rank == 0 ? static_cast<std::size_t>(n * P) : 0);
   for (std::int64_t t = 0; t < calls; ++t) {

@@ -98,16 +98,15 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
   const auto n = static_cast<std::size_t>(args.n);
   // The handle gets its own duplicate, so the benchmark's own calls never mix with its traffic.
   oktopk::Communicator comm(MPI_COMM_WORLD);
-  // The log only in the timed calls: the warm-up's messages would be kept and dropped unread.
   const auto handle =
       oktopk::make_sparse_allreduce(exec, algorithm, comm, args.n, args.options, args.layout);
-  Vector grad("oktopk-bench::grad", n);
-  Vector out("oktopk-bench::out", n);
+  Vector grad("oktopk::bench::grad", n);
+  Vector out("oktopk::bench::out", n);
   Vector acc, expected, slack;
   if (args.check) {
-    acc = Vector("oktopk-bench::acc", n);
-    expected = Vector("oktopk-bench::expected", n);
-    slack = Vector("oktopk-bench::slack", n);
+    acc = Vector("oktopk::bench::acc", n);
+    expected = Vector("oktopk::bench::expected", n);
+    slack = Vector("oktopk::bench::slack", n);
   }
   const std::int64_t calls = args.warmup + args.iters;
   const auto iters = static_cast<std::size_t>(args.iters);
@@ -129,11 +128,12 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
       const auto g = grad;
       const auto a = acc;
       Kokkos::parallel_for(
-          "oktopk-bench::acc",
+          "oktopk::bench::acc",
           Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
           KOKKOS_LAMBDA(std::int64_t i) { a(i) = residual(i) + g(i); });
     }
     exec.fence();
+    // The log only in the timed calls: the warm-up's messages would be kept and dropped unread.
     if (trace.enabled()) comm.set_message_log(timed);
     world.barrier();
     Kokkos::Timer timer;
@@ -150,7 +150,7 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
       trace.add_call(result.algo, call - args.warmup, comm);
       std::int64_t nonzeros = 0;
       Kokkos::parallel_reduce(
-          "oktopk-bench::nnz",
+          "oktopk::bench::nnz",
           Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
           KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
             count += out(i) != 0.0f ? 1 : 0;
@@ -184,7 +184,7 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
   world.allreduce_in_place(&result.bytes_call_max, 1, MPI_MAX);
   result.nnz_avg = nnz_sum / static_cast<double>(iters);
   Kokkos::parallel_reduce(
-      "oktopk-bench::nnz", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+      "oktopk::bench::nnz", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) { count += out(i) != 0.0f ? 1 : 0; },
       result.nnz);
   if (args.phases) result.phases = aggregate_phases(world, phase_log);
@@ -196,9 +196,9 @@ Result run_mpi_baseline(const Exec& exec, const oktopk::Communicator& world, con
                         GradientSource& source, Progress& progress, Trace& trace) {
   const auto n = static_cast<std::size_t>(args.n);
   oktopk::Communicator comm(MPI_COMM_WORLD);
-  Vector grad("oktopk-bench::grad", n);
-  Kokkos::View<float*, Kokkos::HostSpace> send("oktopk-bench::mpi_send", n);
-  Kokkos::View<float*, Kokkos::HostSpace> receive("oktopk-bench::mpi_receive", n);
+  Vector grad("oktopk::bench::grad", n);
+  Kokkos::View<float*, Kokkos::HostSpace> send("oktopk::bench::mpi_send", n);
+  Kokkos::View<float*, Kokkos::HostSpace> receive("oktopk::bench::mpi_receive", n);
   const std::int64_t calls = args.warmup + args.iters;
   const auto iters = static_cast<std::size_t>(args.iters);
   std::vector<double> seconds(iters, 0.0);

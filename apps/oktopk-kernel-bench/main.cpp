@@ -135,11 +135,12 @@ std::vector<Row> run(const Options& o) {
   const auto k = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(o.density * n)));
   const auto size = static_cast<std::size_t>(n);
 
-  Floats x("bench::x", size), y("bench::y", size), residual("bench::residual", size);
+  Floats x("oktopk::kernel_bench::x", size), y("oktopk::kernel_bench::y", size),
+      residual("oktopk::kernel_bench::residual", size);
   {
     Kokkos::Random_XorShift64_Pool<ExecSpace> pool(o.seed);
     Kokkos::parallel_for(
-        "bench::fill_normal",
+        "oktopk::kernel_bench::fill_normal",
         Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
         KOKKOS_LAMBDA(std::int64_t i) {
           auto gen = pool.get_state();
@@ -151,8 +152,8 @@ std::vector<Row> run(const Options& o) {
   const float threshold = oktopk::kth_largest_abs(exec, x, k, workspace);
   // Room for the k-1 strictly-above entries plus ties at the threshold.
   const auto capacity = static_cast<std::size_t>(oktopk::count_above(exec, x, threshold) + 1);
-  Indices indices("bench::indices", capacity);
-  Floats values("bench::values", capacity);
+  Indices indices("oktopk::kernel_bench::indices", capacity);
+  Floats values("oktopk::kernel_bench::values", capacity);
   const std::int64_t selected = oktopk::select_above(exec, x, threshold, indices, values);
   const auto selected_range = std::make_pair(std::int64_t{0}, selected);
   const auto sel_idx = Kokkos::subview(indices, selected_range);
@@ -177,13 +178,13 @@ std::vector<Row> run(const Options& o) {
       [&] { oktopk::select_above(exec, x, threshold, indices, values); });
 
   constexpr int regions = 16;
-  Kokkos::View<std::int64_t*, Memory> offsets("bench::offsets", regions + 1);
-  Kokkos::View<std::int64_t*, Memory> counts("bench::counts", regions);
+  Kokkos::View<std::int64_t*, Memory> offsets("oktopk::kernel_bench::offsets", regions + 1);
+  Kokkos::View<std::int64_t*, Memory> counts("oktopk::kernel_bench::counts", regions);
   Kokkos::parallel_for(
-      "bench::offsets", Kokkos::RangePolicy<ExecSpace>(exec, 0, regions + 1),
+      "oktopk::kernel_bench::offsets", Kokkos::RangePolicy<ExecSpace>(exec, 0, regions + 1),
       KOKKOS_LAMBDA(int r) { offsets(r) = n * r / regions; });
-  Indices region_idx("bench::region_indices", capacity);
-  Floats region_val("bench::region_values", capacity);
+  Indices region_idx("oktopk::kernel_bench::region_indices", capacity);
+  Floats region_val("oktopk::kernel_bench::region_values", capacity);
   add("select_by_region", fb * n + pair_bytes * selected, [&] {
     oktopk::select_above_by_region(exec, x, threshold, offsets, region_idx, region_val, counts);
   });
@@ -202,9 +203,10 @@ std::vector<Row> run(const Options& o) {
   }
   {
     // The alternative to a radix select on a device: sort every |x| and read the k-th.
-    Floats magnitudes("bench::magnitudes", size), sorted("bench::sorted", size);
+    Floats magnitudes("oktopk::kernel_bench::magnitudes", size),
+        sorted("oktopk::kernel_bench::sorted", size);
     Kokkos::parallel_for(
-        "bench::magnitudes",
+        "oktopk::kernel_bench::magnitudes",
         Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
         KOKKOS_LAMBDA(std::int64_t i) { magnitudes(i) = x(i) < 0.0f ? -x(i) : x(i); });
     add_with_setup(
@@ -219,8 +221,8 @@ std::vector<Row> run(const Options& o) {
       [&] { oktopk::accumulate_residual(exec, residual, x, 1.0f, residual); });
   add("scatter_add", 2 * pair_bytes * selected,
       [&] { oktopk::scatter_add(exec, sel_idx, sel_val, y); });
-  Indices merged_idx("bench::merged_indices", 2 * capacity);
-  Floats merged_val("bench::merged_values", 2 * capacity);
+  Indices merged_idx("oktopk::kernel_bench::merged_indices", 2 * capacity);
+  Floats merged_val("oktopk::kernel_bench::merged_values", 2 * capacity);
   add("merge_sorted", 4 * pair_bytes * selected, [&] {
     oktopk::merge_sorted(exec, sel_idx, sel_val, sel_idx, sel_val, merged_idx, merged_val);
   });

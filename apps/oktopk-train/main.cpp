@@ -474,8 +474,8 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
   }
   say(head.str());
 
-  Kokkos::View<float*, Memory> averaged("oktopk-train::averaged", n);
-  Kokkos::View<float*, Memory> velocity("oktopk-train::velocity", n);
+  Kokkos::View<float*, Memory> averaged("oktopk::train::averaged", n);
+  Kokkos::View<float*, Memory> velocity("oktopk::train::velocity", n);
 
   // Resuming: the checkpoint replaces the model, the momentum, the allreduce state and the
   // position; the shuffles are functions of (seed, rank, epoch), so nothing else is needed.

@@ -31,9 +31,9 @@ class ClassifierTask final : public TrainingTask {
     samples_ = train_all.size();
     steps_ = common_steps_per_epoch(train_all.size(), ranks, batch);
     model_ = make_model<float>(model, seed);
-    images_ = decltype(images_)("oktopk-train::images", batch, Dataset::pixels);
-    labels_ = decltype(labels_)("oktopk-train::labels", batch);
-    order_ = decltype(order_)("oktopk-train::order", train_.size());
+    images_ = decltype(images_)("oktopk::train::images", batch, Dataset::pixels);
+    labels_ = decltype(labels_)("oktopk::train::labels", batch);
+    order_ = decltype(order_)("oktopk::train::order", train_.size());
   }
 
   std::string describe() const override {
@@ -114,8 +114,8 @@ class LanguageTask final : public TrainingTask {
       steps_ = std::min(steps_, std::max<std::int64_t>(1, s.tokens_per_epoch / per_step));
     }
     model_ = std::make_unique<LanguageModel>(settings_.shape, s.seed);
-    batch_windows_ = decltype(batch_windows_)("oktopk-train::windows", s.batch, s.steps + 1);
-    order_ = decltype(order_)("oktopk-train::order", windows_);
+    batch_windows_ = decltype(batch_windows_)("oktopk::train::windows", s.batch, s.steps + 1);
+    order_ = decltype(order_)("oktopk::train::order", windows_);
   }
 
   std::string describe() const override {

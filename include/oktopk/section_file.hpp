@@ -20,17 +20,11 @@
 namespace oktopk {
 
 /// \brief Bytes that are not what the reader expects. what() says how, after the file's name:
-/// "is truncated: it ends inside ..." when the bytes end too early (truncated()), otherwise
-/// "is corrupt: ...".
+/// "is truncated: it ends inside ..." when the bytes end too early, otherwise "is corrupt: ...".
 class SectionError : public std::runtime_error {
  public:
   SectionError(bool truncated, const std::string& what)
-      : std::runtime_error(std::string(truncated ? "is truncated: " : "is corrupt: ") + what),
-        truncated_(truncated) {}
-  bool truncated() const { return truncated_; }
-
- private:
-  bool truncated_;
+      : std::runtime_error(std::string(truncated ? "is truncated: " : "is corrupt: ") + what) {}
 };
 
 namespace impl {
@@ -75,8 +69,6 @@ class SectionPayload {
     put_u64(values.size());
     for (const float v : values) put_f32(v);
   }
-  /// Bytes as they are.
-  void put_bytes(const std::string& bytes) { bytes_ += bytes; }
   const std::string& bytes() const { return bytes_; }
 
  private:
@@ -131,7 +123,6 @@ class SectionParser {
                                     " unexpected trailing bytes");
     }
   }
-  const std::string& name() const { return name_; }
 
  private:
   std::uint64_t get(int size) {

@@ -158,8 +158,7 @@ std::vector<double> sum_over_ranks(const std::vector<double>& v) {
   return sum;
 }
 
-// ---- exact mode
-// ----------------------------------------------------------------------------------
+// ---- exact mode ----
 
 // With c >= n the sketch is injective: the output is the dense average on union rows (bitwise:
 // the sums are exact and both divide the same float by P), and exactly 0 on the other rows.
@@ -285,8 +284,7 @@ TEST(S2, TinyAndEmptyGradients) {
   }
 }
 
-// ---- compressed mode
-// -----------------------------------------------------------------------------
+// ---- compressed mode ----
 
 // A sketch far narrower than the union: the output is the host model's median of the summed
 // tables / P (equal: the tables are exact), the s2_oracle's decode of the sketched mean, and 0 off

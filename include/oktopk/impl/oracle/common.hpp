@@ -8,6 +8,7 @@
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
 

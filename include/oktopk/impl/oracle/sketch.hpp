@@ -44,9 +44,13 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
   OKTOPK_REQUIRE(bad_rank == 0, std::invalid_argument, where,
                  "acc and out must have length " << n << " on every rank; rank " << bad_rank - 1
                                                  << " passed other lengths");
-  S2Buffers<ExecSpace> buffers(exec, sketch);
-  sketch_nonzeros(exec, sketch, acc, buffers.table, buffers.bitmap);  // for the rows it marks
-  mpi_allreduce_in_place(exec, comm, buffers.bitmap, MPI_MAX);
+  // sketch_nonzeros zeroes both before it adds.
+  auto table = make_uninitialized<float>(exec, "oktopk::expected_result::s2_oracle_table",
+                                         static_cast<std::size_t>(sketch.cells()));
+  auto bitmap = make_uninitialized<unsigned char>(exec, "oktopk::expected_result::s2_oracle_bitmap",
+                                                  static_cast<std::size_t>(sketch.rows));
+  sketch_nonzeros(exec, sketch, acc, table, bitmap);  // for the rows it marks
+  mpi_allreduce_in_place(exec, comm, bitmap, MPI_MAX);
   auto mean = make_uninitialized<float>(exec, "oktopk::expected_result::s2_oracle_mean",
                                         static_cast<std::size_t>(n));
   Kokkos::deep_copy(exec, mean, acc);
@@ -54,8 +58,8 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
   divide(exec, mean, mean, static_cast<float>(comm.size()));
   auto mean_rows = make_uninitialized<unsigned char>(
       exec, "oktopk::expected_result::s2_oracle_mean_rows", static_cast<std::size_t>(sketch.rows));
-  sketch_nonzeros(exec, sketch, mean, buffers.table, mean_rows);
-  decode_marked_rows(exec, sketch, buffers.table, buffers.bitmap, out, 1.0f);
+  sketch_nonzeros(exec, sketch, mean, table, mean_rows);
+  decode_marked_rows(exec, sketch, table, bitmap, out, 1.0f);
   fence(exec, "oktopk::expected_result::s2_oracle");
 }
 
