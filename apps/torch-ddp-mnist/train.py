@@ -7,7 +7,9 @@
 Every rank trains a 784-256-128-10 MLP on its own shard of the training set; DDP averages the
 gradients over the ranks through the hook chosen with --hook: an OkTopk method (oktopk, topka,
 ... or dense, OkTopk's dense allreduce) through oktopk.torch.oktopk_hook, or none (DDP's own
-allreduce). Rank 0 prints one line per epoch (test accuracy, seconds, bytes sent per rank per
+allreduce). With SGD and a hook, momentum correction is on by default: the hook keeps each
+rank's velocity and averages velocities, and the optimizer is plain SGD (--momentum-correction
+off: SGD with momentum applies momentum to the averaged gradient). Rank 0 prints one line per epoch (test accuracy, seconds, bytes sent per rank per
 step) and a final line "final test_acc=0.XXXX bytes_per_step=N".
 
 The processes find each other through MPI (mpi4py), not torch.distributed.run: rank 0 makes a
@@ -65,6 +67,18 @@ def parse_arguments(argv):
     parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
     parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum, [0, 1) "
                         "(default 0.9)")
+    parser.add_argument("--weight-decay", type=float, default=0.0,
+                        help="L2 weight decay, >= 0 (default 0)")
+    parser.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"),
+                        help="sgd (with --momentum) or adam (torch.optim.Adam, --lr its step "
+                             "size; the hook reduces gradients) (default sgd)")
+    parser.add_argument("--momentum-correction", default="on", choices=("on", "off"),
+                        help="with sgd and a hook: on, the hook keeps each rank's velocity and "
+                             "averages velocities (the optimizer is plain SGD); off, momentum "
+                             "is applied to the averaged gradient (default on)")
+    parser.add_argument("--momentum-masking", default="on", choices=("on", "off"),
+                        help="with momentum correction: on, the hook clears a rank's velocity "
+                             "where the average holds an update (default on)")
     parser.add_argument("--start-iter", type=int, default=2,
                         help="steps made with DDP's dense allreduce before the hook's method "
                              "starts (default 2: DDP rebuilds its buckets after step 1)")
@@ -88,6 +102,8 @@ def parse_arguments(argv):
         parser.error(f"--lr must be > 0, not {args.lr}")
     if not 0 <= args.momentum < 1:
         parser.error(f"--momentum must be in [0, 1), not {args.momentum}")
+    if not 0 <= args.weight_decay < float("inf"):
+        parser.error(f"--weight-decay must be a finite number >= 0, not {args.weight_decay}")
     if args.start_iter < 0:
         parser.error(f"--start-iter must be >= 0, not {args.start_iter}")
     if args.limit < 0:
@@ -136,6 +152,30 @@ def make_model(torch):
         torch.nn.Linear(128, 10))
 
 
+def uses_momentum_correction(args):
+    """Whether the hook keeps the velocity (SGD through a hook, correction on)."""
+    return (args.optimizer == "sgd" and args.hook != "none"
+            and args.momentum_correction == "on")
+
+
+def make_optimizer(torch, parameters, args, corrected):
+    """Plain SGD when the hook applies momentum and weight decay, else the chosen optimizer."""
+    if args.optimizer == "adam":
+        return torch.optim.Adam(parameters, lr=args.lr, weight_decay=args.weight_decay)
+    if corrected:
+        return torch.optim.SGD(parameters, lr=args.lr)
+    return torch.optim.SGD(parameters, lr=args.lr, momentum=args.momentum,
+                           weight_decay=args.weight_decay)
+
+
+def describe_optimizer(args, corrected):
+    if args.optimizer == "adam":
+        return f"Adam lr {args.lr} weight decay {args.weight_decay}"
+    where = "in the hook (momentum correction)" if corrected else "in the optimizer"
+    return (f"SGD lr {args.lr}, momentum {args.momentum} and weight decay {args.weight_decay} "
+            f"{where}")
+
+
 def accuracy(torch, model, x, y):
     """Test accuracy over all ranks: each evaluates a shard (the models are identical)."""
     shard = slice(rank * len(x) // size, (rank + 1) * len(x) // size)
@@ -172,18 +212,23 @@ def train(args):
     model = DDP(make_model(torch))
     n = sum(p.numel() for p in model.parameters())
     state = None
+    corrected = uses_momentum_correction(args)
     if args.hook != "none":
+        correction = (dict(momentum=args.momentum, weight_decay=args.weight_decay,
+                           momentum_masking=args.momentum_masking == "on")
+                      if corrected else {})
         state = okt.OkTopkHookState(algorithm=args.hook, density=args.density,
                                     start_iter=args.start_iter,
-                                    whole_model=args.whole_model)
+                                    whole_model=args.whole_model, **correction)
         model.register_comm_hook(state, okt.oktopk_hook)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    optimizer = make_optimizer(torch, model.parameters(), args, corrected)
     # What a dense ring allreduce sends per rank: 2 (P - 1) / P of the gradient's bytes.
     dense_bytes = 2 * (size - 1) / size * 4 * n
     shuffle = np.random.default_rng(args.seed)
     if rank == 0:
         print(f"# {args.hook} on {size} ranks: {n} parameters, {steps} steps per epoch of "
-              f"{args.batch} images per rank", flush=True)
+              f"{args.batch} images per rank; {describe_optimizer(args, corrected)}",
+              flush=True)
         print("epoch  train_loss  test_acc  seconds  bytes_per_step", flush=True)
     iteration = 0
     bytes_total = 0.0

@@ -3,8 +3,10 @@
 deterministic synthetic data: parameters stay identical on every rank with oktopk and topka,
 per bucket and over the whole model, also with an embedding as sparse_rows (which changes
 nothing but s2); method dense through the hook matches plain DDP bit for bit at P = 2; DDP's bucket rebuild after the first iteration gets a new handle and a warning;
-the start_iter warm-up is DDP's own allreduce; and a checkpoint (hook state, model, optimizer)
-resumed in fresh objects continues bit-identically.
+the start_iter warm-up is DDP's own allreduce; momentum correction (velocities kept by the hook,
+plain SGD) is SGD with momentum when the average is dense, keeps a velocity per parameter across
+the rebuild and masks it where the average holds an update; and a checkpoint (hook state, model,
+optimizer, velocities) resumed in fresh objects continues bit-identically.
 
 Run: mpiexec -n P python3 -m mpi4py test_ddp.py (PYTHONPATH: the build's python folder)."""
 
@@ -49,15 +51,23 @@ def batch(step):
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
-class Run:
-    """A DDP model (plain, or with the hook and `state`) and its SGD optimizer."""
+LR, MOMENTUM = 0.05, 0.9
 
-    def __init__(self, state=None, seed=0, checkpoint=None):
+
+class Run:
+    """A DDP model (plain, or with the hook and `state`) and its SGD optimizer: with momentum
+    and `weight_decay`, or plain when the hook's state applies them (momentum correction)."""
+
+    def __init__(self, state=None, seed=0, checkpoint=None, weight_decay=0.0):
         module = make_model(seed)
         if checkpoint is not None:
             module.load_state_dict(checkpoint["model"])
         self.model = DDP(module, bucket_cap_mb=BUCKET_CAP_MB)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
+        if state is not None and state.momentum != 0.0:
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LR)
+        else:
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=MOMENTUM,
+                                             weight_decay=weight_decay)
         if checkpoint is not None:
             self.optimizer.load_state_dict(checkpoint["optimizer"])
         self.state = state
@@ -93,7 +103,8 @@ def train(run, steps, first=0):
 
 def test_sparse(algorithm, whole_model=False):
     name = f"{algorithm}{' whole_model' if whole_model else ''}"
-    state = okt.OkTopkHookState(algorithm=algorithm, density=0.05, whole_model=whole_model)
+    state = okt.OkTopkHookState(algorithm=algorithm, density=0.05, whole_model=whole_model,
+                                start_iter=0)
     run = Run(state)
     before = run.parameters()
     identical, caught = train(run, 1)
@@ -188,10 +199,12 @@ def test_start_iter():
           "start_iter >= 2: no rebuild warning")
 
 
-def test_checkpoint(algorithm, whole_model=False, start_iter=0):
-    name = f"checkpoint {algorithm}{' whole_model' if whole_model else ''} start_iter={start_iter}"
+def test_checkpoint(algorithm, whole_model=False, start_iter=0, momentum=0.0):
+    name = (f"checkpoint {algorithm}{' whole_model' if whole_model else ''} "
+            f"start_iter={start_iter} momentum={momentum}")
     settings = dict(algorithm=algorithm, density=0.05, whole_model=whole_model,
-                    start_iter=start_iter, threshold_period=2)
+                    start_iter=start_iter, threshold_period=2, momentum=momentum,
+                    weight_decay=1e-3 if momentum else 0.0)
     state = okt.OkTopkHookState(**settings)
     run = Run(state, seed=1)
     train(run, 3)
@@ -301,6 +314,97 @@ def test_sparse_rows(algorithm, whole_model=False):
           f"{name}: handles have a layout with sparse_rows only")
 
 
+def local_gradients(module, step, weight_decay):
+    """This rank's own gradient of a step, plus weight decay, computed without DDP."""
+    x, y = batch(step)
+    module.zero_grad()
+    torch.nn.functional.cross_entropy(module(x), y).backward()
+    return [p.grad.detach() + weight_decay * p.detach() for p in module.parameters()]
+
+
+def test_momentum_correction_dense():
+    """Where the average is dense (the warm-up, method dense), momentum correction with plain
+    SGD makes SGD with momentum and weight decay's update: averaging velocities commutes with
+    the momentum recursion."""
+    decay = 1e-3
+    plain = Run(weight_decay=decay)
+    hooked = Run(okt.OkTopkHookState(algorithm="dense", momentum=MOMENTUM, weight_decay=decay))
+    close = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for s in range(6):  # 2 warm-up iterations (DDP's allreduce), 4 through the handle
+            plain.step(s)
+            hooked.step(s)
+            close &= all(torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+                         for a, b in zip(plain.parameters(), hooked.parameters()))
+    check(close, "momentum correction, dense average: the update of SGD with momentum")
+    check(identical_on_all_ranks(*hooked.model.parameters()),
+          "momentum correction, dense: identical on every rank")
+    check(not hooked.state._masks_momentum, "dense averages are not masked")
+
+
+def test_momentum_correction_sparse(whole_model=False, masking=True):
+    name = (f"momentum correction oktopk{' whole_model' if whole_model else ''}"
+            f"{'' if masking else ' no masking'}")
+    decay = 1e-3
+    state = okt.OkTopkHookState(algorithm="oktopk", density=0.05, start_iter=0,
+                                whole_model=whole_model, momentum=MOMENTUM,
+                                weight_decay=decay, momentum_masking=masking)
+    run = Run(state)
+    reference = copy.deepcopy(run.model.module)
+    expected = local_gradients(reference, 0, decay)
+    identical, _ = train(run, 1)
+    # Iteration 0 is sparse: the velocity is the rank's own gradient plus weight decay
+    # (masked where the average is non-zero).
+    first = {id(v): v for v in state._velocities.values()}
+    ordered = [state._velocities[state._param_index[p.data_ptr()][0]]
+               for p in run.model.parameters()]
+    averages = [p.grad.detach() for p in run.model.parameters()]
+    velocity_right = all(
+        torch.allclose(v, torch.where(a != 0, torch.zeros_like(g), g) if masking else g,
+                       rtol=1e-5, atol=1e-7)
+        for v, g, a in zip(ordered, expected, averages))
+    check(velocity_right, f"{name}: the first velocity is the local gradient plus weight decay "
+                          f"{'(masked where the average is non-zero)' if masking else ''}")
+    more_identical, _ = train(run, 4, first=1)
+    check(identical and more_identical, f"{name}: identical on every rank after each step")
+    n_parameters = len(list(run.model.parameters()))
+    check(len(state._velocities) == n_parameters
+          and all(id(v) in first for v in state._velocities.values()),
+          f"{name}: one velocity per parameter, the same tensors after DDP's bucket rebuild")
+    # After the last step: masked exactly where the average holds an update.
+    averages = [p.grad.detach() for p in run.model.parameters()]
+    ordered = [state._velocities[state._param_index[p.data_ptr()][0]]
+               for p in run.model.parameters()]
+    cleared = all(bool((v[a != 0] == 0).all()) for v, a in zip(ordered, averages))
+    kept = all(bool((v[a == 0] != 0).any()) for v, a in zip(ordered, averages)
+               if bool((a == 0).any()))
+    nonzero_updates = sum(int((a != 0).sum()) for a in averages)
+    if masking:
+        check(cleared and kept and nonzero_updates > 0,
+              f"{name}: velocities cleared where the average is non-zero, kept elsewhere")
+    else:
+        check(not cleared and nonzero_updates > 0,
+              f"{name}: without masking the velocities stay where the average is non-zero")
+
+
+def test_version_1_state():
+    """A state saved before momentum correction (version 1) loads as saved without it."""
+    state = okt.OkTopkHookState(algorithm="topka", density=0.05)
+    old = state.state_dict()
+    old["version"] = 1
+    del old["velocities"]
+    for key in ("momentum", "weight_decay", "momentum_masking"):
+        del old["settings"][key]
+    fresh = okt.OkTopkHookState(algorithm="topka", density=0.05)
+    check(raises(Exception, fresh.load_state_dict, old) is None,
+          "a version 1 state loads into a state without momentum correction")
+    corrected = okt.OkTopkHookState(algorithm="topka", density=0.05, momentum=0.9)
+    e = raises(ValueError, corrected.load_state_dict, old)
+    check(e is not None and "momentum" in str(e),
+          f"a version 1 state into a state with momentum correction: ValueError ({e})")
+
+
 def test_state_errors():
     state = okt.OkTopkHookState(algorithm="topka", density=0.05)
     other = okt.OkTopkHookState(algorithm="oktopk", density=0.05)
@@ -308,6 +412,18 @@ def test_state_errors():
     check(e is not None and "topka" in str(e), f"a state of other settings: ValueError ({e})")
     check(raises(ValueError, okt.OkTopkHookState, start_iter=-1) is not None,
           "start_iter < 0: ValueError")
+    for bad in (1.0, -0.1, float("nan"), "0.9"):
+        e = raises(ValueError, okt.OkTopkHookState, momentum=bad)
+        check(e is not None and "momentum" in str(e), f"momentum={bad!r}: ValueError ({e})")
+    for bad in (-1e-4, float("inf"), float("nan")):
+        e = raises(ValueError, okt.OkTopkHookState, weight_decay=bad)
+        check(e is not None and "weight_decay" in str(e),
+              f"weight_decay={bad!r}: ValueError ({e})")
+    momentum = okt.OkTopkHookState(algorithm="topka", density=0.05, momentum=0.9)
+    e = raises(ValueError, momentum.load_state_dict, state.state_dict())
+    check(e is not None and "momentum" in str(e),
+          f"a state without momentum into one with it: ValueError ({e})")
+    check(okt.OkTopkHookState().start_iter == 2, "start_iter defaults to 2")
     e = raises(TypeError, okt.OkTopkHookState, sparse_rows=[torch.tensor(1.0)])
     check(e is not None and "sparse_rows" in str(e), f"a 0-d sparse_rows tensor: TypeError ({e})")
     pickled = copy.deepcopy(state)
@@ -352,6 +468,13 @@ def main():
         # bit-identically: its ring sums in an order that depends on the bucket layout, which a
         # fresh DDP's first iteration does not share.)
         test_checkpoint("oktopk", start_iter=2)
+        test_checkpoint("oktopk", start_iter=2, momentum=MOMENTUM)
+        test_checkpoint("topka", whole_model=True, momentum=MOMENTUM)
+        test_momentum_correction_dense()
+        test_momentum_correction_sparse()
+        test_momentum_correction_sparse(whole_model=True)
+        test_momentum_correction_sparse(masking=False)
+        test_version_1_state()
         test_state_errors()
         test_nan_fails_everywhere()
     finally:

@@ -32,9 +32,20 @@ Two modes:
 DDP builds its buckets anew after the first iteration (one bucket over every parameter in
 iteration 0, smaller ones after). A handle carries state between calls (error feedback
 residual, thresholds) for one layout of parameters, so in per-bucket mode a bucket whose
-parameters change gets a new handle, with a warning, and its residual starts from zero; a
-``start_iter`` of 2 or more (dense allreduces before it) avoids the loss. In whole-model mode the
-handle's layout never changes: each iteration's buckets are permuted into it.
+parameters change gets a new handle, with a warning, and its residual starts from zero. The
+default ``start_iter=2`` (two dense allreduces first) makes the handles after the rebuild, so
+nothing is lost. In whole-model mode the handle's layout never changes: each iteration's
+buckets are permuted into it.
+
+Momentum correction: with SGD and momentum, pass the optimizer's momentum and weight decay to
+the state (``OkTopkHookState(..., momentum=0.9, weight_decay=1e-4)``) and train with plain SGD
+(``torch.optim.SGD(params, lr=lr)``: no momentum, no weight decay). The hook then keeps this
+rank's velocity of every parameter, ``v = momentum * v + grad + weight_decay * w``, and reduces
+the velocities instead of the gradients, so that the error feedback residual holds back
+velocity rather than gradient (DGC's momentum correction; the user guide has the numbers). The
+averaged velocity is what the optimizer applies, so dense allreduces (the warm-up, method
+``dense``) give the update of SGD with momentum. Velocities belong to parameters, not buckets:
+they survive DDP's bucket rebuild and are part of :meth:`OkTopkHookState.state_dict`.
 
 Embeddings: ``OkTopkHookState(..., sparse_rows=embedding_weights(net))`` makes every handle
 with a layout (user guide, "Fused buffers: layouts") built from its parameters: each parameter
@@ -61,7 +72,11 @@ __all__ = ["OkTopkHookState", "oktopk_hook", "embedding_weights"]
 
 # The key of the whole-model handle among the per-bucket ones (bucket indices are ints).
 _WHOLE_MODEL = "model"
-_STATE_VERSION = 1
+_STATE_VERSION = 2
+# The settings a version 1 state (from before momentum correction) was saved with.
+_VERSION_1_SETTINGS = {"momentum": 0.0, "weight_decay": 0.0, "momentum_masking": False}
+# The methods whose average is dense: momentum factor masking would clear every velocity.
+_DENSE_AVERAGES = ("dense", "s2")
 
 
 class _Slot:
@@ -129,16 +144,26 @@ class OkTopkHookState:
             ``gaussiank``, ``s2`` or ``dense``.
         density: k / n, the fraction of each gradient's entries kept.
         start_iter: iterations 0 .. start_iter - 1 are dense allreduces, as DDP's default
-            hook makes them; iterations are counted by the last bucket of each.
+            hook makes them; iterations are counted by the last bucket of each. The default, 2,
+            lets DDP rebuild its buckets (after iteration 0) before the first handle is made.
         whole_model: one handle over all buckets of an iteration (see the module's notes).
         sparse_rows: parameters whose gradients are rows, most of them zero (embedding
             weights: :func:`embedding_weights`), each with rows along its first dimension.
             Given, every handle is made with a layout of the parameters it reduces (see the
             module's notes); None (the default) makes handles without one. Not pickled.
+        momentum: momentum correction's momentum, [0, 1): with momentum or weight_decay
+            non-zero the hook reduces this rank's velocity ``v = momentum * v + grad +
+            weight_decay * w`` instead of the gradient (see the module's notes); pair it with
+            plain SGD. 0 (the default) with weight_decay 0: the gradient, as DDP reduces it.
+        weight_decay: L2 weight decay folded into the velocity, >= 0 (default 0).
+        momentum_masking: with momentum, after a sparse reduce clear this rank's velocity
+            where the average holds an update (DGC's momentum factor masking; default True).
+            Not for methods ``dense`` and ``s2``, whose averages are dense, nor in the
+            warm-up.
         **options: further fields of OkTopk's Options (``threshold_period=32``, ...).
 
-    :meth:`state_dict` and :meth:`load_state_dict` save and restore the iteration counter and
-    every handle's state, so that training resumed from a checkpoint (model, optimizer and this
+    :meth:`state_dict` and :meth:`load_state_dict` save and restore the iteration counter,
+    every handle's state and the velocities, so that training resumed from a checkpoint (model, optimizer and this
     state) continues bit-identically. Handles belong to layouts of parameters, which are told
     apart by the order in which the first iteration the state sees lists them. So load the
     state either into a fresh state registered on a fresh DDP model (a restart: DDP's first
@@ -148,11 +173,17 @@ class OkTopkHookState:
     hook, when the parameters' sizes show it.
     """
 
-    def __init__(self, process_group=None, algorithm="oktopk", density=0.01, start_iter=0,
-                 whole_model=False, sparse_rows=None, **options):
+    def __init__(self, process_group=None, algorithm="oktopk", density=0.01, start_iter=2,
+                 whole_model=False, sparse_rows=None, momentum=0.0, weight_decay=0.0,
+                 momentum_masking=True, **options):
         where = "oktopk.torch.OkTopkHookState"
         if not isinstance(start_iter, int) or start_iter < 0:
             raise ValueError(f"{where}: start_iter must be an int >= 0, not {start_iter!r}")
+        if not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
+            raise ValueError(f"{where}: momentum must be a number in [0, 1), not {momentum!r}")
+        if not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay < float("inf"):
+            raise ValueError(f"{where}: weight_decay must be a finite number >= 0, not "
+                             f"{weight_decay!r}")
         # id -> (weak reference, row width): identity, not equality, picks the parameters.
         self._sparse_rows = None
         if sparse_rows is not None:
@@ -169,6 +200,9 @@ class OkTopkHookState:
         self.density = density
         self.start_iter = start_iter
         self.whole_model = bool(whole_model)
+        self.momentum = float(momentum)
+        self.weight_decay = float(weight_decay)
+        self.momentum_masking = bool(momentum_masking)
         self.options = dict(options)
         self.iteration = 0
         self._reset()
@@ -189,6 +223,8 @@ class OkTopkHookState:
         self._gathered = []     # (buffer, layout, future) of this iteration, whole model/remap
         self._permutations = {}
         self._checked = False
+        self._velocities = {}   # parameter index -> this rank's velocity (momentum correction)
+        self._saved_velocities = {}  # restored, not yet claimed by a parameter: index -> array
         if getattr(self, "_completer", None) is None:
             self._completer = _Completer()
 
@@ -207,6 +243,8 @@ class OkTopkHookState:
         (use :meth:`state_dict` for a checkpoint)."""
         return {"algorithm": self.algorithm, "density": self.density,
                 "start_iter": self.start_iter, "whole_model": self.whole_model,
+                "momentum": self.momentum, "weight_decay": self.weight_decay,
+                "momentum_masking": self.momentum_masking,
                 "options": dict(self.options), "iteration": self.iteration}
 
     def __setstate__(self, state):
@@ -216,18 +254,31 @@ class OkTopkHookState:
         self.density = state["density"]
         self.start_iter = state["start_iter"]
         self.whole_model = state["whole_model"]
+        self.momentum = state.get("momentum", 0.0)
+        self.weight_decay = state.get("weight_decay", 0.0)
+        self.momentum_masking = state.get("momentum_masking", True)
         self.options = dict(state["options"])
         self.iteration = state["iteration"]
         self._reset()
 
+    @property
+    def _masks_momentum(self):
+        return (self.momentum != 0.0 and self.momentum_masking
+                and self.algorithm not in _DENSE_AVERAGES)
+
     def _settings(self):
         return {"algorithm": self.algorithm, "density": self.density,
-                "whole_model": self.whole_model, "options": dict(self.options)}
+                "whole_model": self.whole_model, "momentum": self.momentum,
+                "weight_decay": self.weight_decay,
+                # Only where it can change anything.
+                "momentum_masking": self.momentum_masking and self.momentum != 0.0,
+                "options": dict(self.options)}
 
     def state_dict(self):
         """This rank's state, for ``torch.save``: the settings, the iteration counter, the
-        parameters' sizes and, per handle, its layout and OkTopk state (bytes; every rank has
-        its own). Waits for the reduces in flight (there are none between optimizer steps)."""
+        parameters' sizes, per handle its layout and OkTopk state (bytes), and the velocities
+        of momentum correction (numpy arrays by parameter index). Every rank has its own. Waits
+        for the reduces in flight (there are none between optimizer steps)."""
         self._completer.drain()
         slots = {}
         if self._pending is not None:
@@ -236,18 +287,28 @@ class OkTopkHookState:
         for key, slot in self._slots.items():
             slots[key] = {"layout": list(slot.layout), "state": slot.handle.state_dict()}
         numels = self._numels if self._saved_numels is None else self._saved_numels
+        velocities = {index: v.copy() for index, v in self._saved_velocities.items()}
+        velocities.update({index: v.detach().numpy().reshape(-1).copy()
+                           for index, v in self._velocities.items()})
         return {"version": _STATE_VERSION, "settings": self._settings(),
-                "iteration": self.iteration, "numels": list(numels), "slots": slots}
+                "iteration": self.iteration, "numels": list(numels), "slots": slots,
+                "velocities": velocities}
 
     def load_state_dict(self, state_dict):
         """Restores what :meth:`state_dict` returned on this rank. The handles are made, and
         their states restored (collective), when the hook next needs them. The settings must
-        be those of the saved state (ValueError otherwise)."""
+        be those of the saved state (ValueError otherwise). States saved before momentum
+        correction existed load as saved with momentum 0 and weight decay 0."""
         where = "oktopk.torch.OkTopkHookState.load_state_dict"
-        if not isinstance(state_dict, dict) or state_dict.get("version") != _STATE_VERSION:
-            raise ValueError(f"{where}: not a state_dict of this OkTopkHookState version")
-        if state_dict["settings"] != self._settings():
-            raise ValueError(f"{where}: the state was saved with {state_dict['settings']}, "
+        version = state_dict.get("version") if isinstance(state_dict, dict) else None
+        if version not in (1, _STATE_VERSION):
+            raise ValueError(f"{where}: not a state_dict of an OkTopkHookState (version "
+                             f"{version!r}; this one reads 1 and {_STATE_VERSION})")
+        saved = dict(state_dict["settings"])
+        if version == 1:
+            saved.update(_VERSION_1_SETTINGS)
+        if saved != self._settings():
+            raise ValueError(f"{where}: the state was saved with {saved}, "
                              f"this state has {self._settings()}")
         self._completer.drain()
         for slot in self._slots.values():
@@ -263,6 +324,8 @@ class OkTopkHookState:
         self._saved_numels = list(state_dict["numels"])
         self._pending = {key: (tuple(entry["layout"]), entry["state"])
                          for key, entry in state_dict["slots"].items()} or None
+        self._saved_velocities = {int(index): _np.asarray(v).reshape(-1)
+                                  for index, v in state_dict.get("velocities", {}).items()}
 
     # ---- introspection
 
@@ -367,6 +430,8 @@ class OkTopkHookState:
         # Every bucket of every iteration, warm-up included: parameters are numbered by the
         # first iteration, whatever it does.
         layout = self._layout(bucket)
+        if self.momentum != 0.0 or self.weight_decay != 0.0:
+            self._to_velocity(where, bucket, layout)
         if iteration < self.start_iter:
             return _default_hooks.allreduce_hook(self.process_group, bucket)
         if index == 0:
@@ -382,6 +447,48 @@ class OkTopkHookState:
         if self.whole_model or self._remap:
             return self._gather(where, bucket, layout, last)
         return self._reduce_bucket(where, bucket, index, layout, last)
+
+    def _masked_velocities(self, bucket, layout):
+        """Momentum factor masking's pairs of (velocity, the bucket's view of its average) for a
+        sparse iteration, or none: without momentum, or with a method whose average is dense
+        (dense, s2), where the mask would clear every velocity."""
+        if not self._masks_momentum:
+            return []
+        return [(self._velocities[i], view) for i, view in zip(layout, bucket.gradients())]
+
+    @staticmethod
+    def _mask(masked):
+        """Clears this rank's velocity where the average holds an update (DGC's momentum factor
+        masking): momentum that was sent does not keep pushing the entry on later steps,
+        while the entries still waiting in the residual keep their momentum."""
+        with _torch.no_grad():
+            for velocity, average in masked:
+                velocity.masked_fill_(average != 0, 0)
+
+    def _to_velocity(self, where, bucket, layout):
+        """Momentum correction: replaces each gradient of the bucket by its parameter's
+        velocity after this step, ``v = momentum * v + grad + weight_decay * w``."""
+        with _torch.no_grad():
+            for index, parameter, grad in zip(layout, bucket.parameters(), bucket.gradients()):
+                velocity = self._velocities.get(index)
+                if velocity is None:
+                    velocity = self._claim_velocity(where, index, grad)
+                    self._velocities[index] = velocity
+                if self.weight_decay != 0.0:
+                    grad.add_(parameter.detach().reshape(grad.shape), alpha=self.weight_decay)
+                velocity.mul_(self.momentum).add_(grad)
+                grad.copy_(velocity)
+
+    def _claim_velocity(self, where, index, grad):
+        """A parameter's velocity on its first use: restored by load_state_dict, or zero."""
+        saved = self._saved_velocities.pop(index, None)
+        if saved is None:
+            return _torch.zeros_like(grad)
+        if saved.size != grad.numel():
+            raise RuntimeError(f"{where}: the checkpoint's velocity of parameter {index} has "
+                               f"{saved.size} elements, the parameter {grad.numel()}: not the "
+                               "model the state was saved from")
+        return _torch.from_numpy(saved.copy()).to(grad.dtype).reshape(grad.shape)
 
     def _reduce_bucket(self, where, bucket, index, layout, last):
         slot = self._slots.get(index)
@@ -404,20 +511,28 @@ class OkTopkHookState:
         buffer = bucket.buffer()
         request = slot.handle.reduce_async(buffer.numpy())
         future = _torch.futures.Future()
-        self._completer.submit([request], lambda: future.set_result(buffer), [future])
+        masked = self._masked_velocities(bucket, layout)
+
+        def finish():
+            self._mask(masked)
+            future.set_result(buffer)
+
+        self._completer.submit([request], finish, [future])
         return future
 
     def _gather(self, where, bucket, layout, last):
         """Whole model, or a remapped iteration: keeps the bucket until the last one, then
         reduces them together and completes every bucket's future."""
         future = _torch.futures.Future()
-        self._gathered.append((bucket.buffer(), layout, future))
+        self._gathered.append((bucket.buffer(), layout, future,
+                               self._masked_velocities(bucket, layout)))
         if not last:
             return future
         gathered, self._gathered = self._gathered, []
-        buffers = [b for b, _, _ in gathered]
-        futures = [f for _, _, f in gathered]
-        layouts = tuple(i for _, lay, _ in gathered for i in lay)
+        buffers = [b for b, _, _, _ in gathered]
+        futures = [f for _, _, f, _ in gathered]
+        masked = [pair for _, _, _, pairs in gathered for pair in pairs]
+        layouts = tuple(i for _, lay, _, _ in gathered for i in lay)
         if self._remap:
             self._remap = False
             pending = set(i for lay, _ in self._pending.values() for i in lay)
@@ -457,10 +572,13 @@ class OkTopkHookState:
                 if permutation is not None:
                     flat[permutation] = part
             offset = 0
-            for buffer, future in zip(buffers, futures):
+            for buffer in buffers:
                 count = buffer.numel()
                 buffer.copy_(_torch.from_numpy(flat[offset:offset + count]))
                 offset += count
+            # Before any future completes: DDP's next iteration may follow at once.
+            self._mask(masked)
+            for buffer, future in zip(buffers, futures):
                 future.set_result(buffer)
 
         self._completer.submit(requests, finish, futures)
@@ -473,6 +591,6 @@ def oktopk_hook(state: OkTopkHookState, bucket: _dist.GradBucket) -> _torch.futu
 
     Register with ``ddp_model.register_comm_hook(state, oktopk_hook)``. Returns a future that
     completes with the bucket's buffer, now holding the average over ranks of the sparsified
-    gradients (identical on every rank).
+    gradients (with momentum correction: velocities), identical on every rank.
     """
     return state.hook(bucket)
