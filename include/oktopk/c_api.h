@@ -165,6 +165,12 @@ int oktopk_describe(const oktopk_handle* handle, const char** algorithm, int64_t
  * for the calls launched before it. */
 int oktopk_get_stats(const oktopk_handle* handle, oktopk_stats* stats);
 
+/* Copies this rank's residual (the error feedback: what the calls so far held back, zero
+ * where the last call sent this rank's entry) into `out`, host memory of n floats (n: the
+ * handle's n); waits for the calls launched before it. Not collective. Method dense and
+ * methods without error feedback have an all-zero residual. */
+int oktopk_get_residual(const oktopk_handle* handle, float* out, int64_t n);
+
 /* One segment of a handle's layout and its part of the last reduce call's output. */
 typedef struct oktopk_segment_stats {
   int64_t offset; /* where the segment starts in the buffer */

@@ -472,6 +472,26 @@ int oktopk_get_stats(const oktopk_handle* handle, oktopk_stats* stats) {
   });
 }
 
+int oktopk_get_residual(const oktopk_handle* handle, float* out, int64_t n) {
+  return guarded([&] {
+    constexpr const char* where = "oktopk_get_residual";
+    require_handle(handle, where);
+    const std::int64_t size = handle->sparse_allreduce->size();
+    if (n != size) {
+      throw std::invalid_argument(std::string(where) + ": n is " + std::to_string(n) +
+                                  ", the handle's n " + std::to_string(size));
+    }
+    if (out == nullptr && n > 0) throw std::invalid_argument(std::string(where) + ": out is NULL");
+    const Kokkos::View<float*, Kokkos::HostSpace, Unmanaged> host(out, static_cast<std::size_t>(n));
+    // In launch order, after the calls launched before it have run.
+    oktopk::run_on_progress_thread([handle, host] {
+      const Exec exec;
+      Kokkos::deep_copy(exec, host, handle->sparse_allreduce->residual());
+      exec.fence();
+    });
+  });
+}
+
 int oktopk_get_num_segments(const oktopk_handle* handle, int64_t* num_segments) {
   return guarded([&] {
     constexpr const char* where = "oktopk_get_num_segments";

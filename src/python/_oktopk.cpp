@@ -330,6 +330,21 @@ class Handle {
     throw py::value_error(problem.message);
   }
 
+  py::array_t<float> residual() const {
+    oktopk_handle* handle = get();
+    py::array_t<float> out(static_cast<py::ssize_t>(core_->n));
+    float* data = out.mutable_data();
+    int code = OKTOPK_SUCCESS;
+    std::string message;
+    {
+      py::gil_scoped_release release;  // waits for the calls launched before it
+      code = oktopk_get_residual(handle, data, core_->n);
+      if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
+    }
+    if (code != OKTOPK_SUCCESS) raise_code(code, message);
+    return out;
+  }
+
   py::dict stats() const {
     oktopk_stats s{};
     check(oktopk_get_stats(get(), &s));
@@ -534,6 +549,9 @@ PYBIND11_MODULE(_oktopk, m) {
       .def("stats", &Handle::stats,
            "Statistics of the last reduce on this rank, as a dict; \"segments\": one dict per "
            "segment of the layout.")
+      .def("residual", &Handle::residual,
+           "A copy of this rank's residual (error feedback), n float32; waits for the calls "
+           "launched before it. Not collective.")
       .def("save_state", &Handle::save_state, "This rank's state, as bytes. Not collective.")
       .def("restore_state", &Handle::restore_state, py::arg("state"),
            "Collective. Restores what save_state() returned on this rank.")

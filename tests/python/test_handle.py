@@ -41,7 +41,23 @@ def test_method(method, n):
     for call in range(calls):
         grad = gradient(rank, n, call)
         kept = grad.copy()
+        residual_before = a.residual()
         out = a.reduce(grad)
+        if call < 2:
+            # The residual is what the call held back: the average is the mean over ranks of
+            # what each sent (residual before + gradient - residual after), for the methods
+            # that sum what they select. Dense holds nothing back.
+            residual = a.residual()
+            sent = (residual_before.astype(np.float64) + grad) - residual
+            mean = comm.allreduce(sent) / size
+            if method == "dense":
+                ok = residual.dtype == np.float32 and residual.shape == (n,) and not residual.any()
+            elif method in ("topka", "topkdsa", "gaussiank", "oktopk"):
+                ok = bool(np.all(np.abs(out - mean) <= 1e-5 * (1 + np.abs(mean))))
+                ok &= bool(np.any(residual == 0))
+            else:
+                ok = residual.shape == (n,)
+            check(ok, f"{method} n={n}: residual() after call {call}: what the call held back")
         inplace = grad.copy()
         returned = b.reduce_(inplace)
         same &= returned is inplace and np.array_equal(out.view(np.uint32),

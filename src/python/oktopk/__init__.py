@@ -369,6 +369,13 @@ class Handle:
         with _Prefixed("oktopk.Handle.stats"):
             return self._handle.stats()
 
+    def residual(self):
+        """A copy of this rank's residual, the error feedback (float32 numpy array of n): what
+        the calls so far held back; zero where the last call sent this rank's entry. Waits for
+        the calls launched before it. Not collective."""
+        with _Prefixed("oktopk.Handle.residual"):
+            return self._handle.residual()
+
     def state_dict(self):
         """This rank's state (residual, thresholds, region boundaries, call counter), as
         bytes. Not collective; each rank has its own. Call it when no request is in flight."""

@@ -157,9 +157,9 @@ class OkTopkHookState:
             plain SGD. 0 (the default) with weight_decay 0: the gradient, as DDP reduces it.
         weight_decay: L2 weight decay folded into the velocity, >= 0 (default 0).
         momentum_masking: with momentum, after a sparse reduce clear this rank's velocity
-            where the average holds an update (DGC's momentum factor masking; default True).
-            Not for methods ``dense`` and ``s2``, whose averages are dense, nor in the
-            warm-up.
+            where the reduce sent this rank's entry, that is where the handle's residual is
+            zero (DGC's momentum factor masking; default True). Not for methods ``dense`` and
+            ``s2``, whose averages are dense, nor in the warm-up.
         **options: further fields of OkTopk's Options (``threshold_period=32``, ...).
 
     :meth:`state_dict` and :meth:`load_state_dict` save and restore the iteration counter,
@@ -448,22 +448,37 @@ class OkTopkHookState:
             return self._gather(where, bucket, layout, last)
         return self._reduce_bucket(where, bucket, index, layout, last)
 
-    def _masked_velocities(self, bucket, layout):
-        """Momentum factor masking's pairs of (velocity, the bucket's view of its average) for a
-        sparse iteration, or none: without momentum, or with a method whose average is dense
-        (dense, s2), where the mask would clear every velocity."""
+    def _masked_velocities(self, layout):
+        """The velocities momentum factor masking clears after a sparse reduce of ``layout``'s
+        parameters, in that order; none without momentum, or with a method whose average is
+        dense (dense, s2)."""
         if not self._masks_momentum:
             return []
-        return [(self._velocities[i], view) for i, view in zip(layout, bucket.gradients())]
+        return [self._velocities[i] for i in layout]
 
     @staticmethod
-    def _mask(masked):
-        """Clears this rank's velocity where the average holds an update (DGC's momentum factor
-        masking): momentum that was sent does not keep pushing the entry on later steps,
-        while the entries still waiting in the residual keep their momentum."""
+    def _mask(velocities, residuals):
+        """DGC's momentum factor masking: clears this rank's velocity where the reduce sent this
+        rank's entry, which is where the handle's residual is zero after it (``residuals``:
+        (handle, permutation or None) pairs whose residuals, put in place, line up with
+        ``velocities``). Momentum that was sent does not keep pushing the entry on later
+        steps; entries still held back in the residual keep theirs. Not after a dense call of
+        a handle's own warm-up (``warmup_iterations``), which sends every entry."""
+        if not velocities or any(handle.stats()["dense"] for handle, _ in residuals):
+            return
+        if len(residuals) == 1 and residuals[0][1] is None:
+            residual = residuals[0][0].residual()
+        else:
+            residual = _np.empty(sum(v.numel() for v in velocities), _np.float32)
+            for handle, permutation in residuals:
+                residual[permutation] = handle.residual()
+        sent = _torch.from_numpy(residual == 0)
+        offset = 0
         with _torch.no_grad():
-            for velocity, average in masked:
-                velocity.masked_fill_(average != 0, 0)
+            for velocity in velocities:
+                count = velocity.numel()
+                velocity.view(-1).masked_fill_(sent[offset:offset + count], 0)
+                offset += count
 
     def _to_velocity(self, where, bucket, layout):
         """Momentum correction: replaces each gradient of the bucket by its parameter's
@@ -500,8 +515,8 @@ class OkTopkHookState:
                     f"{where}: DDP bucket {index} changed (now {bucket.buffer().numel()} "
                     f"elements of {len(layout)} parameters, before {n_before}): a new OkTopk "
                     "handle replaces its handle, and the error feedback residual restarts from "
-                    "zero (DDP rebuilds its buckets after the first iteration; start_iter >= 2 "
-                    "avoids this)", RuntimeWarning, stacklevel=3)
+                    "zero (DDP rebuilds its buckets after the first iteration; the default "
+                    "start_iter=2 avoids this)", RuntimeWarning, stacklevel=3)
             slot = self._new_slot(layout)
             self._slots[index] = slot
         if last:
@@ -511,10 +526,10 @@ class OkTopkHookState:
         buffer = bucket.buffer()
         request = slot.handle.reduce_async(buffer.numpy())
         future = _torch.futures.Future()
-        masked = self._masked_velocities(bucket, layout)
+        masked = self._masked_velocities(layout)
 
         def finish():
-            self._mask(masked)
+            self._mask(masked, [(slot.handle, None)])
             future.set_result(buffer)
 
         self._completer.submit([request], finish, [future])
@@ -525,13 +540,13 @@ class OkTopkHookState:
         reduces them together and completes every bucket's future."""
         future = _torch.futures.Future()
         self._gathered.append((bucket.buffer(), layout, future,
-                               self._masked_velocities(bucket, layout)))
+                               self._masked_velocities(layout)))
         if not last:
             return future
         gathered, self._gathered = self._gathered, []
         buffers = [b for b, _, _, _ in gathered]
         futures = [f for _, _, f, _ in gathered]
-        masked = [pair for _, _, _, pairs in gathered for pair in pairs]
+        masked = [velocity for _, _, _, velocities in gathered for velocity in velocities]
         layouts = tuple(i for _, lay, _, _ in gathered for i in lay)
         if self._remap:
             self._remap = False
@@ -577,7 +592,8 @@ class OkTopkHookState:
                 buffer.copy_(_torch.from_numpy(flat[offset:offset + count]))
                 offset += count
             # Before any future completes: DDP's next iteration may follow at once.
-            self._mask(masked)
+            self._mask(masked, [(slot.handle, permutation)
+                                for slot, (_, permutation) in zip(targets, parts)])
             for buffer, future in zip(buffers, futures):
                 future.set_result(buffer)
 
