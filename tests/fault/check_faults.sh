@@ -74,7 +74,7 @@ one_case() {
   if [ "$kind" != kill ]; then
     local cause
     case $kind in
-      alloc) cause="std::bad_alloc" ;;
+      alloc) cause="out of memory (std::bad_alloc)" ;;
       invariant) cause="oktopk: internal invariant broken (injected)" ;;
       mpi) cause="oktopk::impl::fault_injection::point: MPI_Send failed: " ;;
     esac
