@@ -540,4 +540,24 @@ void Communicator::check_agreement(const char* caller,
   }
 }
 
+AgreedFailure Communicator::agree_on_failure(bool failed, const std::string& cause,
+                                             std::int64_t code) const {
+  // {size - the lowest failing rank, whether some rank succeeded}: one MAX reduction gives both.
+  std::int64_t outcome[2] = {failed ? size_ - rank_ : 0, failed ? 0 : 1};
+  allreduce_in_place(outcome, 2, MPI_MAX);
+  AgreedFailure agreed;
+  if (outcome[0] == 0) return agreed;
+  agreed.rank = size_ - static_cast<int>(outcome[0]);
+  agreed.every_rank = outcome[1] == 0;
+  // Cut so that the length is a valid MPI count whatever the cause.
+  constexpr std::size_t longest = 65536;
+  std::int64_t head[2] = {code, static_cast<std::int64_t>(std::min(cause.size(), longest))};
+  bcast(head, 2, agreed.rank);
+  agreed.code = head[0];
+  agreed.cause.assign(static_cast<std::size_t>(head[1]), '\0');
+  if (rank_ == agreed.rank) agreed.cause.assign(cause, 0, static_cast<std::size_t>(head[1]));
+  bcast(agreed.cause.data(), head[1], agreed.rank);
+  return agreed;
+}
+
 }  // namespace oktopk

@@ -10,11 +10,26 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <typeinfo>
 
 namespace oktopk::apps {
+
+/// The cause `e` gives, on one line (Kokkos's allocation failures span several): its what(),
+/// except for a plain std::bad_alloc (a host std::vector), whose what() names only its type.
+inline std::string failure_cause(const std::exception& e) {
+  if (typeid(e) == typeid(std::bad_alloc)) return "out of memory (std::bad_alloc)";
+  std::string cause = e.what();
+  for (char& c : cause) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  while (!cause.empty() && cause.back() == ' ') cause.pop_back();
+  return cause;
+}
 
 class FailureSettlement {
  public:

@@ -186,13 +186,9 @@ void GradientSource::read(const Exec& exec, std::int64_t call, const Vector& gra
     error = "cannot read gradient " + std::to_string(record) + " of '" + args_.dist.path +
             "' on rank " + std::to_string(world_.rank());
   }
-  std::int64_t failed = error.empty() ? 0 : world_.rank() + 1;
-  world_.allreduce_in_place(&failed, 1, MPI_MAX);
-  if (failed != 0) {
-    throw std::runtime_error(!error.empty() ? error
-                                            : "reading '" + args_.dist.path + "' failed on rank " +
-                                                  std::to_string(failed - 1));
-  }
+  // Every rank throws the (lowest) failing rank's error, which names it.
+  const oktopk::AgreedFailure failure = world_.agree_on_failure(!error.empty(), error);
+  if (failure) throw std::runtime_error(failure.cause);
   Kokkos::deep_copy(exec, grad, host_);
 }
 

@@ -79,11 +79,12 @@ int bench_main(int argc, char* argv[], const oktopk::Communicator& world) {
   try {
     run_benchmark(args, world, file);
   } catch (const std::exception& e) {
+    const std::string cause = oktopk::apps::failure_cause(e);
     // Errors every rank throws alike (the library's checks, bad gradient files) are reported
     // once, by rank 0. One that hit this rank alone ends the job here, with this rank's number.
-    failures.settle(e.what());
+    failures.settle(cause);
     std::fflush(stdout);
-    if (root) std::cerr << "oktopk-bench: " << e.what() << "\n";
+    if (root) std::cerr << "oktopk-bench: " << cause << "\n";
     status = 1;
   }
   return status;

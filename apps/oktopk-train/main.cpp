@@ -669,10 +669,11 @@ int main(int argc, char* argv[]) {
       const oktopk::Communicator comm(MPI_COMM_WORLD);
       status = run(settings, comm);
     } catch (const std::exception& e) {
+      const std::string cause = oktopk::apps::failure_cause(e);
       // Errors that depend on the data (missing files) hit every rank alike: reported once.
       // One that hit this rank alone ends the job here, with this rank's number.
-      failures.settle(e.what());
-      if (rank == 0) std::cerr << "oktopk-train: " << e.what() << "\n";
+      failures.settle(cause);
+      if (rank == 0) std::cerr << "oktopk-train: " << cause << "\n";
       status = 1;
     }
   }

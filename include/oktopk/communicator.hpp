@@ -49,6 +49,16 @@ struct AgreementField {
   std::int64_t value;
 };
 
+/// \brief What every rank learns from Communicator::agree_on_failure: the same on every rank.
+struct AgreedFailure {
+  int rank = -1;            ///< the lowest rank that failed; -1 when none did
+  bool every_rank = false;  ///< whether every rank failed
+  std::int64_t code = 0;    ///< the code that rank passed
+  std::string cause;        ///< the cause that rank passed
+  /// Whether some rank failed.
+  explicit operator bool() const { return rank >= 0; }
+};
+
 /// \brief A stable 64-bit digest of a string (FNV-1a), for agreement checks on text options.
 std::int64_t agreement_digest(std::string_view text);
 
@@ -209,6 +219,15 @@ class Communicator {
   /// the field with its smallest and largest value, instead of hanging later in mismatched
   /// collectives.
   void check_agreement(const char* caller, std::initializer_list<AgreementField> fields) const;
+
+  /// \brief Collective. Agrees on a failure that may have hit some ranks only: each rank says
+  /// whether it failed, with its cause and a code of the caller's choosing, and every rank
+  /// returns the lowest failing rank's cause and code, so that every rank can throw the same
+  /// exception, naming that rank and why it failed, instead of some going on to collectives the
+  /// others never join. One allreduce of two integers when no rank failed, two broadcasts more
+  /// when one did. A cause longer than 65536 characters arrives cut to that length.
+  AgreedFailure agree_on_failure(bool failed, const std::string& cause = std::string(),
+                                 std::int64_t code = 0) const;
 
  private:
   void charge(const char* operation, int peer, std::int64_t bytes_sent, std::int64_t bytes_received,

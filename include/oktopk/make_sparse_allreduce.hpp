@@ -17,6 +17,7 @@
 #include <oktopk/impl/algorithms/topkdsa.hpp>
 #include <oktopk/impl/base/explicit_instantiation.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/comm/failure.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/gpu_aware_mpi.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
@@ -54,8 +55,10 @@ namespace oktopk {
 /// [0, n) exactly) throw std::invalid_argument too.
 /// Built with OKTOPK_ENABLE_GPU_AWARE_MPI=ON, a device ExecSpace throws std::runtime_error on
 /// every rank when MPI says it cannot read GPU memory (where MPI can be asked). If building the
-/// handle fails on some ranks only (its buffers do not fit in memory), every rank throws a
-/// std::runtime_error naming the (highest) failing rank.
+/// handle fails on some ranks only (its buffers do not fit in memory), every rank throws the
+/// same std::runtime_error, naming the lowest failing rank and its cause ("rank R could not
+/// build the handle: <cause>": for an allocation, Kokkos's message with the View's label, or
+/// "out of memory (std::bad_alloc)").
 template <class ExecSpace, std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
 std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(
     const ExecSpace& exec, Algorithm algorithm, const Communicator& comm, std::int64_t n,
@@ -105,8 +108,9 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(
                                 std::to_string(static_cast<int>(algorithm)) + ")");
   };
   // Allocating the buffers can fail on some ranks only (a smaller device, a fuller node): every
-  // rank learns of it and throws, instead of the others going on to a reduce() that rank never
-  // joins. A failure of every rank (an option the method rejects) keeps its own exception.
+  // rank learns of it, with the failing rank's cause (a job's log often keeps rank 0's stderr
+  // only), and throws, instead of the others going on to a reduce() that rank never joins. A
+  // failure of every rank (an option the method rejects) keeps its own exception.
   // Taken on every rank, whatever happens next, so that the communicator's serials stay equal
   // across ranks.
   const std::int64_t serial = comm.next_serial();
@@ -117,15 +121,15 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(
     handle = build();
   } catch (const std::exception& e) {
     failure = std::current_exception();
-    cause = e.what();
+    cause = impl::one_line(impl::failure_cause(e));
+  } catch (...) {
+    failure = std::current_exception();
+    cause = impl::one_line("an exception of unknown type");
   }
-  // {the highest failing rank + 1, whether any rank succeeded}
-  std::int64_t outcome[2] = {failure ? comm.rank() + 1 : 0, failure ? 0 : 1};
-  comm.allreduce_in_place(outcome, 2, MPI_MAX);
-  if (outcome[0] != 0 && outcome[1] == 0) std::rethrow_exception(failure);
-  OKTOPK_REQUIRE(outcome[0] == 0, std::runtime_error, where,
-                 "rank " << outcome[0] - 1 << " could not build the handle"
-                         << (comm.rank() + 1 == outcome[0] ? ": " + cause : std::string()));
+  const AgreedFailure agreed = comm.agree_on_failure(failure != nullptr, cause);
+  if (agreed.every_rank) std::rethrow_exception(failure);
+  OKTOPK_REQUIRE(!agreed, std::runtime_error, where,
+                 "rank " << agreed.rank << " could not build the handle: " << agreed.cause);
   impl::HandleSerial<ExecSpace>::set(*handle, serial);
   return handle;
 }

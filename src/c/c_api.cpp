@@ -188,24 +188,15 @@ oktopk_handle* create(const char* where, MPI_Comm comm, const char* algorithm, s
     if (options != nullptr) settings.set_from_string(options);
     layout = read_layout(segments, n);
   });
-  const std::string local_error = local_code == OKTOPK_SUCCESS ? std::string() : last_error;
-  // {the highest failing rank + 1, its return code}
-  std::int64_t failure[2] = {local_code == OKTOPK_SUCCESS ? 0 : communicator.rank() + 1,
-                             local_code};
-  communicator.allreduce_in_place(failure, 2, MPI_MAX);
-  if (failure[0] != 0) {
-    // Every rank reports the failing rank's own reason and code.
-    const int failing_rank = static_cast<int>(failure[0] - 1);
-    std::int64_t head[2] = {static_cast<std::int64_t>(local_error.size()), local_code};
-    communicator.bcast(head, 2, failing_rank);
-    const std::int64_t length = head[0];
-    std::string reason(static_cast<std::size_t>(length), '\0');
-    if (communicator.rank() == failing_rank) reason = local_error;
-    communicator.bcast(reason.data(), length, failing_rank);
+  // Every rank reports the (lowest) failing rank's own reason and code.
+  const oktopk::AgreedFailure failure = communicator.agree_on_failure(
+      local_code != OKTOPK_SUCCESS, local_code == OKTOPK_SUCCESS ? std::string() : last_error,
+      local_code);
+  if (failure) {
     const std::string message =
-        std::string(where) + ": rank " + std::to_string(failing_rank) + ": " + reason;
-    if (head[1] == OKTOPK_ERROR_INVALID_ARGUMENT) throw std::invalid_argument(message);
-    if (head[1] == OKTOPK_ERROR_OUT_OF_MEMORY) throw std::bad_alloc();
+        std::string(where) + ": rank " + std::to_string(failure.rank) + ": " + failure.cause;
+    if (failure.code == OKTOPK_ERROR_INVALID_ARGUMENT) throw std::invalid_argument(message);
+    if (failure.code == OKTOPK_ERROR_OUT_OF_MEMORY) throw std::bad_alloc();
     throw std::runtime_error(message);
   }
   // Default-initialised (every member has a default constructor): GCC 12 value-initialising
@@ -218,8 +209,7 @@ oktopk_handle* create(const char* where, MPI_Comm comm, const char* algorithm, s
   if constexpr (!host_reads_device_memory) {
     // The copies of host arrays are made now, where the ranks agree on failures: allocated in
     // the first reduce, a failure on one rank would leave the others waiting in it.
-    std::string cause;
-    try {
+    const int code = guarded([&] {
       const Exec exec;
       handle->staged_grad = DeviceVector(
           Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::c_api::staged_grad"),
@@ -228,15 +218,13 @@ oktopk_handle* create(const char* where, MPI_Comm comm, const char* algorithm, s
           Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::c_api::staged_out"),
           static_cast<std::size_t>(n));
       exec.fence();
-    } catch (const std::exception& e) {
-      cause = e.what();
-    }
-    std::int64_t failed = cause.empty() ? 0 : communicator.rank() + 1;
-    communicator.allreduce_in_place(&failed, 1, MPI_MAX);
-    if (failed != 0)
-      throw std::runtime_error(std::string(where) + ": rank " + std::to_string(failed - 1) +
-                               " could not allocate the copies of host arrays" +
-                               (cause.empty() ? std::string() : ": " + cause));
+    });
+    // Every rank throws with the (lowest) failing rank's cause.
+    const oktopk::AgreedFailure failure = communicator.agree_on_failure(
+        code != OKTOPK_SUCCESS, code == OKTOPK_SUCCESS ? std::string() : last_error);
+    if (failure)
+      throw std::runtime_error(std::string(where) + ": rank " + std::to_string(failure.rank) +
+                               " could not allocate the copies of host arrays: " + failure.cause);
   }
   return handle.release();
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Communicator: the duplicate, every wrapped call's results, traffic accounting (exact counts and
 // the documented formulas, checked against a message-level model of the algorithms), errors, and
-// the agreement check. Runs at several rank counts, 1 included.
+// the agreement checks. Runs at several rank counts, 1 included.
 #include "mpi/mpi_test_utils.hpp"
 #include <oktopk/communicator.hpp>
 #include <oktopk/impl/comm/mpi_check.hpp>
@@ -971,6 +971,54 @@ TEST(Communicator, CheckAgreementIsChargedAsAnAllreduce) {
   TrafficModel model;
   model.allreduce(3 * 2 * 8, comm.size());  // value and complement per field
   expect_traffic_eq(comm.traffic("agreement"), model.of(comm.rank()));
+}
+
+TEST(Communicator, AgreeOnFailureWithoutFailureCostsOneAllreduce) {
+  Communicator comm;
+  auto scope = comm.phase("agreement");
+  const oktopk::AgreedFailure agreed = comm.agree_on_failure(false, "ignored", 7);
+  EXPECT_FALSE(agreed);
+  EXPECT_EQ(agreed.rank, -1);
+  EXPECT_FALSE(agreed.every_rank);
+  EXPECT_EQ(agreed.code, 0);
+  EXPECT_EQ(agreed.cause, "");
+  TrafficModel model;
+  model.allreduce(2 * 8, comm.size());
+  expect_traffic_eq(comm.traffic("agreement"), model.of(comm.rank()));
+}
+
+TEST(Communicator, AgreeOnFailureCarriesTheLowestFailingRanksCauseToEveryRank) {
+  Communicator comm;
+  const int P = comm.size();
+  const int r = comm.rank();
+  // The last rank fails; so does rank 1 when there are three ranks or more (the lowest, then).
+  const int lowest = P >= 3 ? 1 : P - 1;
+  const bool fails = r == P - 1 || (P >= 3 && r == 1);
+  const std::string cause = fails ? "rank " + std::to_string(r) + " ran out\nof memory" : "";
+  const oktopk::AgreedFailure agreed = comm.agree_on_failure(fails, cause, 100 + r);
+  EXPECT_TRUE(agreed);
+  EXPECT_EQ(agreed.rank, lowest);
+  EXPECT_EQ(agreed.every_rank, P == 1);
+  EXPECT_EQ(agreed.code, 100 + lowest);
+  // Carried as it is, line breaks included.
+  EXPECT_EQ(agreed.cause, "rank " + std::to_string(lowest) + " ran out\nof memory");
+}
+
+TEST(Communicator, AgreeOnFailureOfEveryRankSaysSo) {
+  Communicator comm;
+  const oktopk::AgreedFailure agreed = comm.agree_on_failure(true, "", -1);
+  EXPECT_EQ(agreed.rank, 0);
+  EXPECT_TRUE(agreed.every_rank);
+  EXPECT_EQ(agreed.code, -1);
+  EXPECT_EQ(agreed.cause, "");
+}
+
+TEST(Communicator, AgreeOnFailureCutsALongCause) {
+  Communicator comm;
+  const std::string cause(100000, 'x');
+  const oktopk::AgreedFailure agreed = comm.agree_on_failure(comm.rank() == 0, cause);
+  EXPECT_EQ(agreed.rank, 0);
+  EXPECT_EQ(agreed.cause, std::string(65536, 'x'));
 }
 
 TEST(AgreementDigest, IsFnv1aForTextAndTheBitPatternForDoubles) {

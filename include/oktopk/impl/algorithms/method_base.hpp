@@ -296,7 +296,7 @@ void MethodBase<ExecSpace>::run_or_abort(std::int64_t call, Body&& body) {
   try {
     body();
   } catch (const std::exception& e) {
-    abort_after_local_failure(this->comm_, e.what(),
+    abort_after_local_failure(this->comm_, failure_cause(e),
                               failed_phase_.empty() ? "other" : failed_phase_, this->algorithm_,
                               call);
   } catch (...) {
