@@ -9,8 +9,10 @@ gradients over the ranks through the hook chosen with --hook: an OkTopk method (
 ... or dense, OkTopk's dense allreduce) through oktopk.torch.oktopk_hook, or none (DDP's own
 allreduce). With SGD and a hook, momentum correction is on by default: the hook keeps each
 rank's velocity and averages velocities, and the optimizer is plain SGD (--momentum-correction
-off: SGD with momentum applies momentum to the averaged gradient). Rank 0 prints one line per epoch (test accuracy, seconds, bytes sent per rank per
-step) and a final line "final test_acc=0.XXXX bytes_per_step=N".
+off: SGD with momentum applies momentum to the averaged gradient; --momentum-masking on: the
+hook also clears a rank's velocity where the reduce sent the rank's entry). Rank 0 prints one
+line per epoch (test accuracy, seconds, bytes sent per rank per step) and a final line
+"final test_acc=0.XXXX bytes_per_step=N".
 
 The processes find each other through MPI (mpi4py), not torch.distributed.run: rank 0 makes a
 store file for gloo and broadcasts its path, so no port is fixed.
@@ -76,9 +78,9 @@ def parse_arguments(argv):
                         help="with sgd and a hook: on, the hook keeps each rank's velocity and "
                              "averages velocities (the optimizer is plain SGD); off, momentum "
                              "is applied to the averaged gradient (default on)")
-    parser.add_argument("--momentum-masking", default="on", choices=("on", "off"),
+    parser.add_argument("--momentum-masking", default="off", choices=("on", "off"),
                         help="with momentum correction: on, the hook clears a rank's velocity "
-                             "where the average holds an update (default on)")
+                             "where the reduce sent the rank's entry (default off)")
     parser.add_argument("--start-iter", type=int, default=2,
                         help="steps made with DDP's dense allreduce before the hook's method "
                              "starts (default 2: DDP rebuilds its buckets after step 1)")

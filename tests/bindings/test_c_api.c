@@ -81,11 +81,26 @@ static void test_method(const char* method, int64_t n) {
   float* inplace = malloc((size_t)n * sizeof(float));
   int same = 1, identical = 1, mean_ok = 1, sparse_ok = 1, codes_ok = 1;
   const int calls = 6;
+  int residual_ok = 1;
   for (int call = 0; call < calls; ++call) {
     fill(grad, n, rank, call);
     memcpy(inplace, grad, (size_t)n * sizeof(float));
     codes_ok &= oktopk_reduce(a, grad, out) == OKTOPK_SUCCESS;
     codes_ok &= oktopk_reduce(b, inplace, inplace) == OKTOPK_SUCCESS;
+    if (call == 0) {
+      /* After the first call the residual is the gradient where this rank's entry was held
+       * back and zero where it was sent (dense sends everything). */
+      float* residual = malloc((size_t)n * sizeof(float));
+      residual_ok &= oktopk_get_residual(a, residual, n) == OKTOPK_SUCCESS;
+      int64_t held = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        residual_ok &= residual[i] == 0.0f || residual[i] == grad[i];
+        held += residual[i] != 0.0f;
+      }
+      const int holds_nothing = strcmp(method, "dense") == 0 || strcmp(method, "s2") == 0;
+      residual_ok &= holds_nothing ? held == 0 : held > 0 && held < n;
+      free(residual);
+    }
     same &= memcmp(out, inplace, (size_t)n * sizeof(float)) == 0;
     identical &= identical_on_all_ranks(out, n);
     if (strcmp(method, "dense") == 0) {
@@ -103,6 +118,15 @@ static void test_method(const char* method, int64_t n) {
   }
   snprintf(what, sizeof what, "%s: every reduce returns OKTOPK_SUCCESS", method);
   check(codes_ok, what);
+  snprintf(what, sizeof what, "%s: the residual after the first call is what it held back",
+           method);
+  check(residual_ok, what);
+  snprintf(what, sizeof what, "%s: oktopk_get_residual refuses another n and a NULL array",
+           method);
+  check(oktopk_get_residual(a, grad, n - 1) == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            strncmp(oktopk_last_error(), "oktopk_get_residual: n is ", 26) == 0 &&
+            oktopk_get_residual(a, NULL, n) == OKTOPK_ERROR_INVALID_ARGUMENT,
+        what);
   snprintf(what, sizeof what, "%s: in place equals out of place", method);
   check(same, what);
   snprintf(what, sizeof what, "%s: the same bits on every rank", method);

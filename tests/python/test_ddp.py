@@ -199,12 +199,12 @@ def test_start_iter():
           "start_iter >= 2: no rebuild warning")
 
 
-def test_checkpoint(algorithm, whole_model=False, start_iter=0, momentum=0.0):
+def test_checkpoint(algorithm, whole_model=False, start_iter=0, momentum=0.0, masking=False):
     name = (f"checkpoint {algorithm}{' whole_model' if whole_model else ''} "
-            f"start_iter={start_iter} momentum={momentum}")
+            f"start_iter={start_iter} momentum={momentum}{' masking' if masking else ''}")
     settings = dict(algorithm=algorithm, density=0.05, whole_model=whole_model,
                     start_iter=start_iter, threshold_period=2, momentum=momentum,
-                    weight_decay=1e-3 if momentum else 0.0)
+                    weight_decay=1e-3 if momentum else 0.0, momentum_masking=masking)
     state = okt.OkTopkHookState(**settings)
     run = Run(state, seed=1)
     train(run, 3)
@@ -423,7 +423,9 @@ def test_state_errors():
     e = raises(ValueError, momentum.load_state_dict, state.state_dict())
     check(e is not None and "momentum" in str(e),
           f"a state without momentum into one with it: ValueError ({e})")
-    check(okt.OkTopkHookState().start_iter == 2, "start_iter defaults to 2")
+    defaults = okt.OkTopkHookState()
+    check(defaults.start_iter == 2 and defaults.momentum == 0.0 and not defaults.momentum_masking,
+          "defaults: start_iter 2, no momentum correction, no masking")
     e = raises(TypeError, okt.OkTopkHookState, sparse_rows=[torch.tensor(1.0)])
     check(e is not None and "sparse_rows" in str(e), f"a 0-d sparse_rows tensor: TypeError ({e})")
     pickled = copy.deepcopy(state)
@@ -469,7 +471,7 @@ def main():
         # fresh DDP's first iteration does not share.)
         test_checkpoint("oktopk", start_iter=2)
         test_checkpoint("oktopk", start_iter=2, momentum=MOMENTUM)
-        test_checkpoint("topka", whole_model=True, momentum=MOMENTUM)
+        test_checkpoint("topka", whole_model=True, momentum=MOMENTUM, masking=True)
         test_momentum_correction_dense()
         test_momentum_correction_sparse()
         test_momentum_correction_sparse(whole_model=True)

@@ -158,8 +158,9 @@ class OkTopkHookState:
         weight_decay: L2 weight decay folded into the velocity, >= 0 (default 0).
         momentum_masking: with momentum, after a sparse reduce clear this rank's velocity
             where the reduce sent this rank's entry, that is where the handle's residual is
-            zero (DGC's momentum factor masking; default True). Not for methods ``dense`` and
-            ``s2``, whose averages are dense, nor in the warm-up.
+            zero (DGC's momentum factor masking). Off by default: it helped the Fashion-MNIST
+            MLP and hurt the Transformer language model (the user guide has the numbers). Not
+            for methods ``dense`` and ``s2``, whose averages are dense, nor in the warm-up.
         **options: further fields of OkTopk's Options (``threshold_period=32``, ...).
 
     :meth:`state_dict` and :meth:`load_state_dict` save and restore the iteration counter,
@@ -175,7 +176,7 @@ class OkTopkHookState:
 
     def __init__(self, process_group=None, algorithm="oktopk", density=0.01, start_iter=2,
                  whole_model=False, sparse_rows=None, momentum=0.0, weight_decay=0.0,
-                 momentum_masking=True, **options):
+                 momentum_masking=False, **options):
         where = "oktopk.torch.OkTopkHookState"
         if not isinstance(start_iter, int) or start_iter < 0:
             raise ValueError(f"{where}: start_iter must be an int >= 0, not {start_iter!r}")
@@ -256,7 +257,7 @@ class OkTopkHookState:
         self.whole_model = state["whole_model"]
         self.momentum = state.get("momentum", 0.0)
         self.weight_decay = state.get("weight_decay", 0.0)
-        self.momentum_masking = state.get("momentum_masking", True)
+        self.momentum_masking = state.get("momentum_masking", False)
         self.options = dict(state["options"])
         self.iteration = state["iteration"]
         self._reset()
