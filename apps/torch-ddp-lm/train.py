@@ -1,0 +1,427 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""A King James Bible language model with PyTorch DistributedDataParallel and OkTopk's hook.
+
+    mpirun -np 4 python3 -m mpi4py train.py --hook oktopk --density 0.01 --steps 300
+
+Every rank trains the same small word-level causal Transformer (token embedding, learned
+positional embedding, two encoder layers, an output layer of its own: untied, so the embedding's
+gradient keeps only the rows of the words a step saw) on its own sequences of each step's batch;
+DDP averages the gradients over the ranks through the hook chosen with --hook: an OkTopk method
+(oktopk, topka, ... or dense, OkTopk's dense allreduce) through oktopk.torch.oktopk_hook, or
+none (DDP's own allreduce). With --optimizer sgd and a hook, the hook keeps the momentum (and
+weight decay) itself and reduces each rank's velocity (--momentum-correction on, the default;
+--momentum-masking on also clears a rank's velocity where the reduce sent the rank's entry);
+the optimizer is then plain SGD.
+
+The text is scripts/kjv-corpus.sh's: one verse a line, led by its reference ("Ge1:1 In the
+beginning ..."), which is dropped. Words are lowercased runs of letters (an apostrophe between
+letters stays inside a word); every verse ends with "</s>"; the vocabulary is the most frequent
+words of the whole text, the others "<unk>". The last 5% of the verses are held out.
+
+Rank 0 prints a progress line every --log-every steps (step, mean training loss over those steps
+and all ranks, seconds, bytes sent per rank per step) and a final line
+"final train_loss_last20=X.XXXX val_loss=X.XXXX bytes_per_step=N": the mean training loss of
+the last 20 steps over all ranks, the loss on --val-seqs held-out sequences, and the mean bytes
+sent per rank per step.
+
+The processes find each other through MPI (mpi4py), not torch.distributed.run: rank 0 makes a
+store file for gloo and broadcasts its path, so no port is fixed.
+"""
+
+import argparse
+import collections
+import hashlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+PROGRAM = "train.py"
+HOOKS = ("oktopk", "topka", "topkdsa", "gtopk", "gaussiank", "s2", "dense", "none")
+OPTIMIZERS = ("sgd", "adam")
+DEFAULT_LR = {"sgd": 0.2, "adam": 0.002}
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_DATA = os.path.join(REPOSITORY, "build", "data", "kjv-verses.txt")
+HELD_OUT = 0.05  # the fraction of the verses, at the end, held out for the validation loss
+LAST = 20        # the final line's training loss is the mean over this many last steps
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+size = comm.Get_size()
+
+
+class UsageError(Exception):
+    """A bad command line: every rank sees the same one."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (on rank 0) instead of exiting."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+    def print_help(self, file=None):
+        if rank == 0:
+            super().print_help(file)
+
+
+def parse_arguments(argv):
+    parser = Parser(
+        prog=f"mpirun -np P python3 -m mpi4py {PROGRAM}",
+        description="Trains a word-level Transformer language model of the King James Bible "
+                    "with PyTorch DDP, the gradients averaged through OkTopk's communication "
+                    "hook.")
+    parser.add_argument("--hook", default="oktopk", choices=HOOKS,
+                        help="OkTopk method of the hook, or none for DDP's own allreduce "
+                             "(default oktopk)")
+    parser.add_argument("--density", type=float, default=0.01,
+                        help="fraction of each gradient the sparse methods keep, (0, 1] "
+                             "(default 0.01)")
+    parser.add_argument("--steps", type=int, default=300, help="optimizer steps (default 300)")
+    parser.add_argument("--batch", type=int, default=16, help="sequences per rank per step "
+                        "(default 16)")
+    parser.add_argument("--seq-len", type=int, default=32, help="tokens per sequence "
+                        "(default 32)")
+    parser.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
+                        help="sgd (with --momentum, --weight-decay) or adam (default sgd)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help=f"learning rate (default {DEFAULT_LR['sgd']} for sgd, "
+                             f"{DEFAULT_LR['adam']} for adam)")
+    parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum, [0, 1) "
+                        "(default 0.9)")
+    parser.add_argument("--weight-decay", type=float, default=0.0,
+                        help="L2 weight decay, >= 0 (default 0)")
+    parser.add_argument("--momentum-correction", default="on", choices=("on", "off"),
+                        help="with sgd and a hook: on, the hook keeps each rank's velocity "
+                             "(momentum and weight decay) and averages velocities (the "
+                             "optimizer is plain SGD); off, momentum is applied to the "
+                             "averaged gradient (default on)")
+    parser.add_argument("--momentum-masking", default="off", choices=("on", "off"),
+                        help="with momentum correction: on, the hook clears a rank's velocity "
+                             "where the reduce sent the rank's entry (default off)")
+    parser.add_argument("--sparse-rows", default="off", choices=("on", "off"),
+                        help="on: the hook's handles know the token embedding's gradient as "
+                             "rows (OkTopkHookState(sparse_rows=embedding_weights(model))) "
+                             "(default off)")
+    parser.add_argument("--start-iter", type=int, default=2,
+                        help="steps made with DDP's dense allreduce before the hook's method "
+                             "starts (default 2: DDP rebuilds its buckets after step 1)")
+    parser.add_argument("--whole-model", action="store_true",
+                        help="one OkTopk handle over all buckets (global top-k selection)")
+    parser.add_argument("--vocab", type=int, default=4000,
+                        help="vocabulary: the most frequent words, <unk> and </s> included, "
+                             ">= 3 (default 4000)")
+    parser.add_argument("--d-model", type=int, default=128, help="model width (default 128)")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads, dividing "
+                        "--d-model (default 4)")
+    parser.add_argument("--val-seqs", type=int, default=256,
+                        help="held-out sequences the validation loss is taken over "
+                             "(default 256)")
+    parser.add_argument("--log-every", type=int, default=25,
+                        help="steps per progress line (default 25)")
+    parser.add_argument("--seed", type=int, default=1, help="initialisation and shuffling "
+                        "(default 1)")
+    parser.add_argument("--data", default=DEFAULT_DATA,
+                        help="the King James Bible, one verse a line, as scripts/kjv-corpus.sh "
+                             "writes it (default build/data/kjv-verses.txt in the repository)")
+    args = parser.parse_args(argv)
+    if args.lr is None:
+        args.lr = DEFAULT_LR[args.optimizer]
+    if not 0 < args.density <= 1:
+        parser.error(f"--density must be in (0, 1], not {args.density}")
+    for flag in ("steps", "batch", "seq_len", "d_model", "heads", "val_seqs", "log_every"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1, not {getattr(args, flag)}")
+    if args.d_model % args.heads:
+        parser.error(f"--heads ({args.heads}) must divide --d-model ({args.d_model})")
+    if not args.lr > 0:
+        parser.error(f"--lr must be > 0, not {args.lr}")
+    if not 0 <= args.momentum < 1:
+        parser.error(f"--momentum must be in [0, 1), not {args.momentum}")
+    if not 0 <= args.weight_decay < float("inf"):
+        parser.error(f"--weight-decay must be a finite number >= 0, not {args.weight_decay}")
+    if args.start_iter < 0:
+        parser.error(f"--start-iter must be >= 0, not {args.start_iter}")
+    if args.vocab < 3:
+        parser.error(f"--vocab must be >= 3, not {args.vocab}")
+    if args.sparse_rows == "on" and args.hook == "none":
+        parser.error("--sparse-rows on needs a hook (not --hook none)")
+    return args
+
+
+class DataError(Exception):
+    """A missing or damaged text file (every rank reads the same file)."""
+
+
+class ReplicaError(Exception):
+    """The ranks' parameters differ at the end (every rank sees the same digests)."""
+
+
+REFERENCE = re.compile(r"[1-3]?[A-Za-z]+[0-9]+:[0-9]+ ")
+WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
+
+
+def read_verses(path):
+    """Each verse's words, lowercased, its reference dropped."""
+    hint = f"make it with scripts/kjv-corpus.sh {path}"
+    if not os.path.isfile(path):
+        raise DataError(f"text not found: {path} is missing ({hint})")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataError(f"{path}: {error}") from None
+    verses = []
+    for number, line in enumerate(lines, 1):
+        reference = REFERENCE.match(line)
+        if reference is None:
+            raise DataError(f"{path}:{number}: not a verse led by its reference (\"Ge1:1 In "
+                            f"the beginning ...\"; {hint})")
+        verses.append(WORD.findall(line[reference.end():].lower()))
+    if len(verses) < 40:
+        raise DataError(f"{path}: {len(verses)} verses are too few to hold {HELD_OUT:.0%} "
+                        f"out ({hint})")
+    return verses
+
+
+def encode(verses, vocab):
+    """(token ids of the training verses, of the held-out ones, the vocabulary's size): ids 0
+    <unk>, 1 </s> (each verse's end), then the vocab - 2 most frequent words of the whole text,
+    most frequent first, ties alphabetically, so every rank numbers them alike."""
+    counts = collections.Counter(word for verse in verses for word in verse)
+    frequent = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:vocab - 2]
+    ids = {word: i for i, (word, _) in enumerate(frequent, 2)}
+
+    def stream(part):
+        tokens = [i for verse in part for i in [ids.get(w, 0) for w in verse] + [1]]
+        return np.array(tokens, dtype=np.int64)
+
+    held = len(verses) - int(round(HELD_OUT * len(verses)))
+    return stream(verses[:held]), stream(verses[held:]), len(ids) + 2
+
+
+def windows(tokens, length):
+    """Start offsets of the stream's non-overlapping windows of length + 1 tokens (input and
+    next-token target)."""
+    return np.arange((len(tokens) - 1) // length, dtype=np.int64) * length
+
+
+def sequences(torch, tokens, starts, length):
+    """(inputs, targets) of the windows at ``starts``, each [len(starts), length]."""
+    index = starts[:, None] + np.arange(length + 1)[None, :]
+    chunk = torch.from_numpy(tokens[index])
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+def make_model(torch, vocab, d_model, heads, seq_len):
+    nn = torch.nn
+
+    class LanguageModel(nn.Module):
+        """Token and learned positional embeddings, two pre-norm causal encoder layers, a final
+        layer norm and an untied output layer over the vocabulary."""
+
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab, d_model)
+            self.position = nn.Parameter(torch.randn(seq_len, d_model) * 0.02)
+            layer = nn.TransformerEncoderLayer(d_model, heads, dim_feedforward=4 * d_model,
+                                               dropout=0.0, batch_first=True, norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.norm = nn.LayerNorm(d_model)
+            self.output = nn.Linear(d_model, vocab)
+            # Not a buffer, which DDP would broadcast every step: the same on every rank.
+            self.mask = torch.triu(torch.full((seq_len, seq_len), float("-inf")), diagonal=1)
+
+        def forward(self, tokens):
+            length = tokens.shape[1]
+            x = self.embedding(tokens) + self.position[:length]
+            x = self.encoder(x, mask=self.mask[:length, :length])
+            return self.output(self.norm(x))
+
+    return LanguageModel()
+
+
+def uses_momentum_correction(args):
+    """Whether the hook keeps the velocity (SGD through a hook, correction on)."""
+    return (args.optimizer == "sgd" and args.hook != "none"
+            and args.momentum_correction == "on")
+
+
+def make_optimizer(torch, parameters, args, corrected):
+    """Plain SGD when the hook applies momentum and weight decay, else the chosen optimizer."""
+    if args.optimizer == "adam":
+        return torch.optim.Adam(parameters, lr=args.lr, weight_decay=args.weight_decay)
+    if corrected:
+        return torch.optim.SGD(parameters, lr=args.lr)
+    return torch.optim.SGD(parameters, lr=args.lr, momentum=args.momentum,
+                           weight_decay=args.weight_decay)
+
+
+def describe_optimizer(args, corrected):
+    if args.optimizer == "adam":
+        return f"Adam lr {args.lr} weight decay {args.weight_decay}"
+    where = (f"in the hook (momentum correction, masking {args.momentum_masking})" if corrected
+             else "in the optimizer")
+    return (f"SGD lr {args.lr}, momentum {args.momentum} and weight decay {args.weight_decay} "
+            f"{where}")
+
+
+def validation_loss(torch, model, tokens, starts, length):
+    """Mean loss per token over the held-out windows at ``starts``, each rank taking a shard
+    (the models are identical)."""
+    shard = starts[rank * len(starts) // size:(rank + 1) * len(starts) // size]
+    total = 0.0
+    with torch.no_grad():
+        for first in range(0, len(shard), 64):
+            x, y = sequences(torch, tokens, shard[first:first + 64], length)
+            logits = model(x)
+            total += float(torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum"))
+    return comm.allreduce(total) / (len(starts) * length)
+
+
+def check_replicas(torch, model):
+    """Raises ReplicaError unless every rank's parameters are the same bits."""
+    digest = hashlib.sha256()
+    for parameter in model.parameters():
+        digest.update(parameter.detach().numpy().tobytes())
+    digests = comm.allgather(digest.hexdigest())
+    if len(set(digests)) != 1:
+        raise ReplicaError(f"the ranks' parameters differ at the end: digests {digests}")
+
+
+def train(args):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import oktopk.torch as okt
+
+    train_tokens, val_tokens, vocab = encode(read_verses(args.data), args.vocab)
+    train_starts = windows(train_tokens, args.seq_len)
+    val_starts = windows(val_tokens, args.seq_len)
+    per_step = size * args.batch
+    if len(train_starts) < per_step:
+        raise UsageError(f"{len(train_tokens)} training tokens make no step of {args.batch} "
+                         f"sequences of {args.seq_len} per rank on {size} ranks")
+    if len(val_starts) < args.val_seqs:
+        raise UsageError(f"{len(val_tokens)} held-out tokens make only {len(val_starts)} "
+                         f"sequences of {args.seq_len}, fewer than --val-seqs {args.val_seqs}")
+    # Spread evenly over the held-out text, the same on every rank.
+    val_starts = val_starts[np.linspace(0, len(val_starts) - 1, args.val_seqs).astype(np.int64)]
+
+    torch.set_num_threads(1)  # ranks share the cores
+    torch.manual_seed(args.seed)
+    directory = tempfile.mkdtemp(prefix="oktopk_lm_") if rank == 0 else None
+    directory = comm.bcast(directory, root=0)
+    dist.init_process_group("gloo", init_method=f"file://{os.path.join(directory, 'store')}",
+                            rank=rank, world_size=size)
+    # An exception from here on may be this rank's alone: main() then ends the job, so there
+    # is no cleanup to make on the way out (a barrier would wait for peers that never come).
+    net = make_model(torch, vocab, args.d_model, args.heads, args.seq_len)
+    model = DDP(net)
+    n = sum(p.numel() for p in model.parameters())
+    state = None
+    corrected = uses_momentum_correction(args)
+    if args.hook != "none":
+        settings = {}
+        if corrected:
+            settings.update(momentum=args.momentum, weight_decay=args.weight_decay,
+                            momentum_masking=args.momentum_masking == "on")
+        if args.sparse_rows == "on":
+            settings.update(sparse_rows=okt.embedding_weights(net))
+        state = okt.OkTopkHookState(algorithm=args.hook, density=args.density,
+                                    start_iter=args.start_iter,
+                                    whole_model=args.whole_model, **settings)
+        model.register_comm_hook(state, okt.oktopk_hook)
+    optimizer = make_optimizer(torch, model.parameters(), args, corrected)
+    # What a dense ring allreduce sends per rank: 2 (P - 1) / P of the gradient's bytes.
+    dense_bytes = 2 * (size - 1) / size * 4 * n
+    shuffle = np.random.default_rng(args.seed)
+    if rank == 0:
+        print(f"# {args.hook} on {size} ranks: {n} parameters ({vocab} x {args.d_model} token "
+              f"embedding), {len(train_tokens)} training and {len(val_tokens)} held-out "
+              f"tokens, {args.batch} sequences of {args.seq_len} tokens per rank per step; "
+              f"{describe_optimizer(args, corrected)}", flush=True)
+        print(" step  train_loss  seconds  bytes_per_step", flush=True)
+    losses = []
+    bytes_total = 0.0
+    order = shuffle.permutation(train_starts)
+    taken = 0
+    interval_loss = 0.0
+    interval_bytes = 0.0
+    start = time.perf_counter()
+    model.train()
+    for iteration in range(args.steps):
+        if taken + per_step > len(order):  # a new pass over the training text
+            order = shuffle.permutation(train_starts)
+            taken = 0
+        mine = order[taken + rank * args.batch:taken + (rank + 1) * args.batch]
+        taken += per_step
+        x, y = sequences(torch, train_tokens, mine, args.seq_len)
+        optimizer.zero_grad()
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss))
+        interval_loss += losses[-1]
+        sparse = (state is not None and args.hook != "dense"
+                  and iteration >= args.start_iter)
+        sent = state.bytes_sent_last_iteration() if sparse else dense_bytes
+        interval_bytes += sent
+        bytes_total += sent
+        step = iteration + 1
+        if step % args.log_every == 0 or step == args.steps:
+            count = (step - 1) % args.log_every + 1
+            train_loss = comm.allreduce(interval_loss) / (size * count)
+            sent_per_step = comm.allreduce(interval_bytes) / (size * count)
+            seconds = time.perf_counter() - start
+            if rank == 0:
+                print(f"{step:5d}  {train_loss:10.4f}  {seconds:7.2f}  {sent_per_step:14.0f}",
+                      flush=True)
+            interval_loss = 0.0
+            interval_bytes = 0.0
+            start = time.perf_counter()
+    last = losses[-LAST:]
+    train_loss_last = comm.allreduce(sum(last)) / (size * len(last))
+    bytes_per_step = comm.allreduce(bytes_total) / (size * args.steps)
+    model.eval()
+    val_loss = validation_loss(torch, net, val_tokens, val_starts, args.seq_len)
+    check_replicas(torch, net)
+    if rank == 0:
+        print(f"(parameters identical on all {size} ranks)", flush=True)
+        print(f"final train_loss_last{LAST}={train_loss_last:.4f} val_loss={val_loss:.4f} "
+              f"bytes_per_step={bytes_per_step:.0f}", flush=True)
+    comm.Barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def main(argv):
+    try:
+        args = parse_arguments(argv)
+        train(args)
+    except SystemExit as done:  # --help
+        return done.code or 0
+    except (UsageError, DataError, ReplicaError) as error:
+        # The same on every rank (the same command line, files and digests): rank 0 says it,
+        # once.
+        if rank == 0:
+            print(f"{PROGRAM}: {error}", file=sys.stderr, flush=True)
+        return 2 if isinstance(error, UsageError) else 1
+    except Exception as error:  # noqa: BLE001 -- possibly this rank's alone: end the job
+        print(f"{PROGRAM}: rank {rank}: {type(error).__name__}: {error}", file=sys.stderr,
+              flush=True)
+        comm.Abort(1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
