@@ -118,11 +118,9 @@ static void test_method(const char* method, int64_t n) {
   }
   snprintf(what, sizeof what, "%s: every reduce returns OKTOPK_SUCCESS", method);
   check(codes_ok, what);
-  snprintf(what, sizeof what, "%s: the residual after the first call is what it held back",
-           method);
+  snprintf(what, sizeof what, "%s: the residual after the first call is what it held back", method);
   check(residual_ok, what);
-  snprintf(what, sizeof what, "%s: oktopk_get_residual refuses another n and a NULL array",
-           method);
+  snprintf(what, sizeof what, "%s: oktopk_get_residual refuses another n and a NULL array", method);
   check(oktopk_get_residual(a, grad, n - 1) == OKTOPK_ERROR_INVALID_ARGUMENT &&
             strncmp(oktopk_last_error(), "oktopk_get_residual: n is ", 26) == 0 &&
             oktopk_get_residual(a, NULL, n) == OKTOPK_ERROR_INVALID_ARGUMENT,
