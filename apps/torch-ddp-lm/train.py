@@ -26,93 +26,47 @@ the last 20 steps over all ranks, the loss on --val-seqs held-out sequences, and
 sent per rank per step.
 
 The processes find each other through MPI (mpi4py), not torch.distributed.run: rank 0 makes a
-store file for gloo and broadcasts its path, so no port is fixed.
+store file for gloo and broadcasts its path, so no port is fixed (apps/common/torch_ddp.py).
 """
 
-import argparse
 import collections
 import hashlib
 import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 
 import numpy as np
-from mpi4py import MPI
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                "common"))
+import torch_ddp as common  # noqa: E402 -- the programs' shared part, found through sys.path
+from torch_ddp import DataError, UsageError, comm, rank, size  # noqa: E402
 
 PROGRAM = "train.py"
-HOOKS = ("oktopk", "topka", "topkdsa", "gtopk", "gaussiank", "s2", "dense", "none")
-OPTIMIZERS = ("sgd", "adam")
 DEFAULT_LR = {"sgd": 0.2, "adam": 0.002}
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_DATA = os.path.join(REPOSITORY, "build", "data", "kjv-verses.txt")
 HELD_OUT = 0.05  # the fraction of the verses, at the end, held out for the validation loss
 LAST = 20        # the final line's training loss is the mean over this many last steps
-comm = MPI.COMM_WORLD
-rank = comm.Get_rank()
-size = comm.Get_size()
-
-
-class UsageError(Exception):
-    """A bad command line: every rank sees the same one."""
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line (on rank 0) instead of exiting."""
-
-    def error(self, message):
-        raise UsageError(message)
-
-    def print_help(self, file=None):
-        if rank == 0:
-            super().print_help(file)
 
 
 def parse_arguments(argv):
-    parser = Parser(
+    parser = common.Parser(
         prog=f"mpirun -np P python3 -m mpi4py {PROGRAM}",
         description="Trains a word-level Transformer language model of the King James Bible "
                     "with PyTorch DDP, the gradients averaged through OkTopk's communication "
                     "hook.")
-    parser.add_argument("--hook", default="oktopk", choices=HOOKS,
-                        help="OkTopk method of the hook, or none for DDP's own allreduce "
-                             "(default oktopk)")
-    parser.add_argument("--density", type=float, default=0.01,
-                        help="fraction of each gradient the sparse methods keep, (0, 1] "
-                             "(default 0.01)")
+    common.add_training_arguments(parser, DEFAULT_LR)
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps (default 300)")
     parser.add_argument("--batch", type=int, default=16, help="sequences per rank per step "
                         "(default 16)")
     parser.add_argument("--seq-len", type=int, default=32, help="tokens per sequence "
                         "(default 32)")
-    parser.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
-                        help="sgd (with --momentum, --weight-decay) or adam (default sgd)")
-    parser.add_argument("--lr", type=float, default=None,
-                        help=f"learning rate (default {DEFAULT_LR['sgd']} for sgd, "
-                             f"{DEFAULT_LR['adam']} for adam)")
-    parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum, [0, 1) "
-                        "(default 0.9)")
-    parser.add_argument("--weight-decay", type=float, default=0.0,
-                        help="L2 weight decay, >= 0 (default 0)")
-    parser.add_argument("--momentum-correction", default="on", choices=("on", "off"),
-                        help="with sgd and a hook: on, the hook keeps each rank's velocity "
-                             "(momentum and weight decay) and averages velocities (the "
-                             "optimizer is plain SGD); off, momentum is applied to the "
-                             "averaged gradient (default on)")
-    parser.add_argument("--momentum-masking", default="off", choices=("on", "off"),
-                        help="with momentum correction: on, the hook clears a rank's velocity "
-                             "where the reduce sent the rank's entry (default off)")
     parser.add_argument("--sparse-rows", default="off", choices=("on", "off"),
                         help="on: the hook's handles know the token embedding's gradient as "
                              "rows (OkTopkHookState(sparse_rows=embedding_weights(model))) "
                              "(default off)")
-    parser.add_argument("--start-iter", type=int, default=2,
-                        help="steps made with DDP's dense allreduce before the hook's method "
-                             "starts (default 2: DDP rebuilds its buckets after step 1)")
-    parser.add_argument("--whole-model", action="store_true",
-                        help="one OkTopk handle over all buckets (global top-k selection)")
     parser.add_argument("--vocab", type=int, default=4000,
                         help="vocabulary: the most frequent words, <unk> and </s> included, "
                              ">= 3 (default 4000)")
@@ -124,29 +78,16 @@ def parse_arguments(argv):
                              "(default 256)")
     parser.add_argument("--log-every", type=int, default=25,
                         help="steps per progress line (default 25)")
-    parser.add_argument("--seed", type=int, default=1, help="initialisation and shuffling "
-                        "(default 1)")
     parser.add_argument("--data", default=DEFAULT_DATA,
                         help="the King James Bible, one verse a line, as scripts/kjv-corpus.sh "
                              "writes it (default build/data/kjv-verses.txt in the repository)")
     args = parser.parse_args(argv)
-    if args.lr is None:
-        args.lr = DEFAULT_LR[args.optimizer]
-    if not 0 < args.density <= 1:
-        parser.error(f"--density must be in (0, 1], not {args.density}")
+    common.check_training_arguments(parser, args, DEFAULT_LR)
     for flag in ("steps", "batch", "seq_len", "d_model", "heads", "val_seqs", "log_every"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1, not {getattr(args, flag)}")
     if args.d_model % args.heads:
         parser.error(f"--heads ({args.heads}) must divide --d-model ({args.d_model})")
-    if not args.lr > 0:
-        parser.error(f"--lr must be > 0, not {args.lr}")
-    if not 0 <= args.momentum < 1:
-        parser.error(f"--momentum must be in [0, 1), not {args.momentum}")
-    if not 0 <= args.weight_decay < float("inf"):
-        parser.error(f"--weight-decay must be a finite number >= 0, not {args.weight_decay}")
-    if args.start_iter < 0:
-        parser.error(f"--start-iter must be >= 0, not {args.start_iter}")
     if args.vocab < 3:
         parser.error(f"--vocab must be >= 3, not {args.vocab}")
     if args.sparse_rows == "on" and args.hook == "none":
@@ -154,11 +95,7 @@ def parse_arguments(argv):
     return args
 
 
-class DataError(Exception):
-    """A missing or damaged text file (every rank reads the same file)."""
-
-
-class ReplicaError(Exception):
+class ReplicaError(common.SameOnEveryRank):
     """The ranks' parameters differ at the end (every rank sees the same digests)."""
 
 
@@ -246,31 +183,6 @@ def make_model(torch, vocab, d_model, heads, seq_len):
     return LanguageModel()
 
 
-def uses_momentum_correction(args):
-    """Whether the hook keeps the velocity (SGD through a hook, correction on)."""
-    return (args.optimizer == "sgd" and args.hook != "none"
-            and args.momentum_correction == "on")
-
-
-def make_optimizer(torch, parameters, args, corrected):
-    """Plain SGD when the hook applies momentum and weight decay, else the chosen optimizer."""
-    if args.optimizer == "adam":
-        return torch.optim.Adam(parameters, lr=args.lr, weight_decay=args.weight_decay)
-    if corrected:
-        return torch.optim.SGD(parameters, lr=args.lr)
-    return torch.optim.SGD(parameters, lr=args.lr, momentum=args.momentum,
-                           weight_decay=args.weight_decay)
-
-
-def describe_optimizer(args, corrected):
-    if args.optimizer == "adam":
-        return f"Adam lr {args.lr} weight decay {args.weight_decay}"
-    where = (f"in the hook (momentum correction, masking {args.momentum_masking})" if corrected
-             else "in the optimizer")
-    return (f"SGD lr {args.lr}, momentum {args.momentum} and weight decay {args.weight_decay} "
-            f"{where}")
-
-
 def validation_loss(torch, model, tokens, starts, length):
     """Mean loss per token over the held-out windows at ``starts``, each rank taking a shard
     (the models are identical)."""
@@ -297,7 +209,6 @@ def check_replicas(torch, model):
 
 def train(args):
     import torch
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import oktopk.torch as okt
@@ -317,37 +228,22 @@ def train(args):
 
     torch.set_num_threads(1)  # ranks share the cores
     torch.manual_seed(args.seed)
-    directory = tempfile.mkdtemp(prefix="oktopk_lm_") if rank == 0 else None
-    directory = comm.bcast(directory, root=0)
-    dist.init_process_group("gloo", init_method=f"file://{os.path.join(directory, 'store')}",
-                            rank=rank, world_size=size)
-    # An exception from here on may be this rank's alone: main() then ends the job, so there
+    directory = common.init_process_group("oktopk_lm_")
+    # An exception from here on may be this rank's alone: common.run ends the job, so there
     # is no cleanup to make on the way out (a barrier would wait for peers that never come).
     net = make_model(torch, vocab, args.d_model, args.heads, args.seq_len)
     model = DDP(net)
     n = sum(p.numel() for p in model.parameters())
-    state = None
-    corrected = uses_momentum_correction(args)
-    if args.hook != "none":
-        settings = {}
-        if corrected:
-            settings.update(momentum=args.momentum, weight_decay=args.weight_decay,
-                            momentum_masking=args.momentum_masking == "on")
-        if args.sparse_rows == "on":
-            settings.update(sparse_rows=okt.embedding_weights(net))
-        state = okt.OkTopkHookState(algorithm=args.hook, density=args.density,
-                                    start_iter=args.start_iter,
-                                    whole_model=args.whole_model, **settings)
-        model.register_comm_hook(state, okt.oktopk_hook)
-    optimizer = make_optimizer(torch, model.parameters(), args, corrected)
-    # What a dense ring allreduce sends per rank: 2 (P - 1) / P of the gradient's bytes.
-    dense_bytes = 2 * (size - 1) / size * 4 * n
+    state = common.register_hook(
+        model, args, okt.embedding_weights(net) if args.sparse_rows == "on" else None)
+    optimizer = common.make_optimizer(torch, model.parameters(), args)
+    dense_bytes = common.dense_bytes_per_step(n)
     shuffle = np.random.default_rng(args.seed)
     if rank == 0:
         print(f"# {args.hook} on {size} ranks: {n} parameters ({vocab} x {args.d_model} token "
               f"embedding), {len(train_tokens)} training and {len(val_tokens)} held-out "
               f"tokens, {args.batch} sequences of {args.seq_len} tokens per rank per step; "
-              f"{describe_optimizer(args, corrected)}", flush=True)
+              f"{common.describe_optimizer(args)}", flush=True)
         print(" step  train_loss  seconds  bytes_per_step", flush=True)
     losses = []
     bytes_total = 0.0
@@ -398,30 +294,8 @@ def train(args):
         print(f"(parameters identical on all {size} ranks)", flush=True)
         print(f"final train_loss_last{LAST}={train_loss_last:.4f} val_loss={val_loss:.4f} "
               f"bytes_per_step={bytes_per_step:.0f}", flush=True)
-    comm.Barrier()
-    dist.destroy_process_group()
-    if rank == 0:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def main(argv):
-    try:
-        args = parse_arguments(argv)
-        train(args)
-    except SystemExit as done:  # --help
-        return done.code or 0
-    except (UsageError, DataError, ReplicaError) as error:
-        # The same on every rank (the same command line, files and digests): rank 0 says it,
-        # once.
-        if rank == 0:
-            print(f"{PROGRAM}: {error}", file=sys.stderr, flush=True)
-        return 2 if isinstance(error, UsageError) else 1
-    except Exception as error:  # noqa: BLE001 -- possibly this rank's alone: end the job
-        print(f"{PROGRAM}: rank {rank}: {type(error).__name__}: {error}", file=sys.stderr,
-              flush=True)
-        comm.Abort(1)
-    return 0
+    common.destroy_process_group(directory)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(common.run(PROGRAM, parse_arguments, train, sys.argv[1:]))

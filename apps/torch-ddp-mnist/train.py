@@ -15,106 +15,49 @@ line per epoch (test accuracy, seconds, bytes sent per rank per step) and a fina
 "final test_acc=0.XXXX bytes_per_step=N".
 
 The processes find each other through MPI (mpi4py), not torch.distributed.run: rank 0 makes a
-store file for gloo and broadcasts its path, so no port is fixed.
+store file for gloo and broadcasts its path, so no port is fixed (apps/common/torch_ddp.py).
 """
 
-import argparse
 import gzip
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 import numpy as np
-from mpi4py import MPI
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                "common"))
+import torch_ddp as common  # noqa: E402 -- the programs' shared part, found through sys.path
+from torch_ddp import DataError, UsageError, comm, rank, size  # noqa: E402
 
 PROGRAM = "train.py"
-HOOKS = ("oktopk", "topka", "topkdsa", "gtopk", "gaussiank", "s2", "dense", "none")
-comm = MPI.COMM_WORLD
-rank = comm.Get_rank()
-size = comm.Get_size()
-
-
-class UsageError(Exception):
-    """A bad command line: every rank sees the same one."""
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line (on rank 0) instead of exiting."""
-
-    def error(self, message):
-        raise UsageError(message)
-
-    def print_help(self, file=None):
-        if rank == 0:
-            super().print_help(file)
+DEFAULT_LR = {"sgd": 0.1, "adam": 0.001}
 
 
 def parse_arguments(argv):
-    parser = Parser(
+    parser = common.Parser(
         prog=f"mpirun -np P python3 {PROGRAM}",
         description="Trains a Fashion-MNIST MLP (784-256-128-10) with PyTorch DDP, the "
                     "gradients averaged through OkTopk's communication hook.")
-    parser.add_argument("--hook", default="oktopk", choices=HOOKS,
-                        help="OkTopk method of the hook, or none for DDP's own allreduce "
-                             "(default oktopk)")
-    parser.add_argument("--density", type=float, default=0.01,
-                        help="fraction of each gradient the sparse methods keep, (0, 1] "
-                             "(default 0.01)")
+    common.add_training_arguments(parser, DEFAULT_LR)
     parser.add_argument("--epochs", type=int, default=5, help="passes over the training set "
                         "(default 5)")
     parser.add_argument("--batch", type=int, default=64, help="mini-batch per rank "
                         "(default 64)")
-    parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
-    parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum, [0, 1) "
-                        "(default 0.9)")
-    parser.add_argument("--weight-decay", type=float, default=0.0,
-                        help="L2 weight decay, >= 0 (default 0)")
-    parser.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"),
-                        help="sgd (with --momentum) or adam (torch.optim.Adam, --lr its step "
-                             "size; the hook reduces gradients) (default sgd)")
-    parser.add_argument("--momentum-correction", default="on", choices=("on", "off"),
-                        help="with sgd and a hook: on, the hook keeps each rank's velocity and "
-                             "averages velocities (the optimizer is plain SGD); off, momentum "
-                             "is applied to the averaged gradient (default on)")
-    parser.add_argument("--momentum-masking", default="off", choices=("on", "off"),
-                        help="with momentum correction: on, the hook clears a rank's velocity "
-                             "where the reduce sent the rank's entry (default off)")
-    parser.add_argument("--start-iter", type=int, default=2,
-                        help="steps made with DDP's dense allreduce before the hook's method "
-                             "starts (default 2: DDP rebuilds its buckets after step 1)")
-    parser.add_argument("--whole-model", action="store_true",
-                        help="one OkTopk handle over all buckets (global top-k selection)")
     parser.add_argument("--limit", type=int, default=0,
                         help="train on the first LIMIT images only (default: all 60000)")
-    parser.add_argument("--seed", type=int, default=1, help="initialisation and shuffling "
-                        "(default 1)")
     parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist",
                         help="folder of the gzip IDX files (default "
                              "/usr/share/datasets/fashion-mnist)")
     args = parser.parse_args(argv)
-    if not 0 < args.density <= 1:
-        parser.error(f"--density must be in (0, 1], not {args.density}")
+    common.check_training_arguments(parser, args, DEFAULT_LR)
     if args.epochs < 1:
         parser.error(f"--epochs must be >= 1, not {args.epochs}")
     if args.batch < 1:
         parser.error(f"--batch must be >= 1, not {args.batch}")
-    if not args.lr > 0:
-        parser.error(f"--lr must be > 0, not {args.lr}")
-    if not 0 <= args.momentum < 1:
-        parser.error(f"--momentum must be in [0, 1), not {args.momentum}")
-    if not 0 <= args.weight_decay < float("inf"):
-        parser.error(f"--weight-decay must be a finite number >= 0, not {args.weight_decay}")
-    if args.start_iter < 0:
-        parser.error(f"--start-iter must be >= 0, not {args.start_iter}")
     if args.limit < 0:
         parser.error(f"--limit must be >= 0, not {args.limit}")
     return args
-
-
-class DataError(Exception):
-    """A missing or damaged dataset file (every rank reads the same files)."""
 
 
 def read_idx(path, magic, item_shape):
@@ -154,30 +97,6 @@ def make_model(torch):
         torch.nn.Linear(128, 10))
 
 
-def uses_momentum_correction(args):
-    """Whether the hook keeps the velocity (SGD through a hook, correction on)."""
-    return (args.optimizer == "sgd" and args.hook != "none"
-            and args.momentum_correction == "on")
-
-
-def make_optimizer(torch, parameters, args, corrected):
-    """Plain SGD when the hook applies momentum and weight decay, else the chosen optimizer."""
-    if args.optimizer == "adam":
-        return torch.optim.Adam(parameters, lr=args.lr, weight_decay=args.weight_decay)
-    if corrected:
-        return torch.optim.SGD(parameters, lr=args.lr)
-    return torch.optim.SGD(parameters, lr=args.lr, momentum=args.momentum,
-                           weight_decay=args.weight_decay)
-
-
-def describe_optimizer(args, corrected):
-    if args.optimizer == "adam":
-        return f"Adam lr {args.lr} weight decay {args.weight_decay}"
-    where = "in the hook (momentum correction)" if corrected else "in the optimizer"
-    return (f"SGD lr {args.lr}, momentum {args.momentum} and weight decay {args.weight_decay} "
-            f"{where}")
-
-
 def accuracy(torch, model, x, y):
     """Test accuracy over all ranks: each evaluates a shard (the models are identical)."""
     shard = slice(rank * len(x) // size, (rank + 1) * len(x) // size)
@@ -189,10 +108,7 @@ def accuracy(torch, model, x, y):
 
 def train(args):
     import torch
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-
-    import oktopk.torch as okt
 
     x_train, y_train = load(args.data, "train")
     x_test, y_test = load(args.data, "t10k")
@@ -205,31 +121,18 @@ def train(args):
 
     torch.set_num_threads(1)  # ranks share the cores
     torch.manual_seed(args.seed)
-    directory = tempfile.mkdtemp(prefix="oktopk_mnist_") if rank == 0 else None
-    directory = comm.bcast(directory, root=0)
-    dist.init_process_group("gloo", init_method=f"file://{os.path.join(directory, 'store')}",
-                            rank=rank, world_size=size)
-    # An exception from here on may be this rank's alone: main() then ends the job, so there
+    directory = common.init_process_group("oktopk_mnist_")
+    # An exception from here on may be this rank's alone: common.run ends the job, so there
     # is no cleanup to make on the way out (a barrier would wait for peers that never come).
     model = DDP(make_model(torch))
     n = sum(p.numel() for p in model.parameters())
-    state = None
-    corrected = uses_momentum_correction(args)
-    if args.hook != "none":
-        correction = (dict(momentum=args.momentum, weight_decay=args.weight_decay,
-                           momentum_masking=args.momentum_masking == "on")
-                      if corrected else {})
-        state = okt.OkTopkHookState(algorithm=args.hook, density=args.density,
-                                    start_iter=args.start_iter,
-                                    whole_model=args.whole_model, **correction)
-        model.register_comm_hook(state, okt.oktopk_hook)
-    optimizer = make_optimizer(torch, model.parameters(), args, corrected)
-    # What a dense ring allreduce sends per rank: 2 (P - 1) / P of the gradient's bytes.
-    dense_bytes = 2 * (size - 1) / size * 4 * n
+    state = common.register_hook(model, args)
+    optimizer = common.make_optimizer(torch, model.parameters(), args)
+    dense_bytes = common.dense_bytes_per_step(n)
     shuffle = np.random.default_rng(args.seed)
     if rank == 0:
         print(f"# {args.hook} on {size} ranks: {n} parameters, {steps} steps per epoch of "
-              f"{args.batch} images per rank; {describe_optimizer(args, corrected)}",
+              f"{args.batch} images per rank; {common.describe_optimizer(args)}",
               flush=True)
         print("epoch  train_loss  test_acc  seconds  bytes_per_step", flush=True)
     iteration = 0
@@ -267,29 +170,8 @@ def train(args):
     if rank == 0:
         print(f"final test_acc={test_acc:.4f} bytes_per_step={bytes_total / args.epochs:.0f}",
               flush=True)
-    comm.Barrier()
-    dist.destroy_process_group()
-    if rank == 0:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def main(argv):
-    try:
-        args = parse_arguments(argv)
-        train(args)
-    except SystemExit as done:  # --help
-        return done.code or 0
-    except (UsageError, DataError) as error:
-        # The same on every rank (the same command line and files): rank 0 says it, once.
-        if rank == 0:
-            print(f"{PROGRAM}: {error}", file=sys.stderr, flush=True)
-        return 2 if isinstance(error, UsageError) else 1
-    except Exception as error:  # noqa: BLE001 -- possibly this rank's alone: end the job
-        print(f"{PROGRAM}: rank {rank}: {type(error).__name__}: {error}", file=sys.stderr,
-              flush=True)
-        comm.Abort(1)
-    return 0
+    common.destroy_process_group(directory)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(common.run(PROGRAM, parse_arguments, train, sys.argv[1:]))
