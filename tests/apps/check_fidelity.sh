@@ -11,12 +11,14 @@
 # 3-epoch MLP result and the thread count").
 # The commands' outputs are shown when the check fails, or when they print no accuracy.
 set -uo pipefail
-usage='usage: check_fidelity.sh [--require PATH] [--seeds "S1 S2 ..."] TOLERANCE BASELINE_COMMAND... ::: CANDIDATE_COMMAND...'
+usage='usage: check_fidelity.sh [--require PATH] [--seeds "S1 S2 ..."] TOLERANCE'
+usage+=' BASELINE_COMMAND... ::: CANDIDATE_COMMAND...'
 seeds=("")
 while [ $# -gt 0 ]; do
   case $1 in
     --require)
-      [ -e "${2:-}" ] || { echo "check_fidelity.sh: skipped: ${2:-(no path)} does not exist"; exit 77; }
+      [ -e "${2:-}" ] ||
+        { echo "check_fidelity.sh: skipped: ${2:-(no path)} does not exist"; exit 77; }
       shift 2 ;;
     --seeds)
       read -r -a seeds <<< "${2:-}"

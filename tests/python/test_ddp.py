@@ -2,7 +2,8 @@
 """The DDP communication hook (oktopk.torch) at any number of ranks, on a small MLP and
 deterministic synthetic data: parameters stay identical on every rank with oktopk and topka,
 per bucket and over the whole model, also with an embedding as sparse_rows (which changes
-nothing but s2); method dense through the hook matches plain DDP bit for bit at P = 2; DDP's bucket rebuild after the first iteration gets a new handle and a warning;
+nothing but s2); method dense through the hook matches plain DDP bit for bit at P = 2; DDP's
+bucket rebuild after the first iteration gets a new handle and a warning;
 the start_iter warm-up is DDP's own allreduce; momentum correction (velocities kept by the hook,
 plain SGD) is SGD with momentum when the average is dense, keeps a velocity per parameter across
 the rebuild and masks it where the average holds an update; and a checkpoint (hook state, model,

@@ -164,9 +164,10 @@ class OkTopkHookState:
         **options: further fields of OkTopk's Options (``threshold_period=32``, ...).
 
     :meth:`state_dict` and :meth:`load_state_dict` save and restore the iteration counter,
-    every handle's state and the velocities, so that training resumed from a checkpoint (model, optimizer and this
-    state) continues bit-identically. Handles belong to layouts of parameters, which are told
-    apart by the order in which the first iteration the state sees lists them. So load the
+    every handle's state and the velocities, so that training resumed from a checkpoint
+    (model, optimizer and this state) continues bit-identically. Handles belong to layouts of
+    parameters, which are told apart by the order in which the first iteration the state sees
+    lists them. So load the
     state either into a fresh state registered on a fresh DDP model (a restart: DDP's first
     iteration, whose single bucket does not match the saved buckets, is then reduced through
     the saved handles, without overlap, and the next ones match again), or back into the
@@ -221,7 +222,8 @@ class OkTopkHookState:
         self._pending = None    # restored, not yet made: key -> (layout, handle state)
         self._saved_numels = None
         self._remap = False     # this iteration goes through the restored layouts
-        self._gathered = []     # (buffer, layout, future) of this iteration, whole model/remap
+        # (buffer, layout, future, velocities to mask) of this iteration, whole model/remap
+        self._gathered = []
         self._permutations = {}
         self._checked = False
         self._velocities = {}   # parameter index -> this rank's velocity (momentum correction)
