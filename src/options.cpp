@@ -184,6 +184,7 @@ const std::vector<std::pair<std::string_view, Setter>>& option_setters() {
       {"guard_step", setter(&Options::guard_step)},
       {"guard_loops", setter(&Options::guard_loops)},
       {"guard_exact", setter(&Options::guard_exact)},
+      {"guard_ladder", setter(&Options::guard_ladder)},
       {"local_low", setter(&Options::local_low)},
       {"local_high", setter(&Options::local_high)},
       {"local_step", setter(&Options::local_step)},
@@ -300,12 +301,13 @@ std::ostream& operator<<(std::ostream& os, const Options& o) {
             << " repartition_period=" << o.repartition_period << " throttle=" << o.throttle
             << " balancing=" << o.balancing << " balance_threshold=" << o.balance_threshold
             << " guard=" << o.guard_low << "/" << o.guard_factor << "/" << o.guard_step << "/"
-            << o.guard_loops << (o.guard_exact ? "/exact" : "") << " local_nudge=" << o.local_low
-            << "/" << o.local_high << "/" << o.local_step << " global_nudge=" << o.global_low << "/"
-            << o.global_high << "/" << o.global_step << " gaussian=" << o.gaussian_low << "/"
-            << o.gaussian_high << "/" << o.gaussian_step << "/" << o.gaussian_loops
-            << " s2_row_width=" << o.s2_row_width << " s2_sketch=" << o.s2_sketch_rows << "x"
-            << o.s2_sketch_columns << " s2_error_feedback=" << (o.s2_error_feedback ? "on" : "off");
+            << o.guard_loops << (o.guard_exact ? "/exact" : "") << (o.guard_ladder ? "/ladder" : "")
+            << " local_nudge=" << o.local_low << "/" << o.local_high << "/" << o.local_step
+            << " global_nudge=" << o.global_low << "/" << o.global_high << "/" << o.global_step
+            << " gaussian=" << o.gaussian_low << "/" << o.gaussian_high << "/" << o.gaussian_step
+            << "/" << o.gaussian_loops << " s2_row_width=" << o.s2_row_width
+            << " s2_sketch=" << o.s2_sketch_rows << "x" << o.s2_sketch_columns
+            << " s2_error_feedback=" << (o.s2_error_feedback ? "on" : "off");
 }
 
 }  // namespace oktopk

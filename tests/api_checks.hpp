@@ -53,6 +53,7 @@ inline std::vector<std::pair<std::string, std::function<void(Options&)>>> field_
       {"guard_step", [](Options& o) { o.guard_step = 1.0625; }},
       {"guard_loops", [](Options& o) { o.guard_loops = 9; }},
       {"guard_exact", [](Options& o) { o.guard_exact = false; }},
+      {"guard_ladder", [](Options& o) { o.guard_ladder = false; }},
       {"local_low", [](Options& o) { o.local_low = 0.5; }},
       {"local_high", [](Options& o) { o.local_high = 1.5; }},
       {"local_step", [](Options& o) { o.local_step = 1.125; }},

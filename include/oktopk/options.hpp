@@ -69,6 +69,16 @@ struct Options {
   /// leave it at 0.7 to 0.85 k (docs/benchmarks.md). The global recomputation's histograms
   /// are at most 0.24 k words from k = 512 on. The reference has no such fallback (off).
   bool guard_exact = true;
+  /// How the guard finds a reused threshold. On: it counts 16 levels in one pass and takes
+  /// the one whose count is nearest k; their spacing follows how steeply the count falls
+  /// with the threshold, measured at the previous call, and they centre where the threshold
+  /// is heading. The global levels' counts travel with the allgather of counts the call makes
+  /// anyway, so the guard costs no message round of its own; the nudges are not used. Off:
+  /// the walk above, one guard_step at a time, with the nudges (the spec's guard; the
+  /// reference's with guard_low = 0 and guard_exact off). On gradients whose count moves by
+  /// tens of percent per 3 % of threshold, the walk's steps jump over the range and
+  /// guard_exact then recomputes nearly every call (docs/benchmarks.md).
+  bool guard_ladder = true;
   /// After the split phase: fewer than local_low * k selected -> threshold /= local_step;
   /// more than local_high * k -> threshold *= local_step.
   double local_low = 2.0 / 3.0;
@@ -153,6 +163,10 @@ struct Options {
   }
   Options& set_guard_exact(bool v) {
     guard_exact = v;
+    return *this;
+  }
+  Options& set_guard_ladder(bool v) {
+    guard_ladder = v;
     return *this;
   }
 

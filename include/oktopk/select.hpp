@@ -99,8 +99,10 @@ std::int64_t count_above(const ExecSpace& exec, const XView& x, float threshold)
 
 namespace impl {
 
-/// totals[j] = entries with |x(i)| > levels.threshold[j], for every level: on the host in one
-/// pass (each chunk counted at every level while it is in cache), on GPUs one reduction a level.
+/// totals[j] = entries with |x(i)| > levels.threshold[j], for every level, in one pass: on the
+/// host each chunk is counted at every level while it is in cache; on GPUs each entry above the
+/// lowest level (at the densities the levels are for, a few times k of n) adds one to the
+/// highest level it passes, and the totals are the sums from the top down.
 template <class ExecSpace, class XView>
 void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels& levels,
                         std::int64_t* totals) {
@@ -127,7 +129,28 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
       for (std::int64_t c = 0; c < chunks; ++c) totals[j] += per_chunk(j, c);
     }
   } else {
-    for (int j = 0; j < levels.count; ++j) totals[j] = count_above(exec, x, levels.threshold[j]);
+    if (levels.count == 0) return;
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    const CountLevels thresholds = levels;
+    Kokkos::View<count_type[max_count_levels], typename ExecSpace::memory_space> highest(
+        Kokkos::view_alloc(exec, "oktopk::count_above_levels"));
+    Kokkos::parallel_for(
+        "oktopk::count_above_levels", impl::RangeOf<ExecSpace>(exec, 0, n),
+        KOKKOS_LAMBDA(const std::int64_t i) {
+          const float magnitude = abs(x(i));
+          if (!(magnitude > thresholds.threshold[0])) return;
+          int j = 0;
+          while (j + 1 < thresholds.count && magnitude > thresholds.threshold[j + 1]) ++j;
+          Kokkos::atomic_increment(&highest(j));
+        });
+    auto host = Kokkos::create_mirror_view(highest);
+    Kokkos::deep_copy(exec, host, highest);
+    fence(exec, "oktopk::count_above_levels: counts to the host");
+    std::int64_t running = 0;
+    for (int j = levels.count - 1; j >= 0; --j) {
+      running += host(j);
+      totals[j] = running;
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include <oktopk/impl/collectives/distributed_kth.hpp>
 #include <oktopk/impl/collectives/sparse_allgatherv.hpp>
 #include <oktopk/impl/collectives/split_and_reduce.hpp>
+#include <oktopk/impl/kernels/threshold_ladder.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -87,14 +88,22 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
                         comm.size() + 1) {}
 
  protected:
-  // State between calls: both thresholds (reused and nudged between exact recomputations) and
-  // the region boundaries (recomputed every tau calls); offsets_device_ mirrors offsets_.
-  // split_, gather_ and the index buffers are rebuilt by every call.
+  // State between calls: both thresholds (reused and nudged between exact recomputations),
+  // the region boundaries (recomputed every tau calls) and, with guard_ladder, both ladders;
+  // offsets_device_ mirrors offsets_. split_, gather_ and the index buffers are rebuilt by
+  // every call. The options' digest says whether the ladders are there.
   void save_method_state(SectionPayload& out) const override {
     out.put_f32(local_threshold_);
     out.put_f32(global_threshold_);
     out.put_u32(static_cast<std::uint32_t>(offsets_.size()));
     for (const std::int64_t o : offsets_) out.put_i64(o);
+    if (this->options_.guard_ladder) {
+      for (const ThresholdLadder* ladder : {&local_ladder_, &global_ladder_}) {
+        out.put_f64(ladder->predicted());
+        out.put_f64(ladder->step());
+        out.put_f64(ladder->previous_target());
+      }
+    }
   }
 
   std::function<void(const ExecSpace&)> load_method_state(SectionParser& in) override {
@@ -108,6 +117,17 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
     }
     std::vector<std::int64_t> offsets(count);
     for (auto& o : offsets) o = in.i64();
+    double ladders[2][3] = {};
+    if (this->options_.guard_ladder) {
+      for (auto& ladder : ladders) {
+        for (double& v : ladder) v = in.f64();
+        if (!(std::isfinite(ladder[0]) && ladder[0] >= 0.0 && std::isfinite(ladder[1]) &&
+              ladder[1] >= 0.0 && std::isfinite(ladder[2]) && ladder[2] >= 0.0)) {
+          throw StateError(false,
+                           "checkpoint is corrupt: an Ok-Topk threshold ladder is not finite");
+        }
+      }
+    }
     in.expect_end();
     // Before the first repartition (warm-up calls) every boundary is still 0.
     const bool initial =
@@ -119,9 +139,11 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
                        "checkpoint is corrupt: Ok-Topk region boundaries are not a "
                        "partition of [0, n)");
     }
-    return [this, local, global, offsets](const ExecSpace& exec) {
+    return [this, local, global, offsets, ladders](const ExecSpace& exec) {
       local_threshold_ = local;
       global_threshold_ = global;
+      local_ladder_.restore(ladders[0][0], ladders[0][1], ladders[0][2]);
+      global_ladder_.restore(ladders[1][0], ladders[1][1], ladders[1][2]);
       offsets_ = offsets;
       auto host = Kokkos::create_mirror_view(offsets_device_);
       for (std::size_t r = 0; r < offsets_.size(); ++r) host(r) = offsets_[r];
@@ -139,7 +161,9 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
     const std::int64_t call = this->iteration_ + 1;
     const bool reused =
         call > o.warmup_iterations && (call - o.warmup_iterations - 1) % o.threshold_period != 0;
-    if (!reused || !(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return {};
+    if (!reused) return {};
+    if (o.guard_ladder) return local_ladder_.levels(o.guard_step);
+    if (!(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return {};
     return guard_levels(local_threshold_, o.guard_step, o.guard_low > 0.0 ? o.guard_loops : 0,
                         o.guard_loops + 1);
   }
@@ -157,11 +181,12 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
 
     {
       auto timer = this->phase(exec, "threshold");
-      if (exact) {
-        local_threshold_ = this->topk_threshold(exec, acc, k);
-      } else if (!guard_local_threshold(exec, acc)) {
+      const bool guarded = !exact && (o.guard_ladder ? ladder_local_threshold(exec, acc)
+                                                     : guard_local_threshold(exec, acc));
+      if (!guarded) {
         local_threshold_ = this->topk_threshold(exec, acc, k);
         local_exact = true;
+        local_ladder_.anchor(local_threshold_);
       }
     }
     stats.local_threshold = local_threshold_;
@@ -182,32 +207,42 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
                      this->accumulated_.known_above(local_threshold_), offsets_, offsets_device_,
                      o.throttle, split_, this->timed(exec));
     stats.local_selected = split_.selected;
-    nudge(local_threshold_, split_.selected, o.local_low, o.local_high, o.local_step);
+    if (!o.guard_ladder) {
+      nudge(local_threshold_, split_.selected, o.local_low, o.local_high, o.local_step);
+    }
 
     const int me = this->comm_.rank();
+    // With the ladder, every rank's counts at the global levels came with the allgather of
+    // counts, and gather_.counts holds them at the level chosen.
+    const bool counted = !exact && o.guard_ladder && ladder_global_threshold(exec);
     std::int64_t selected = 0;
     {
       auto timer = this->phase(exec, "global_select");
-      if (exact) {
-        global_threshold_ =
-            distributed_topk_threshold(exec, this->comm_, split_.region, k, this->kth_workspace_);
-      } else if (!guard_global_threshold(exec)) {
+      const bool guarded = counted || (!exact && !o.guard_ladder && guard_global_threshold(exec));
+      if (!guarded) {
         global_threshold_ =
             distributed_topk_threshold(exec, this->comm_, split_.region, k, this->kth_workspace_);
         global_exact = true;
+        global_ladder_.anchor(global_threshold_);
       }
       selected = this->select_into(exec, split_.region, global_threshold_, global_indices_,
                                    global_values_);
+      OKTOPK_ASSERT(!counted || selected == gather_.counts[me]);
       add_offset(exec, global_indices_, 0, selected, offsets_[me]);
     }
     stats.global_threshold = global_threshold_;
     stats.global_threshold_exact = global_exact;
 
-    sparse_allgatherv(exec, this->comm_, global_indices_, global_values_, selected, o.balancing,
-                      o.balance_threshold, gather_, this->timed(exec));
+    if (counted) {
+      sparse_allgatherv_counted(exec, this->comm_, global_indices_, global_values_, o.balancing,
+                                o.balance_threshold, gather_, this->timed(exec));
+    } else {
+      sparse_allgatherv(exec, this->comm_, global_indices_, global_values_, selected, o.balancing,
+                        o.balance_threshold, gather_, this->timed(exec));
+    }
     stats.balanced = gather_.balanced;
     stats.global_selected = gather_.total;
-    if (!global_exact) {
+    if (!global_exact && !o.guard_ladder) {
       nudge(global_threshold_, gather_.total, o.global_low, o.global_high, o.global_step);
     }
 
@@ -231,6 +266,69 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
     auto passing = [&](float t) { return this->accumulated_.count_above(exec, acc, t); };
     local_threshold_ = guard_walk(local_threshold_, o, this->k_, passing);
     return !o.guard_exact || in_guard_range(passing(local_threshold_));
+  }
+
+  /// The ladder guard on the local threshold: its levels' counts come from the accumulate
+  /// pass (host spaces), or else from one counting pass. False when the threshold is to be
+  /// recomputed exactly instead: no prediction yet, or no level in range with guard_exact.
+  bool ladder_local_threshold(const ExecSpace& exec, const vector_type& acc) {
+    const Options& o = this->options_;
+    const CountLevels levels = local_ladder_.levels(o.guard_step);
+    if (levels.count == 0) return false;
+    std::int64_t counts[max_count_levels];
+    bool known = true;
+    for (int j = 0; j < levels.count; ++j)
+      known = known && this->accumulated_.level(levels.threshold[j]) >= 0;
+    if (known) {
+      for (int j = 0; j < levels.count; ++j) {
+        counts[j] = this->accumulated_.count_above(exec, acc, levels.threshold[j]);
+      }
+    } else {
+      count_above_levels(exec, acc, levels, counts);
+    }
+    const auto pick = ThresholdLadder::pick(levels, counts, this->k_, o.guard_low, o.guard_factor);
+    local_ladder_.learn(levels, counts, this->k_);
+    if (o.guard_exact && !pick.in_range) return false;
+    local_threshold_ = levels.threshold[pick.level];
+    return true;
+  }
+
+  /// The ladder guard on the global threshold: each rank counts its reduced region at the
+  /// levels, and the counts travel in the allgather of counts that the allgatherv needs
+  /// anyway (int32: a region holds fewer than 2^31 entries), so every rank sums the same
+  /// totals without a round of its own. On success gather_.counts holds every rank's count at
+  /// the chosen level, for sparse_allgatherv_counted. False (the same on every rank) when the
+  /// threshold is to be recomputed exactly instead.
+  bool ladder_global_threshold(const ExecSpace& exec) {
+    const Options& o = this->options_;
+    const int P = this->comm_.size();
+    CountLevels levels = global_ladder_.levels(o.guard_step);
+    if (levels.count == 0) return false;
+    std::int64_t mine[max_count_levels];
+    {
+      auto timer = this->phase(exec, "global_select");
+      count_above_levels(exec, split_.region, levels, mine);
+    }
+    std::vector<std::int32_t> all(static_cast<std::size_t>(P) * levels.count);
+    {
+      auto timer = this->phase(exec, "allgatherv");
+      std::int32_t send[max_count_levels];
+      for (int j = 0; j < levels.count; ++j) send[j] = static_cast<std::int32_t>(mine[j]);
+      this->comm_.allgather(send, levels.count, all.data());
+    }
+    std::int64_t totals[max_count_levels] = {};
+    for (int r = 0; r < P; ++r) {
+      for (int j = 0; j < levels.count; ++j)
+        totals[j] += all[static_cast<std::size_t>(r) * levels.count + j];
+    }
+    const auto pick = ThresholdLadder::pick(levels, totals, this->k_, o.guard_low, o.guard_factor);
+    global_ladder_.learn(levels, totals, this->k_);
+    if (o.guard_exact && !pick.in_range) return false;
+    global_threshold_ = levels.threshold[pick.level];
+    gather_.counts.assign(P, 0);
+    for (int r = 0; r < P; ++r)
+      gather_.counts[r] = all[static_cast<std::size_t>(r) * levels.count + pick.level];
+    return true;
   }
 
   /// Whether `count` entries passing lie in [guard_low·k, guard_factor·k].
@@ -311,6 +409,8 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
 
   float local_threshold_ = 0.0f;
   float global_threshold_ = 0.0f;
+  ThresholdLadder local_ladder_;
+  ThresholdLadder global_ladder_;
   std::vector<std::int64_t> offsets_;
   Kokkos::View<count_type*, Memory> offsets_device_;
   SplitReduce<ExecSpace> split_;
