@@ -9,7 +9,8 @@ Subcommands (each has --help):
             optionally the compute term from a P = 1 run of every method. Writes a JSON file.
   predict   time per call of each method at one (P, n, density) from its message schedule.
   validate  predictions against measured oktopk-bench runs; exit 1 if any error > tolerance.
-  table     a markdown table of measured bed runs beside their predictions and T_min.
+  table     a markdown table of measured bed runs beside their predictions and a counted floor
+            (latency + memory + wire).
   scale     weak-scaling curves, CSV and PNG, for n = 14.7M (VGG-16) and 110M (BERT-base),
             P = 16..4096, on the network profiles aries, ib100, ib200, eth10.
 
@@ -66,6 +67,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 
 try:
     import numpy as np
@@ -427,6 +429,62 @@ def predict_row(algo, P, n, density, alpha, beta, params, dist, cores, mem_bw=No
                 amortized_extra_s=extra)
 
 
+# ---- the counted floor of a measured call ---------------------------------------------------
+
+# Passes over n floats each method's definition needs. Error feedback: the accumulate pass
+# reads residual and gradient and writes acc (3), the output writes n floats (1). Dense and
+# the bare MPI_Allreduce read the gradient and write the output. S2 (no error feedback by
+# default): its sketch reads the gradient, its decode writes the output.
+FLOOR_PASSES = {"dense": 2, "mpi_allreduce": 2, "topka": 4, "topkdsa": 4, "gtopk": 4,
+                "gaussiank": 4, "oktopk": 4, "s2": 2}
+
+
+def floor_rounds(algo, P, n, nnz_out):
+    """Message rounds of one call, in sequence. A collective counts its fewest rounds among the
+    schedules above (its function at alpha = 1, beta = 0: log2 P for P a power of two, whatever
+    the bytes); point-to-point steps count as the code posts them. Ok-Topk: a call that reuses
+    its thresholds, its global guard's counts riding on the allgather of counts."""
+    if P <= 1:
+        return 0
+    allreduce_rounds = int(allreduce(P, 1, 1.0, 0.0))
+    gather_rounds = int(allgatherv(np.ones(P), 1.0, 0.0))
+    check = allreduce_rounds
+    if algo == "mpi_allreduce":
+        return allreduce_rounds
+    if algo == "dense":
+        # The agreement allreduce, the allreduce itself, then the non-finite averages' count.
+        return 3 * allreduce_rounds
+    if algo in ("topka", "gaussiank"):
+        return check + 3 * gather_rounds  # counts, indices, values
+    if algo in ("topkdsa", "oktopk"):
+        # Alltoall of counts, then P - 1 rotated steps (spec §2.5, Eq. 1: (P - 1) alpha).
+        split = int(alltoall(P, 1, 1.0, 0.0)) + (P - 1)
+        # TopkDSA gathers its regions sparse (indices, values) while 2 nnz < n, else dense.
+        gathers = 2 if algo == "oktopk" or 2 * nnz_out < n else 1
+        return check + split + (1 + gathers) * gather_rounds
+    if algo == "gtopk":
+        # Per tree round the count, then the entries; the bcasts of count and of the k entries.
+        return check + 2 * math.ceil(math.log2(P)) + 3 * int(bcast(P, 1, 1.0, 0.0))
+    if algo == "s2":
+        return check + 2 * allreduce_rounds  # the sketch, the bitmap
+    raise ModelError(f"no floor for method '{algo}'")
+
+
+def floor_terms(row, alpha, mem_share, link):
+    """{latency, memory, wire} seconds of a measured row: its rounds at the bed's alpha, its
+    passes over 4n bytes at the rank's share of the copy bandwidth, and its bytes at the link
+    rate (dense: the ring's 2(P-1)/P 4n, the fewest any allreduce sends; the others: the bytes
+    the row moved). The three do not overlap in these implementations (the passes counted run
+    before or after the messages, not during them), so the floor is their sum."""
+    algo, P, n = row["algo"], row["P"], row["n"]
+    if algo in ("dense", "mpi_allreduce"):
+        wire = 2 * (P - 1) / P * 4 * n
+    else:
+        wire = row["bytes_per_rank_avg"]
+    return dict(latency=floor_rounds(algo, P, n, int(row["nnz_out"])) * alpha,
+                memory=FLOOR_PASSES[algo] * 4 * n / mem_share, wire=wire / link)
+
+
 # ---- subcommands ----------------------------------------------------------------------------
 
 
@@ -611,9 +669,8 @@ def rate_bytes_per_s(rate):
 
 
 def cmd_table(args):
-    """Measured time per call beside the alpha-beta prediction (each P's own fit) and
-    T_min = max(one read of n floats at each rank's share of the memory bandwidth,
-    2k(P-1)/P words at the link rate)."""
+    """Measured time per call beside the alpha-beta prediction (each P's own fit) and the
+    counted floor (floor_terms: latency + memory + wire)."""
     params = load_params(args.params)
     cores = args.cores if args.cores is not None else params.get("cores")
     mem_bw = args.mem_bw * 1e9
@@ -623,9 +680,9 @@ def cmd_table(args):
     if not rows:
         raise ModelError("no rows in the runs given")
     dense = {(r["P"], r["n"], r["density"]): r["time_s_med"] for r in rows if r["algo"] == "dense"}
-    print("| method | P | n | density | measured s | predicted s | error % | T_min s | "
-          "measured / T_min | dense / method |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| method | P | n | density | measured s | predicted s | error % | floor s | "
+          "measured / floor | dominant | dense / method |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     order = {a: i for i, a in enumerate(METHODS + ["mpi_allreduce"])}
     rows.sort(key=lambda r: (r["P"], r["n"], -r["density"], order.get(r["algo"], 99)))
     for r in rows:
@@ -633,16 +690,46 @@ def cmd_table(args):
         own = params.get("per_P", {}).get(str(P))
         a, b = (own["alpha"], own["beta"]) if own else (params["alpha"], params["beta"])
         pred = predict_row(r["algo"], P, n, density, a, b, params, dist, cores)["time_s"]
-        k = math.floor(density * n)
         share = mem_bw / max(1.0, P / cores) if cores else mem_bw
-        t_min = max(4 * n / share, 2 * k * (P - 1) / P * 4 / link)
+        r.update(alpha=a, mem_share=share, floor_terms=floor_terms(r, a, share, link))
+        floor = sum(r["floor_terms"].values())
+        dominant = max(r["floor_terms"], key=r["floor_terms"].get)
         d = dense.get((P, n, density))
         speedup = f"{d / r['time_s_med']:.1f}" if d else "-"
         err = 100 * (pred - r["time_s_med"]) / r["time_s_med"]
         print(f"| {r['algo']} | {P} | 2^{int(round(math.log2(n)))} | {density:g} | "
-              f"{r['time_s_med']:.4f} | {pred:.4f} | {err:+.0f} | {t_min:.4f} | "
-              f"{r['time_s_med'] / t_min:.1f} | {speedup} |")
+              f"{r['time_s_med']:.4f} | {pred:.4f} | {err:+.0f} | {floor:.4f} | "
+              f"{r['time_s_med'] / floor:.2f} | {dominant} | {speedup} |")
+    if args.note:
+        print()
+        print(floor_note(rows, link, *args.note))
     return 0
+
+
+def floor_note(rows, link, P, n, density):
+    """A paragraph on Ok-Topk's and dense's floors at one (P, n, density) of the table, wrapped
+    as docs/benchmarks.md's text is."""
+    at = {r["algo"]: r for r in rows if (r["P"], r["n"], r["density"]) == (P, n, density)}
+    if "oktopk" not in at or "dense" not in at:
+        raise ModelError(f"--note: no oktopk and dense rows at P = {P}, n = {n}, "
+                         f"density {density:g}")
+    ok, dn = at["oktopk"], at["dense"]
+    terms = ok["floor_terms"]
+    floor = {a: sum(at[a]["floor_terms"].values()) for a in ("oktopk", "dense")}
+    rounds = floor_rounds("oktopk", P, n, int(ok["nnz_out"]))
+    text = (
+        f"At P = {P}, n = 2^{int(round(math.log2(n)))}, density {density:g}, Ok-Topk's floor is "
+        f"{floor['oktopk'] * 1e3:.1f} ms: latency {terms['latency'] * 1e3:.1f} ms ({rounds} rounds "
+        f"at α = {ok['alpha'] * 1e3:.2f} ms), memory {terms['memory'] * 1e3:.1f} ms "
+        f"({FLOOR_PASSES['oktopk']} passes of {4 * n / 2**20:g} MiB at "
+        f"{ok['mem_share'] / 1e9:.2f} GB/s), wire {terms['wire'] * 1e3:.1f} ms "
+        f"({ok['bytes_per_rank_avg']:,.0f} bytes at {link / 1e6:g} MB/s); "
+        f"{max(terms, key=terms.get)} dominates. Measured / floor: Ok-Topk "
+        f"{ok['time_s_med'] / floor['oktopk']:.2f} ({ok['time_s_med']:.4f} s), dense "
+        f"{dn['time_s_med'] / floor['dense']:.2f} ({dn['time_s_med']:.4f} s against "
+        f"{floor['dense']:.4f} s, of which {max(dn['floor_terms'], key=dn['floor_terms'].get)} "
+        f"{max(dn['floor_terms'].values()):.4f} s).")
+    return textwrap.fill(text, width=96, break_on_hyphens=False)
 
 
 def cmd_scale(args):
@@ -707,6 +794,15 @@ def cmd_scale(args):
     return 0
 
 
+def note_row(text):
+    """--note's P:N:DENSITY, as (int, int, float) to match read_bench_csv's rows."""
+    try:
+        P, n, density = text.split(":")
+        return int(P), int(n), float(density)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not P:N:DENSITY (4:16777216:0.01)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="alphabeta.py", description=__doc__.split("\n\n")[0],
@@ -755,7 +851,8 @@ def main(argv=None):
                         "machine's cores, so its effective network changes with P)")
     p.add_argument("runs", nargs="+", metavar="CSV", help="oktopk-bench CSV outputs of bed runs")
 
-    p = sub.add_parser("table", help="measured bed runs beside their predictions and T_min (markdown)")
+    p = sub.add_parser("table", help="measured bed runs beside their predictions and a counted "
+                                     "floor (markdown)")
     p.add_argument("--allgatherv", choices=["ring", "doubling", "min"], default="min",
                    help="allgather(v) schedule (default min: the cheaper, as a tuned MPI picks)")
     p.add_argument("--params", required=True, help="JSON from fit on the same bed and rate")
@@ -765,6 +862,8 @@ def main(argv=None):
                         "rank's share is this / max(1, P / cores)")
     p.add_argument("--counts", metavar="TRACE:CSV", help="measured count distributions")
     p.add_argument("--cores", type=int, default=None, help="default: the fit's --cores")
+    p.add_argument("--note", type=note_row, metavar="P:N:DENSITY",
+                   help="after the table, a paragraph on Ok-Topk's and dense's floors there")
     p.add_argument("runs", nargs="+", metavar="CSV", help="oktopk-bench CSV outputs of bed runs")
 
     p = sub.add_parser("scale", help="weak-scaling CSV and PNG for VGG-16 and BERT-base sizes")

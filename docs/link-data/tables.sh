@@ -3,7 +3,9 @@
 # The tables of docs/benchmarks.md, "Time on links", from the runs of run.sh: per rate, alpha
 # and beta fitted on the rate's own MPI_Allreduce rows and 32-byte check phases (each P apart),
 # the compute term from one P = 1 run of every method (compute_P1.csv) and the copy bandwidth
-# of oktopk-kernel-bench (kernel_bench.csv), then every row beside its prediction and T_min.
+# of oktopk-kernel-bench (kernel_bench.csv), then every row beside its prediction and its
+# counted floor; after the 1gbit table, a paragraph on Ok-Topk's and dense's floors at P = 4,
+# n = 2^24, density 0.01.
 set -eu
 cd "$(dirname "$0")/../.."
 D=docs/link-data
@@ -19,7 +21,9 @@ for rate in 1gbit 10gbit; do
   largest=$(ls $D/${rate}_P*_n24_d0.01_oktopk.csv | sort -V | tail -1)
   echo "### $rate"
   echo
+  note=()
+  if [ $rate = 1gbit ]; then note=(--note 4:16777216:0.01); fi
   $A table --params $D/params_$rate.json --rate $rate --mem-bw "$copy_gbs" \
-    --counts ${largest%.csv}.trace.csv:$largest $runs
+    --counts ${largest%.csv}.trace.csv:$largest "${note[@]}" $runs
   echo
 done
