@@ -16,8 +16,8 @@ using oktopk::impl::ThresholdLadder;
 
 /// Entries above t when count(t) = k·(t_k / t)^elasticity.
 std::int64_t power_law_count(double t, double t_k, double elasticity, std::int64_t k) {
-  return static_cast<std::int64_t>(std::floor(static_cast<double>(k) *
-                                              std::pow(t_k / t, elasticity)));
+  return static_cast<std::int64_t>(
+      std::floor(static_cast<double>(k) * std::pow(t_k / t, elasticity)));
 }
 
 void count_levels(const CountLevels& levels, double t_k, double elasticity, std::int64_t k,
