@@ -13,6 +13,8 @@
 #include <string.h>
 
 static int rank, size;
+/* In the checkpoint files' names: ctest runs the two modes at once in the same folder. */
+static const char* mode = "threads";
 static int passed, failed;
 
 /* Counts a check on every rank; a check fails if it fails on any rank. */
@@ -141,7 +143,7 @@ static void test_method(const char* method, int64_t n) {
 
   /* State: save, reduce once, restore, reduce the same gradient again: the same output. */
   char path[128];
-  snprintf(path, sizeof path, "c_api_state_%s_np%d_rank%d.okst", method, size, rank);
+  snprintf(path, sizeof path, "c_api_state_%s_%s_np%d_rank%d.okst", mode, method, size, rank);
   float* first = malloc((size_t)n * sizeof(float));
   fill(grad, n, rank, calls);
   snprintf(what, sizeof what, "%s: save, reduce, restore, reduce gives the same output", method);
@@ -241,7 +243,7 @@ static void test_errors(void) {
   /* A missing checkpoint file on the last rank only: the same error on every rank. */
   check(oktopk_create(MPI_COMM_WORLD, "gtopk", n, NULL, &h) == OKTOPK_SUCCESS, "create gtopk");
   char path[128];
-  snprintf(path, sizeof path, "c_api_missing_np%d_rank%d.okst", size, rank);
+  snprintf(path, sizeof path, "c_api_missing_%s_np%d_rank%d.okst", mode, size, rank);
   if (rank != size - 1) oktopk_save_state(h, path);
   code = oktopk_restore_state(h, path);
   check(code != OKTOPK_SUCCESS, "missing checkpoint on one rank: an error on every rank");
@@ -560,6 +562,7 @@ int main(int argc, char** argv) {
   /* --single: MPI without threads, so that queued calls run in oktopk_test and oktopk_wait;
    * otherwise MPI_THREAD_MULTIPLE and OkTopk's progress thread. */
   const int single = argc > 1 && strcmp(argv[1], "--single") == 0;
+  if (single) mode = "single";
   int provided = MPI_THREAD_SINGLE;
   if (single) {
     MPI_Init(&argc, &argv);
