@@ -439,11 +439,12 @@ FLOOR_PASSES = {"dense": 2, "mpi_allreduce": 2, "topka": 4, "topkdsa": 4, "gtopk
                 "gaussiank": 4, "oktopk": 4, "s2": 2}
 
 
-def floor_rounds(algo, P, n, nnz_out):
+def floor_rounds(algo, P):
     """Message rounds of one call, in sequence. A collective counts its fewest rounds among the
     schedules above (its function at alpha = 1, beta = 0: log2 P for P a power of two, whatever
-    the bytes); point-to-point steps count as the code posts them. Ok-Topk: a call that reuses
-    its thresholds, its global guard's counts riding on the allgather of counts."""
+    the bytes); point-to-point steps count as the code posts them. The gathers move (index,
+    value) pairs in one allgatherv. Ok-Topk: a call that reuses its thresholds, its global
+    guard's counts riding on the allgather of counts."""
     if P <= 1:
         return 0
     allreduce_rounds = int(allreduce(P, 1, 1.0, 0.0))
@@ -455,13 +456,12 @@ def floor_rounds(algo, P, n, nnz_out):
         # The agreement allreduce, the allreduce itself, then the non-finite averages' count.
         return 3 * allreduce_rounds
     if algo in ("topka", "gaussiank"):
-        return check + 3 * gather_rounds  # counts, indices, values
+        return check + 2 * gather_rounds  # counts, (index, value) pairs
     if algo in ("topkdsa", "oktopk"):
         # Alltoall of counts, then P - 1 rotated steps (spec §2.5, Eq. 1: (P - 1) alpha).
         split = int(alltoall(P, 1, 1.0, 0.0)) + (P - 1)
-        # TopkDSA gathers its regions sparse (indices, values) while 2 nnz < n, else dense.
-        gathers = 2 if algo == "oktopk" or 2 * nnz_out < n else 1
-        return check + split + (1 + gathers) * gather_rounds
+        # The counts, then the (index, value) pairs (TopkDSA: or its dense regions).
+        return check + split + 2 * gather_rounds
     if algo == "gtopk":
         # Per tree round the count, then the entries; the bcasts of count and of the k entries.
         return check + 2 * math.ceil(math.log2(P)) + 3 * int(bcast(P, 1, 1.0, 0.0))
@@ -481,7 +481,7 @@ def floor_terms(row, alpha, mem_share, link):
         wire = 2 * (P - 1) / P * 4 * n
     else:
         wire = row["bytes_per_rank_avg"]
-    return dict(latency=floor_rounds(algo, P, n, int(row["nnz_out"])) * alpha,
+    return dict(latency=floor_rounds(algo, P) * alpha,
                 memory=FLOOR_PASSES[algo] * 4 * n / mem_share, wire=wire / link)
 
 
@@ -716,7 +716,7 @@ def floor_note(rows, link, P, n, density):
     ok, dn = at["oktopk"], at["dense"]
     terms = ok["floor_terms"]
     floor = {a: sum(at[a]["floor_terms"].values()) for a in ("oktopk", "dense")}
-    rounds = floor_rounds("oktopk", P, n, int(ok["nnz_out"]))
+    rounds = floor_rounds("oktopk", P)
     text = (
         f"At P = {P}, n = 2^{int(round(math.log2(n)))}, density {density:g}, Ok-Topk's floor is "
         f"{floor['oktopk'] * 1e3:.1f} ms: latency {terms['latency'] * 1e3:.1f} ms ({rounds} rounds "

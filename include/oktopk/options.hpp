@@ -79,8 +79,8 @@ struct Options {
   /// tens of percent per 3 % of threshold, the walk's steps jump over the range and
   /// guard_exact then recomputes nearly every call (docs/benchmarks.md).
   bool guard_ladder = true;
-  /// After the split phase: fewer than local_low * k selected -> threshold /= local_step;
-  /// more than local_high * k -> threshold *= local_step.
+  /// The nudges, with guard_ladder off only. After the split phase: fewer than local_low * k
+  /// selected -> threshold /= local_step; more than local_high * k -> threshold *= local_step.
   double local_low = 2.0 / 3.0;
   double local_high = 5.0 / 4.0;
   double local_step = 1.012;
