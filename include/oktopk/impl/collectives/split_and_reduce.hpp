@@ -40,8 +40,11 @@ struct SplitReduce {
   Kokkos::View<value_type*, Memory> recv_values{"oktopk::SplitReduce::recv_values", 0};
   std::vector<std::int64_t> recv_counts;
   std::vector<std::int64_t> recv_offsets;
-  /// My region of the reduced sum, dense: sum over ranks of their selected entries.
+  /// My region of the reduced sum, dense: sum over ranks of their selected entries. A view of
+  /// the first entries of region_storage, which only grows: region boundaries move at every
+  /// repartition, and a new allocation of n/P floats then cost more than the call's passes.
   Kokkos::View<value_type*, Memory> region{"oktopk::SplitReduce::region", 0};
+  Kokkos::View<value_type*, Memory> region_storage{"oktopk::SplitReduce::region", 0};
   /// Entries this rank selected (the sum of send_counts).
   std::int64_t selected = 0;
 };
@@ -123,16 +126,12 @@ void split_and_reduce(
     state.recv_offsets[r + 1] = state.recv_offsets[r] + state.recv_counts[r];
   ensure_capacity(exec, state.recv_indices, state.recv_offsets[P]);
   ensure_capacity(exec, state.recv_values, state.recv_offsets[P]);
-  const std::int64_t region_size = offsets[me + 1] - offsets[me];
-  if (static_cast<std::int64_t>(state.region.extent(0)) != region_size) {
-    state.region =
-        Kokkos::View<value_type*, Memory>(Kokkos::view_alloc(exec, "oktopk::SplitReduce::region"),
-                                          static_cast<std::size_t>(region_size));
-  } else {
-    Kokkos::deep_copy(exec, state.region, 0.0f);
-  }
-
   auto range = [](std::int64_t b, std::int64_t e) { return Kokkos::make_pair(b, e); };
+  const std::int64_t region_size = offsets[me + 1] - offsets[me];
+  ensure_capacity(exec, state.region_storage, region_size);
+  state.region = Kokkos::subview(state.region_storage, range(0, region_size));
+  Kokkos::deep_copy(exec, state.region, 0.0f);
+
   auto add_from = [&](const auto& idx, const auto& val, std::int64_t begin, std::int64_t end) {
     if (end > begin) {
       scatter_add_unchecked(exec, Kokkos::subview(idx, range(begin, end)),
