@@ -302,7 +302,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
   bool ladder_global_threshold(const ExecSpace& exec) {
     const Options& o = this->options_;
     const int P = this->comm_.size();
-    CountLevels levels = global_ladder_.levels(o.guard_step);
+    const CountLevels levels = global_ladder_.levels(o.guard_step);
     if (levels.count == 0) return false;
     std::int64_t mine[max_count_levels];
     {
