@@ -141,7 +141,7 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
           if (!(magnitude > thresholds.threshold[0])) return;
           int j = 0;
           while (j + 1 < thresholds.count && magnitude > thresholds.threshold[j + 1]) ++j;
-          Kokkos::atomic_increment(&highest(j));
+          Kokkos::atomic_add(&highest(j), count_type{1});
         });
     auto host = Kokkos::create_mirror_view(highest);
     Kokkos::deep_copy(exec, host, highest);
