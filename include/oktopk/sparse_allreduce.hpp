@@ -29,8 +29,10 @@ template <class ExecSpace>
 struct HandleSerial;
 }  // namespace impl
 
-/// \brief The last call's result in sparse form: `size` entries, indices ascending, values
-/// averaged (equal to the dense output at those indices).
+/// \brief A call's result in sparse form: `size` entries, indices ascending and distinct, values
+/// averaged (equal to the dense output at those indices, which is zero at every other index).
+/// The Views may hold more than `size` entries: calls that fill a SparseResult grow them when
+/// needed and reuse them otherwise, so one SparseResult serves a whole training run.
 template <class MemorySpace>
 struct SparseResult {
   Kokkos::View<index_type*, MemorySpace> indices;
@@ -82,6 +84,23 @@ class SparseAllreduce {
   ReduceRequest reduce_async(const ExecSpace& exec, const const_vector_type& grad,
                              const vector_type& out);
 
+  /// \brief Collective. reduce(), with the result returned in sparse form instead of written
+  /// as n floats: `result` receives the average's entries, indices ascending, the same bits on
+  /// every rank and the same numbers that reduce() would have written at those indices (every
+  /// other entry of that output is zero). Method oktopk writes them straight from what it
+  /// gathered, without a pass over n; the other methods, and every method's dense warm-up
+  /// calls, compact a dense average into them (on a scratch vector of n values that the handle
+  /// allocates at its first such call, for methods other than oktopk). Errors, failures and
+  /// the handle's state are those of reduce(); `result`'s Views are grown when too short and
+  /// reused otherwise. An entry may be zero (an average that rounds to zero, or k = n).
+  void reduce_sparse(const ExecSpace& exec, const const_vector_type& grad,
+                     SparseResult<memory_space>& result);
+
+  /// \brief Collective. reduce_sparse() launched as reduce_async() launches reduce(): `grad`
+  /// untouched and `result` alive (and not read) until the request completes.
+  ReduceRequest reduce_sparse_async(const ExecSpace& exec, const const_vector_type& grad,
+                                    SparseResult<memory_space>& result);
+
   Algorithm algorithm() const { return algorithm_; }
   std::int64_t size() const { return n_; }
   /// floor(density * n).
@@ -94,7 +113,8 @@ class SparseAllreduce {
   /// What error feedback carries to the next call (all zeros for methods without it).
   const_vector_type residual() const { return residual_; }
 
-  /// The non-zero entries of the last call's output View, as it is now (computed on demand).
+  /// The non-zero entries of the last reduce()'s output View, as it is now (computed on
+  /// demand); after a reduce_sparse(), the SparseResult it filled, as it is now.
   SparseResult<memory_space> result(const ExecSpace& exec) const;
 
   /// \brief Writes this rank's state to `os`: what the next calls depend on (the residual, the
@@ -123,10 +143,11 @@ class SparseAllreduce {
   SparseAllreduce(const ExecSpace& exec, Algorithm algorithm, const Communicator& comm,
                   std::int64_t n, const Options& options, const Layout& layout);
 
-  /// One collective call, on the thread that works the queue: what reduce() promises.
+  /// One collective call, on the thread that works the queue: what reduce() promises, or with
+  /// `sparse` not null what reduce_sparse() promises (`out` is then empty).
   /// impl::MethodBase implements it for every method.
   virtual void reduce_now(const ExecSpace& exec, const const_vector_type& grad,
-                          const vector_type& out) = 0;
+                          const vector_type& out, SparseResult<memory_space>* sparse) = 0;
 
   /// Appends the method's own state carried between calls (beyond the residual and the call
   /// counter, which save_state writes) to `out`; methods with such state override both hooks.
@@ -150,8 +171,11 @@ class SparseAllreduce {
   vector_type residual_;
   ReduceStats stats_;
   std::int64_t iteration_ = 0;
-  /// The last call's output, for result(); empty before the first call and after a restore.
+  /// The last call's output, for result(): the dense one (last_out_) or the sparse one
+  /// (last_sparse_, when last_was_sparse_); empty before the first call and after a restore.
   vector_type last_out_;
+  SparseResult<memory_space> last_sparse_;
+  bool last_was_sparse_ = false;
   /// Communicator::next_serial() of the handle, the same on every rank (set by
   /// make_sparse_allreduce): calls check it to detect ranks that launch in different orders.
   std::int64_t serial_ = 0;

@@ -132,30 +132,41 @@ struct Call {
   oktopk::ReduceStats stats;
 };
 
+/// How a Runner's calls return their output: reduce() into a dense View, or reduce_sparse().
+enum class Output { Dense, Sparse };
+
 /// A handle and the number of calls made on it.
 class Runner {
  public:
-  Runner(Algorithm algorithm, std::int64_t n, const Options& options)
-      : handle_(
-            oktopk::make_sparse_allreduce<Exec>(algorithm, oktopk::Communicator(), n, options)) {}
+  Runner(Algorithm algorithm, std::int64_t n, const Options& options, Output output = Output::Dense)
+      : handle_(oktopk::make_sparse_allreduce<Exec>(algorithm, oktopk::Communicator(), n, options)),
+        output_(output) {}
 
   Handle& handle() { return *handle_; }
   std::int64_t calls() const { return calls_; }
 
   /// One reduce call: `out` starts as NaN everywhere, so an entry the method forgets to write
-  /// shows. Also checks that `grad` was left alone.
+  /// shows. Also checks that `grad` was left alone. With Output::Sparse, the call is
+  /// reduce_sparse (into one SparseResult reused over the calls) and c.out its entries
+  /// scattered into zeros, once they are checked to ascend inside [0, n).
   Call reduce(const std::vector<float>& grad) {
     Exec exec;
     Call c;
     c.grad = grad;
     const std::vector<float> residual_before = to_host(handle_->residual());
     const Vector g = to_device(grad, "test::grad");
-    Vector out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "test::out"), grad.size());
-    Kokkos::deep_copy(out, std::numeric_limits<float>::quiet_NaN());
-    handle_->reduce(exec, g, out);
-    exec.fence();
+    if (output_ == Output::Sparse) {
+      handle_->reduce_sparse(exec, g, sparse_);
+      exec.fence();
+      c.out = scattered(grad.size());
+    } else {
+      Vector out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "test::out"), grad.size());
+      Kokkos::deep_copy(out, std::numeric_limits<float>::quiet_NaN());
+      handle_->reduce(exec, g, out);
+      exec.fence();
+      c.out = to_host(out);
+    }
     ++calls_;
-    c.out = to_host(out);
     c.residual_after = to_host(handle_->residual());
     c.stats = handle_->stats();
     c.acc.resize(grad.size());
@@ -169,8 +180,38 @@ class Runner {
     return c;
   }
 
+  /// The last reduce_sparse's result (Output::Sparse).
+  const oktopk::SparseResult<Handle::memory_space>& sparse() const { return sparse_; }
+
  private:
+  /// sparse_ as a dense vector of n; entries out of order or outside [0, n) fail the test
+  /// (and are left out), so that the checks on the dense vector see only what was valid.
+  std::vector<float> scattered(std::size_t n) const {
+    std::vector<float> out(n, 0.0f);
+    const auto size = static_cast<std::size_t>(std::max<std::int64_t>(sparse_.size, 0));
+    if (size > sparse_.indices.extent(0) || size > sparse_.values.extent(0)) {
+      ADD_FAILURE() << "reduce_sparse's size " << sparse_.size << " exceeds its views";
+      return out;
+    }
+    const auto idx = to_host<oktopk::index_type>(sparse_.indices, size);
+    const auto val = to_host<float>(sparse_.values, size);
+    std::int64_t bad = 0;
+    for (std::size_t e = 0; e < size; ++e) {
+      const bool ascending = e == 0 || idx[e] > idx[e - 1];
+      const bool inside = idx[e] >= 0 && static_cast<std::size_t>(idx[e]) < n;
+      if (!ascending || !inside) {
+        ++bad;
+        continue;
+      }
+      out[static_cast<std::size_t>(idx[e])] = val[e];
+    }
+    EXPECT_EQ(bad, 0) << "reduce_sparse's indices must ascend strictly inside [0, " << n << ")";
+    return out;
+  }
+
   std::unique_ptr<Handle> handle_;
+  Output output_;
+  oktopk::SparseResult<Handle::memory_space> sparse_;
   std::int64_t calls_ = 0;
 };
 

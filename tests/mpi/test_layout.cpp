@@ -37,6 +37,7 @@ using oktopk::Segment;
 using oktopk::SegmentKind;
 using Handle = std::unique_ptr<oktopk::SparseAllreduce<Exec>>;
 
+using oktopk::test::invalid_argument_of;
 using oktopk::test::world_rank;
 using oktopk::test::world_size;
 
@@ -44,17 +45,6 @@ constexpr const char* validate_prefix = "oktopk::Layout::validate: ";
 
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
-}
-
-/// The message of the std::invalid_argument `body` throws ("" if it throws none).
-template <class Body>
-std::string invalid_argument_of(Body&& body) {
-  try {
-    body();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
 }
 
 bool same_text_on_all_ranks(const std::string& text) {

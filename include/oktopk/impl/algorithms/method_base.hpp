@@ -57,8 +57,8 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
     fence(exec, "oktopk::MethodBase: buffers ready");
   }
 
-  void reduce_now(const ExecSpace& exec, const const_vector_type& grad,
-                  const vector_type& out) final;
+  void reduce_now(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out,
+                  SparseResult<memory_space>* sparse) final;
 
   /// The method's body, for calls after the warm-up. `acc` holds residual + grad; on return
   /// `out` holds the averaged result and `acc` what stays in the residual (the method clears
@@ -66,6 +66,13 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
   /// which reduce_now fills from phase() scopes and the communicator.
   virtual void reduce_step(const ExecSpace& exec, const vector_type& acc,
                            const vector_type& out) = 0;
+
+  /// reduce_step with the result in sparse form (reduce_sparse): `result` receives the entries
+  /// reduce_step would have written into `out`. The default runs reduce_step into a scratch
+  /// vector of n and compacts its non-zeros, one more pass over n; a method whose result is
+  /// sparse before it is dense overrides it and skips the dense output altogether.
+  virtual void reduce_step_sparse(const ExecSpace& exec, const vector_type& acc,
+                                  SparseResult<memory_space>& result);
 
   /// Whether the method keeps a residual (error feedback): without one, the residual stays
   /// zero and acc is a copy of the gradient.
@@ -145,6 +152,14 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
     return [this, exec](const char* name) { return phase(exec, name); };
   }
 
+  /// result = the non-zeros of x (|x(i)| > 0), growing its Views if needed.
+  void compact_nonzeros(const ExecSpace& exec, const vector_type& x,
+                        SparseResult<memory_space>& result);
+
+  /// Grows result's Views to hold `size` entries (contents are not kept) and sets its size.
+  static void size_result(const ExecSpace& exec, SparseResult<memory_space>& result,
+                          std::int64_t size);
+
   /// The k-th largest |x| threshold for "exactly the k largest": selecting |x| > result keeps
   /// k entries when magnitudes are distinct (-Inf when k >= n keeps all, +Inf when k == 0).
   float topk_threshold(const ExecSpace& exec, const vector_type& x, std::int64_t k);
@@ -162,16 +177,22 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
   /// stats_.segments from `out`: one count of non-zeros per segment of the layout.
   void count_segment_nonzeros(const ExecSpace& exec, const vector_type& out);
 
+  /// stats_.segments from a sparse result: its entries per segment of the layout.
+  void count_segment_entries(const ExecSpace& exec, const SparseResult<memory_space>& result);
+
   vector_type acc_;
+  /// The dense output that reduce_step_sparse's default compacts (allocated at its first use).
+  vector_type sparse_scratch_;
   vector_type ring_received_{"oktopk::SparseAllreduce::ring_received", 0};
   std::string failed_phase_;  // set by PhaseTimer when a failure leaves a phase
 };
 
 template <class ExecSpace>
 void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector_type& grad,
-                                       const vector_type& out) {
-  constexpr const char* where = "oktopk::SparseAllreduce::reduce";
-  ScopedRegion region("oktopk::SparseAllreduce::reduce");
+                                       const vector_type& out, SparseResult<memory_space>* sparse) {
+  const char* const where = sparse != nullptr ? "oktopk::SparseAllreduce::reduce_sparse"
+                                              : "oktopk::SparseAllreduce::reduce";
+  ScopedRegion region(where);
   const ReduceStats previous_stats = this->stats_;  // restored if the call is rejected
   accumulated_.forget();
   this->comm_.reset_traffic();
@@ -181,8 +202,9 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
   // Local problems become collective ones: every rank learns of any rank's bad input, so all
   // throw together instead of some waiting forever in the next collective. Anything else that
   // fails on some ranks only ends the job (run_or_abort): see the user guide, "Failures".
-  const bool length_ok = static_cast<std::int64_t>(grad.extent(0)) == this->n_ &&
-                         static_cast<std::int64_t>(out.extent(0)) == this->n_;
+  const bool length_ok =
+      static_cast<std::int64_t>(grad.extent(0)) == this->n_ &&
+      (sparse != nullptr || static_cast<std::int64_t>(out.extent(0)) == this->n_);
   std::int64_t nonfinite = 0;
   // {rank + 1 of a bad length, of a non-finite gradient, this handle's serial, minus it}: one
   // MPI_MAX also gives the smallest serial, so a mismatch of handles shows on every rank.
@@ -213,13 +235,15 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
                      << -bad_rank[3] << " to " << bad_rank[2] << " of their communicator; this "
                      << "rank's is " << this->serial_ << ", " << this->algorithm_ << " on n = "
                      << this->n_ << "): launch calls in the same order on every rank");
-  OKTOPK_REQUIRE(
-      bad_rank[0] == 0, std::invalid_argument, where,
-      "grad and out must have length "
-          << this->n_ << " on every rank; rank " << bad_rank[0] - 1 << " passed "
-          << (this->comm_.rank() + 1 == bad_rank[0]
-                  ? std::to_string(grad.extent(0)) + " and " + std::to_string(out.extent(0))
-                  : std::string("other lengths")));
+  OKTOPK_REQUIRE(bad_rank[0] == 0, std::invalid_argument, where,
+                 (sparse != nullptr ? "grad" : "grad and out")
+                     << " must have length " << this->n_ << " on every rank; rank "
+                     << bad_rank[0] - 1 << " passed "
+                     << (this->comm_.rank() + 1 != bad_rank[0]
+                             ? std::string(sparse != nullptr ? "another length" : "other lengths")
+                         : sparse != nullptr ? std::to_string(grad.extent(0))
+                                             : std::to_string(grad.extent(0)) + " and " +
+                                                   std::to_string(out.extent(0))));
   OKTOPK_REQUIRE(
       bad_rank[1] == 0, std::invalid_argument, where,
       "the gradient (plus residual) holds NaN or Inf on rank "
@@ -234,22 +258,43 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
     ++this->iteration_;
     this->stats_.iteration = this->iteration_;
     if (as_is) {
-      nonfinite_averages = dense_step(exec, grad, out, true);
+      // A sparse call averages into acc_, which an as-is method does not otherwise use.
+      nonfinite_averages = dense_step(exec, grad, sparse != nullptr ? acc_ : out, true);
       auto timer = phase(exec, "check");
       // MPI_Allreduce leaves every rank the whole average, the ring each rank its own chunk.
       this->comm_.allreduce_in_place(
           &nonfinite_averages, 1,
           this->options_.dense_allreduce == DenseAlgorithm::Ring ? MPI_SUM : MPI_MAX);
+      if (sparse != nullptr && nonfinite_averages == 0) {
+        auto output = phase(exec, "output");
+        compact_nonzeros(exec, acc_, *sparse);
+      }
     } else if (this->iteration_ <= this->options_.warmup_iterations) {
-      dense_step(exec, acc_, out, false);
+      if (sparse != nullptr) {
+        // In place: the next call's accumulate pass overwrites acc_ anyway.
+        dense_step(exec, acc_, acc_, false);
+        compact_nonzeros(exec, acc_, *sparse);
+      } else {
+        dense_step(exec, acc_, out, false);
+      }
       Kokkos::deep_copy(exec, this->residual_, 0.0f);
     } else {
-      reduce_step(exec, acc_, out);
+      if (sparse != nullptr) {
+        reduce_step_sparse(exec, acc_, *sparse);
+      } else {
+        reduce_step(exec, acc_, out);
+      }
       if (uses_error_feedback()) std::swap(this->residual_, acc_);
     }
     for (const auto& [name, traffic] : this->comm_.traffic())
       this->stats_.phases[name].traffic = traffic;
-    if (!this->layout_.empty()) count_segment_nonzeros(exec, out);
+    if (!this->layout_.empty()) {
+      if (sparse != nullptr) {
+        count_segment_entries(exec, *sparse);
+      } else {
+        count_segment_nonzeros(exec, out);
+      }
+    }
   });
   if (nonfinite_averages != 0) {
     // Rejected, as a non-finite input is: the handle stays as it was. Which rank's gradient is
@@ -273,6 +318,65 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
                        << nonfinite_averages << " entries (every gradient is finite)");
   }
   this->last_out_ = out;
+  this->last_sparse_ = sparse != nullptr ? *sparse : SparseResult<memory_space>();
+  this->last_was_sparse_ = sparse != nullptr;
+}
+
+template <class ExecSpace>
+void MethodBase<ExecSpace>::reduce_step_sparse(const ExecSpace& exec, const vector_type& acc,
+                                               SparseResult<memory_space>& result) {
+  if (sparse_scratch_.extent(0) == 0) {
+    sparse_scratch_ = vector_type(
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::SparseAllreduce::scratch"),
+        static_cast<std::size_t>(this->n_));
+  }
+  reduce_step(exec, acc, sparse_scratch_);
+  auto timer = phase(exec, "output");
+  compact_nonzeros(exec, sparse_scratch_, result);
+}
+
+template <class ExecSpace>
+void MethodBase<ExecSpace>::compact_nonzeros(const ExecSpace& exec, const vector_type& x,
+                                             SparseResult<memory_space>& result) {
+  // A first guess from the stats, so that most calls compact once.
+  size_result(exec, result,
+              std::max<std::int64_t>(static_cast<std::int64_t>(result.indices.extent(0)),
+                                     std::min(this->stats_.global_selected, this->n_)));
+  result.size = select_into(exec, x, 0.0f, result.indices, result.values);
+}
+
+template <class ExecSpace>
+void MethodBase<ExecSpace>::size_result(const ExecSpace& exec, SparseResult<memory_space>& result,
+                                        std::int64_t size) {
+  // Views the caller left empty get the library's labels, which ensure_capacity keeps.
+  if (result.indices.extent(0) == 0)
+    result.indices = index_vector_type("oktopk::SparseResult::indices", 0);
+  if (result.values.extent(0) == 0) result.values = vector_type("oktopk::SparseResult::values", 0);
+  ensure_capacity(exec, result.indices, size);
+  ensure_capacity(exec, result.values, size);
+  result.size = size;
+}
+
+template <class ExecSpace>
+void MethodBase<ExecSpace>::count_segment_entries(const ExecSpace& exec,
+                                                  const SparseResult<memory_space>& result) {
+  const std::vector<Segment>& segments = this->layout_.segments();
+  const auto count = static_cast<std::int64_t>(segments.size());
+  Kokkos::View<std::int64_t*, Kokkos::HostSpace> host_bounds("oktopk::segment_bounds",
+                                                             static_cast<std::size_t>(count + 1));
+  for (std::int64_t s = 0; s < count; ++s) host_bounds(s) = segments[s].offset;
+  host_bounds(count) = this->n_;
+  // Segments tile [0, n): entry positions of their starts in the sorted indices.
+  const auto bounds = Kokkos::create_mirror_view_and_copy(memory_space(), host_bounds);
+  count_below(exec, result.indices, result.size, bounds);
+  Kokkos::deep_copy(exec, host_bounds, bounds);
+  fence(exec, "oktopk::SparseAllreduce: segment entries");
+  this->stats_.segments.clear();
+  this->stats_.segments.reserve(segments.size());
+  for (std::int64_t s = 0; s < count; ++s) {
+    this->stats_.segments.push_back(
+        SegmentStats{segments[s].name, host_bounds(s + 1) - host_bounds(s)});
+  }
 }
 
 template <class ExecSpace>

@@ -169,6 +169,33 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
   }
 
   void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+    const float selected_above = select_and_gather(exec, acc);
+    // The dense average and the error feedback together: out is written once, and acc is
+    // cleared where the result carries an entry this rank selected (§2.8).
+    auto timer = this->phase(exec, "output");
+    write_average_clearing(exec, gather_.indices, gather_.values, gather_.total, out,
+                           static_cast<float>(this->comm_.size()), acc, selected_above);
+  }
+
+  /// The gathered entries are the result already: regions ascend with the rank and each
+  /// rank's entries with the index, so they are copied (and averaged) as they are, and no pass
+  /// touches the other n - k entries.
+  void reduce_step_sparse(const ExecSpace& exec, const vector_type& acc,
+                          SparseResult<Memory>& result) override {
+    const float selected_above = select_and_gather(exec, acc);
+    auto timer = this->phase(exec, "output");
+    this->size_result(exec, result, gather_.total);
+    copy_average_clearing(exec, gather_.indices, gather_.values, gather_.total, result.indices,
+                          result.values, static_cast<float>(this->comm_.size()), acc,
+                          selected_above);
+  }
+
+ private:
+  /// Everything of a call up to the output: the thresholds, the split and reduce of the
+  /// regions, the global selection and the gather of its entries into gather_ (indices
+  /// ascending). Returns the threshold of this call's local selection, above which the
+  /// output phase clears acc.
+  float select_and_gather(const ExecSpace& exec, const vector_type& acc) {
     const Options& o = this->options_;
     auto& stats = this->stats_;
     const std::int64_t k = this->k_;
@@ -245,17 +272,9 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
     if (!global_exact && !o.guard_ladder) {
       nudge(global_threshold_, gather_.total, o.global_low, o.global_high, o.global_step);
     }
-
-    {
-      // The dense average and the error feedback together: out is written once, and acc is
-      // cleared where the result carries an entry this rank selected (§2.8).
-      auto timer = this->phase(exec, "output");
-      write_average_clearing(exec, gather_.indices, gather_.values, gather_.total, out,
-                             static_cast<float>(this->comm_.size()), acc, selected_above);
-    }
+    return selected_above;
   }
 
- private:
   /// Reused thresholds drift with the gradient: keep the count passing in range (guard_walk).
   /// False when the threshold is to be recomputed exactly instead (guard_exact).
   bool guard_local_threshold(const ExecSpace& exec, const vector_type& acc) {

@@ -43,7 +43,7 @@ void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vecto
                                         const vector_type& out) {
   // A queued call that reduces (the C interface's) is already where the queue is worked.
   if (impl::in_progress_task()) {
-    reduce_now(exec, grad, out);
+    reduce_now(exec, grad, out, nullptr);
   } else {
     reduce_async(exec, grad, out).wait();
   }
@@ -53,7 +53,27 @@ template <class ExecSpace>
 ReduceRequest SparseAllreduce<ExecSpace>::reduce_async(const ExecSpace& exec,
                                                        const const_vector_type& grad,
                                                        const vector_type& out) {
-  return ReduceRequest(impl::enqueue([this, exec, grad, out] { reduce_now(exec, grad, out); }));
+  return ReduceRequest(
+      impl::enqueue([this, exec, grad, out] { reduce_now(exec, grad, out, nullptr); }));
+}
+
+template <class ExecSpace>
+void SparseAllreduce<ExecSpace>::reduce_sparse(const ExecSpace& exec, const const_vector_type& grad,
+                                               SparseResult<memory_space>& result) {
+  if (impl::in_progress_task()) {
+    reduce_now(exec, grad, vector_type(), &result);
+  } else {
+    reduce_sparse_async(exec, grad, result).wait();
+  }
+}
+
+template <class ExecSpace>
+ReduceRequest SparseAllreduce<ExecSpace>::reduce_sparse_async(const ExecSpace& exec,
+                                                              const const_vector_type& grad,
+                                                              SparseResult<memory_space>& result) {
+  SparseResult<memory_space>* target = &result;
+  return ReduceRequest(
+      impl::enqueue([this, exec, grad, target] { reduce_now(exec, grad, vector_type(), target); }));
 }
 
 template <class ExecSpace>
@@ -208,6 +228,8 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
   stats_.k = k_;
   stats_.iteration = iteration_;
   last_out_ = vector_type();
+  last_sparse_ = SparseResult<memory_space>();
+  last_was_sparse_ = false;
   if (install_method) install_method(exec);
   impl::fence(exec, "oktopk::SparseAllreduce::restore_state: state installed");
 }
@@ -215,6 +237,7 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
 template <class ExecSpace>
 SparseResult<typename ExecSpace::memory_space> SparseAllreduce<ExecSpace>::result(
     const ExecSpace& exec) const {
+  if (last_was_sparse_) return last_sparse_;
   SparseResult<memory_space> r;
   const auto capacity =
       static_cast<std::size_t>(last_out_.extent(0) == 0 ? 0 : stats_.global_selected + 1);

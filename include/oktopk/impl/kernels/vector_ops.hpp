@@ -211,6 +211,33 @@ void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val
   }
 }
 
+/// \brief A sparse result written as it is, with its error feedback: out_indices(j) =
+/// indices(j) and out_values(j) = values(j) / divisor for j < count, and acc(indices(j)) = 0
+/// where |acc| > cleared_above (as write_average_clearing does), without touching the other
+/// n - count entries of anything.
+template <class ExecSpace, class Idx, class Val, class OutIdx, class OutVal, class Acc>
+void copy_average_clearing(const ExecSpace& exec, const Idx& indices, const Val& values,
+                           std::int64_t count, const OutIdx& out_indices, const OutVal& out_values,
+                           float divisor, const Acc& acc, float cleared_above) {
+  Kokkos::parallel_for(
+      "oktopk::copy_average_clearing", RangeOf<ExecSpace>(exec, 0, count),
+      KOKKOS_LAMBDA(std::int64_t j) {
+        const auto i = indices(j);
+        out_indices(j) = i;
+        out_values(j) = values(j) / divisor;
+        if (abs(acc(i)) > cleared_above) acc(i) = 0.0f;
+      });
+}
+
+/// keys(s) = how many of sorted(0 .. size - 1) are below keys(s), for every s (a binary search
+/// each: keys are few, sorted is long).
+template <class ExecSpace, class Sorted, class Keys>
+void count_below(const ExecSpace& exec, const Sorted& sorted, std::int64_t size, const Keys& keys) {
+  Kokkos::parallel_for(
+      "oktopk::count_below", RangeOf<ExecSpace>(exec, 0, keys.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t s) { keys(s) = lower_bound(sorted, size, keys(s)); });
+}
+
 /// Compacts the pairs with |values(j)| > threshold (j < count) into the outputs, keeping their
 /// order; returns how many there are, writing at most the outputs' capacity.
 template <class ExecSpace, class Idx, class Val, class OutIdx, class OutVal>
