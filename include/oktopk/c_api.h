@@ -129,6 +129,17 @@ int oktopk_reduce(oktopk_handle* handle, const float* grad, float* out);
  * instance, and complete on return), host pointers in CPU builds. */
 int oktopk_reduce_device(oktopk_handle* handle, const float* grad, float* out);
 
+/* Collective. As oktopk_reduce, with the result returned in sparse form instead of written as
+ * n floats: *count entries, *indices ascending (0-based) and *values the averages at them, the
+ * same on every rank; oktopk_reduce's output would be zero at every other index. Method
+ * "oktopk" writes them without a pass over n. The arrays are host memory owned by the handle,
+ * valid until its next reduce call (of any kind) or its destruction. A NULL indices, values
+ * or count still joins the call, so the other ranks fail too (OKTOPK_ERROR_INVALID_ARGUMENT,
+ * the handle unchanged; for n > 0); on failure *count is 0 and the pointers are NULL where
+ * given. */
+int oktopk_reduce_sparse(oktopk_handle* handle, const float* grad, const int32_t** indices,
+                         const float** values, int64_t* count);
+
 /* An asynchronous reduce in flight (oktopk_reduce_async). */
 typedef struct oktopk_request oktopk_request;
 

@@ -72,6 +72,10 @@ struct oktopk_handle {
   // Copies of host arrays where the host cannot reach the execution space's memory.
   DeviceVector staged_grad;
   DeviceVector staged_out;
+  // The last oktopk_reduce_sparse's result, and its host copy where the host cannot reach it.
+  oktopk::SparseResult<Exec::memory_space> sparse;
+  Kokkos::View<oktopk::index_type*, Kokkos::HostSpace> sparse_indices_host;
+  Kokkos::View<float*, Kokkos::HostSpace> sparse_values_host;
 };
 
 namespace {
@@ -268,6 +272,43 @@ void reduce_host(oktopk_handle& h, const float* grad, float* out) {
   }
 }
 
+// reduce_sparse of a host gradient; the result's entries end up in host memory, which
+// *indices and *values point to.
+void reduce_sparse_host(oktopk_handle& h, const float* grad, const std::int32_t** indices,
+                        const float** values, std::int64_t* count) {
+  const Exec exec;
+  const std::int64_t n = h.sparse_allreduce->size();
+  const auto host_grad = wrap<Kokkos::View<const float*, Kokkos::HostSpace, Unmanaged>>(grad, n);
+  ConstDeviceVector device_grad;
+  if constexpr (host_reads_device_memory) {
+    device_grad = wrap<ConstDeviceVector>(grad, n);
+  } else if (host_grad.extent(0) == h.staged_grad.extent(0)) {
+    // Lengths that differ from n reach reduce_sparse() unchanged, which reports them everywhere.
+    Kokkos::deep_copy(exec, h.staged_grad, host_grad);
+    device_grad = h.staged_grad;
+  }
+  h.sparse_allreduce->reduce_sparse(exec, device_grad, h.sparse);
+  const std::int64_t size = h.sparse.size;
+  if constexpr (host_reads_device_memory) {
+    *indices = h.sparse.indices.data();
+    *values = h.sparse.values.data();
+  } else {
+    if (static_cast<std::int64_t>(h.sparse_indices_host.extent(0)) < size) {
+      Kokkos::resize(h.sparse_indices_host, h.sparse.indices.extent(0));
+      Kokkos::resize(h.sparse_values_host, h.sparse.values.extent(0));
+    }
+    const auto entries = Kokkos::make_pair(std::size_t{0}, static_cast<std::size_t>(size));
+    Kokkos::deep_copy(exec, Kokkos::subview(h.sparse_indices_host, entries),
+                      Kokkos::subview(h.sparse.indices, entries));
+    Kokkos::deep_copy(exec, Kokkos::subview(h.sparse_values_host, entries),
+                      Kokkos::subview(h.sparse.values, entries));
+    *indices = h.sparse_indices_host.data();
+    *values = h.sparse_values_host.data();
+  }
+  exec.fence();
+  *count = size;
+}
+
 void write_state(const oktopk_handle& h, std::ostream& os) {
   h.sparse_allreduce->save_state(Exec(), os);
 }
@@ -417,6 +458,43 @@ int oktopk_request_free(oktopk_request* request) {
       owned->request.wait();
     } catch (const std::exception&) {
     }
+  });
+}
+
+int oktopk_reduce_sparse(oktopk_handle* handle, const float* grad, const int32_t** indices,
+                         const float** values, int64_t* count) {
+  constexpr const char* where = "oktopk_reduce_sparse";
+  if (indices != nullptr) *indices = nullptr;
+  if (values != nullptr) *values = nullptr;
+  if (count != nullptr) *count = 0;
+  return guarded([&] {
+    require_handle(handle, where);
+    const bool outputs_given = indices != nullptr && values != nullptr && count != nullptr;
+    const std::int32_t* got_indices = nullptr;
+    const float* got_values = nullptr;
+    std::int64_t got_count = 0;
+    try {
+      // Without somewhere to put the result, the call is joined with no gradient, so that the
+      // other ranks fail with the length error instead of waiting for this one.
+      oktopk::run_on_progress_thread([&] {
+        reduce_sparse_host(*handle, outputs_given ? grad : nullptr, &got_indices, &got_values,
+                           &got_count);
+      });
+    } catch (const std::invalid_argument&) {
+      if (!outputs_given) {
+        throw std::invalid_argument(std::string(where) +
+                                    ": indices, values and count must not be NULL");
+      }
+      throw;
+    }
+    if (!outputs_given) {
+      // n == 0: an empty gradient was a valid call.
+      throw std::invalid_argument(std::string(where) +
+                                  ": indices, values and count must not be NULL");
+    }
+    *indices = got_indices;
+    *values = got_values;
+    *count = got_count;
   });
 }
 

@@ -17,6 +17,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -310,6 +311,35 @@ class Handle {
 
   std::unique_ptr<Request> reduce_async(const py::object& grad, const py::object& out);
 
+  // Collective. (indices int32, values float32): copies of the sparse result, which the C
+  // interface keeps only until the handle's next call.
+  py::tuple reduce_sparse(const py::object& grad) {
+    oktopk_handle* handle = get();
+    const Problem problem = array_problem(grad, "grad", core_->n, false);
+    if (!problem.empty()) fail_reduce(problem);
+    const auto g = py::reinterpret_borrow<py::array>(grad);
+    const auto* data = static_cast<const float*>(g.data());
+    const std::int32_t* indices = nullptr;
+    const float* values = nullptr;
+    std::int64_t count = 0;
+    int code = OKTOPK_SUCCESS;
+    std::string message;
+    {
+      py::gil_scoped_release release;
+      code = oktopk_reduce_sparse(handle, data, &indices, &values, &count);
+      if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
+    }
+    if (code != OKTOPK_SUCCESS) raise_code(code, message);
+    // Copied under the GIL: no other thread of this module calls the handle meanwhile.
+    py::array_t<std::int32_t> index_array(static_cast<py::ssize_t>(count));
+    py::array_t<float> value_array(static_cast<py::ssize_t>(count));
+    if (count > 0) {
+      std::copy(indices, indices + count, index_array.mutable_data());
+      std::copy(values, values + count, value_array.mutable_data());
+    }
+    return py::make_tuple(index_array, value_array);
+  }
+
   // Joins the reduce the peers are making with no arrays, so that they fail with the C API's
   // length error instead of waiting for this rank, then raises `problem` here: for arrays some
   // ranks only got wrong. A request launched this way is waited for at once, which keeps this
@@ -535,6 +565,9 @@ PYBIND11_MODULE(_oktopk, m) {
       .def("reduce", &Handle::reduce, py::arg("grad"), py::arg("out"),
            "Collective. out = average over ranks of the sparsified grad (float32 C-contiguous "
            "arrays of n elements; grad is out is allowed). Releases the GIL.")
+      .def("reduce_sparse", &Handle::reduce_sparse, py::arg("grad"),
+           "Collective. The average over ranks of the sparsified grad in sparse form: (indices "
+           "int32 ascending, values float32), new arrays. Releases the GIL.")
       .def("reduce_async", &Handle::reduce_async, py::arg("grad"), py::arg("out"),
            "Collective. Launches reduce(grad, out) and returns a Request; the arrays stay "
            "referenced until it completes.")

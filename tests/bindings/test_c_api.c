@@ -2,7 +2,8 @@
 /* The C interface as a C program uses it, at any number of ranks: every method's result is the
  * same bits on every rank, in place equals out of place, dense is the mean, errors are codes
  * (the same on every rank for NaN, mismatched n, a bad method or option), stats and state
- * round trips. Prints "N passed, N failed" on rank 0; exits non-zero on any failure. */
+ * round trips, sparse results are the dense ones' entries. Prints "N passed, N failed" on
+ * rank 0; exits non-zero on any failure. */
 #include <oktopk/c_api.h>
 
 #include <math.h>
@@ -172,6 +173,30 @@ static void test_method(const char* method, int64_t n) {
   state_ok &= memcmp(first, out, (size_t)n * sizeof(float)) == 0;
   check(state_ok, what);
 
+  /* Sparse results from the handle with the same history: the dense output's entries. */
+  snprintf(what, sizeof what, "%s: oktopk_reduce_sparse returns oktopk_reduce's entries", method);
+  int sparse_same = 1;
+  float* scattered = malloc((size_t)n * sizeof(float));
+  for (int call = 2; call < 5; ++call) {
+    fill(grad, n, rank, calls + call);
+    const int32_t* indices = NULL;
+    const float* values = NULL;
+    int64_t count = -1;
+    sparse_same &= oktopk_reduce(a, grad, out) == OKTOPK_SUCCESS;
+    sparse_same &= oktopk_reduce_sparse(b, grad, &indices, &values, &count) == OKTOPK_SUCCESS;
+    sparse_same &= count >= 0 && count <= n && (count == 0 || (indices != NULL && values != NULL));
+    if (!sparse_same) break;
+    memset(scattered, 0, (size_t)n * sizeof(float));
+    for (int64_t e = 0; e < count; ++e) {
+      sparse_same &= indices[e] >= 0 && indices[e] < n && (e == 0 || indices[e] > indices[e - 1]);
+      if (indices[e] >= 0 && indices[e] < n) scattered[indices[e]] = values[e];
+    }
+    for (int64_t i = 0; i < n; ++i) sparse_same &= scattered[i] == out[i];
+    sparse_same &= identical_on_all_ranks(scattered, n);
+  }
+  check(sparse_same, what);
+  free(scattered);
+
   /* A damaged checkpoint on rank 0 only: every rank gets the same error code. */
   if (rank == 0) ((unsigned char*)buffer)[bytes / 2] ^= 0x5a;
   const int code = oktopk_restore_state_from_buffer(b, buffer, bytes);
@@ -207,6 +232,18 @@ static void test_errors(void) {
   code = oktopk_reduce(h, rank == 0 ? NULL : grad, out);
   check(code == OKTOPK_ERROR_INVALID_ARGUMENT && strstr(oktopk_last_error(), "length"),
         "NULL gradient on one rank: OKTOPK_ERROR_INVALID_ARGUMENT on every rank");
+  /* No count on the last rank only: it still joins, and every rank fails. */
+  const int32_t* indices = NULL;
+  const float* values = NULL;
+  int64_t count = 0;
+  code = oktopk_reduce_sparse(h, grad, &indices, &values, rank == size - 1 ? NULL : &count);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT && indices == NULL && values == NULL &&
+            (rank == size - 1 ? strstr(oktopk_last_error(), "must not be NULL") != NULL
+                              : strstr(oktopk_last_error(), "reduce_sparse") != NULL),
+        "oktopk_reduce_sparse without count on one rank: OKTOPK_ERROR_INVALID_ARGUMENT on every "
+        "rank");
+  check(oktopk_reduce_sparse(h, grad, &indices, &values, &count) == OKTOPK_SUCCESS && count > 0,
+        "the handle works after a NULL count");
   check(oktopk_reduce(NULL, grad, out) == OKTOPK_ERROR_INVALID_ARGUMENT &&
             strstr(oktopk_last_error(), "oktopk_reduce: handle is NULL") != NULL,
         "NULL handle");

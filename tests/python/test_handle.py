@@ -3,7 +3,8 @@
 every rank, in place equals out of place, dense is the mean, errors are exceptions (the same
 kind on every rank where the library agrees on them, and never a hang when one rank alone passes
 a bad array), torch tensors are reduced in place, states round-trip, and asynchronous calls on
-four handles at once, completed out of order, equal the same calls made blocking.
+four handles at once, completed out of order, equal the same calls made blocking; sparse
+results are the entries of the dense ones.
 
 Run: mpiexec -n P python3 -m mpi4py test_handle.py (PYTHONPATH: the build's python folder)."""
 
@@ -347,6 +348,44 @@ def test_torch():
     b.close()
 
 
+def test_sparse():
+    """reduce_sparse returns the entries reduce writes, for every method, on arrays and on
+    tensors; a bad array on one rank fails every rank's call."""
+    n = 3001
+    for method in oktopk.ALGORITHMS:
+        a = oktopk.Handle(comm, method, n, **OPTIONS)
+        b = oktopk.Handle(comm, method, n, **OPTIONS)
+        ok = True
+        for call in range(5):
+            grad = gradient(rank, n, call)
+            indices, values = a.reduce_sparse(grad)
+            expected = b.reduce(grad)
+            scattered = np.zeros(n, np.float32)
+            scattered[indices] = values
+            ok &= indices.dtype == np.int32 and values.dtype == np.float32
+            ok &= bool(np.all(np.diff(indices) > 0)) and np.array_equal(scattered, expected)
+            ok &= identical_on_all_ranks(scattered)
+        check(ok, f"{method}: reduce_sparse returns reduce's entries, indices ascending")
+        check(np.array_equal(a.residual(), b.residual()), f"{method}: reduce_sparse's residual")
+        a.close()
+        b.close()
+    h = oktopk.Handle(comm, "oktopk", n, **OPTIONS)
+    bad = np.zeros(n - 1 if rank == size - 1 else n, np.float32)
+    e = raises(ValueError, h.reduce_sparse, bad)
+    check(e is not None and str(e).startswith("oktopk.Handle.reduce_sparse: "),
+          f"reduce_sparse of a short array on one rank: ValueError on every rank ({e})")
+    try:
+        import torch
+    except ImportError:
+        h.close()
+        return
+    indices, values = h.reduce_sparse(torch.from_numpy(gradient(rank, n, 7)))
+    check(isinstance(indices, torch.Tensor) and indices.dtype == torch.int32 and
+          isinstance(values, torch.Tensor) and values.dtype == torch.float32,
+          "reduce_sparse of a tensor returns tensors")
+    h.close()
+
+
 def test_async():
     """Four handles with calls in flight at once, completed out of order; their results equal
     the same calls made blocking on twin handles."""
@@ -408,6 +447,7 @@ def main():
     test_layout_errors()
     test_arguments()
     test_torch()
+    test_sparse()
     test_async()
     # A handle left open: destroyed at exit, before MPI_Finalize.
     global leftover

@@ -321,6 +321,25 @@ class Handle:
             self._handle.reduce(a, a)
         return array
 
+    def reduce_sparse(self, grad):
+        """Collective. The result of :meth:`reduce` in sparse form, ``(indices, values)``:
+        int32 indices ascending and the float32 averages at them (the same on every rank);
+        :meth:`reduce` would write zeros everywhere else. New numpy arrays, or CPU tensors if
+        ``grad`` is a tensor. Method ``"oktopk"`` makes them without a pass over n, so that an
+        optimizer step can apply them to its k entries only. Releases the GIL while it runs.
+        """
+        where = "oktopk.Handle.reduce_sparse"
+        g, problem = _as_array(grad, "grad")
+        if problem is not None:
+            with _Prefixed(where):
+                self._handle.fail_reduce(problem, False)
+        with _Prefixed(where):
+            indices, values = self._handle.reduce_sparse(g)
+        if _is_torch_tensor(grad):
+            torch = _sys.modules["torch"]
+            return torch.from_numpy(indices), torch.from_numpy(values)
+        return indices, values
+
     def reduce_async(self, grad, out=None):
         """Collective. Launches ``reduce(grad, out)`` (in place if ``out`` is omitted) and
         returns a :class:`Request` at once; ``request.wait()`` returns ``out``.
