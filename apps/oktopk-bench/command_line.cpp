@@ -66,6 +66,9 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
                          core), at the price of one or two more vectors of memory per rank
   --seed S               seed of the gradients and of the methods' Options (default 1)
   --check                compare every output element with the oracle (oktopk/oracle.hpp)
+  --sparse-result        call reduce_sparse, which returns the result as indices and values,
+                         instead of reduce, which writes n floats (--check scatters the
+                         entries into n floats after the timed call)
   --mpi-baseline         also time a bare MPI_Allreduce of the same gradients (row
                          mpi_allreduce), the floor the dense method is measured against
   --format F             table, csv or json (default table)
@@ -208,12 +211,13 @@ Args parse(int argc, char* argv[]) {
       has_value = true;
     }
     if (flag == "--check" || flag == "--phases" || flag == "--mpi-baseline" ||
-        flag == "--shifted-draws") {
+        flag == "--shifted-draws" || flag == "--sparse-result") {
       if (has_value) throw UsageError(flag + " takes no value");
-      (flag == "--check"          ? a.check
-       : flag == "--phases"       ? a.phases
-       : flag == "--mpi-baseline" ? a.mpi_baseline
-                                  : a.shifted_draws) = true;
+      (flag == "--check"           ? a.check
+       : flag == "--phases"        ? a.phases
+       : flag == "--mpi-baseline"  ? a.mpi_baseline
+       : flag == "--sparse-result" ? a.sparse_result
+                                   : a.shifted_draws) = true;
       continue;
     }
     if (!has_value) {

@@ -38,6 +38,8 @@ struct Args {
   bool phases = false;
   bool mpi_baseline = false;
   bool shifted_draws = false;
+  /// Calls reduce_sparse (the result as indices and values) instead of reduce.
+  bool sparse_result = false;
   bool help = false;
   std::string format = "table";
   std::string dump_path;

@@ -89,6 +89,18 @@ std::vector<PhaseRow> aggregate_phases(const oktopk::Communicator& world, const 
   return rows;
 }
 
+/// out = 0 but at the entries' indices, where it holds their values.
+void scatter_entries(const Exec& exec, const oktopk::SparseResult<Exec::memory_space>& entries,
+                     const Vector& out) {
+  Kokkos::deep_copy(exec, out, 0.0f);
+  const auto indices = entries.indices;
+  const auto values = entries.values;
+  Kokkos::parallel_for(
+      "oktopk::bench::scatter_entries",
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, entries.size),
+      KOKKOS_LAMBDA(std::int64_t j) { out(indices(j)) = values(j); });
+}
+
 }  // namespace
 
 Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const Args& args,
@@ -118,6 +130,7 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
   Result result;
   result.algo = oktopk::to_string(algorithm);
   result.k = handle->k();
+  oktopk::SparseResult<Exec::memory_space> entries;  // --sparse-result
 
   for (std::int64_t call = 0; call < calls; ++call) {
     source.fill(exec, call, grad);
@@ -137,9 +150,17 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
     if (trace.enabled()) comm.set_message_log(timed);
     world.barrier();
     Kokkos::Timer timer;
-    handle->reduce(exec, grad, out);
+    if (args.sparse_result) {
+      handle->reduce_sparse(exec, grad, entries);
+    } else {
+      handle->reduce(exec, grad, out);
+    }
     exec.fence();
     const double elapsed = timer.seconds();
+    if (args.sparse_result) {
+      // The output the oracle and the counts read, untimed.
+      scatter_entries(exec, entries, out);
+    }
     if (timed) {
       const auto j = static_cast<std::size_t>(call - args.warmup);
       const oktopk::ReduceStats& stats = handle->stats();

@@ -62,6 +62,12 @@ Options:
                         momentum correction); off: momentum is applied to the averaged
                         gradient. For topka topkdsa gtopk gaussiank oktopk; dense and s2
                         always apply momentum after the allreduce            (default on)
+  --sparse-result on|off
+                        on: with momentum correction, the allreduce returns the averaged
+                        velocity as indices and values (reduce_sparse) and the step updates
+                        those parameters only, with no pass over all of them; off: it writes
+                        all n entries and the step reads them. The same parameters either
+                        way; on needs momentum correction (with it: default on; else off)
   --weight-decay W      L2 weight decay, >= 0                                (default 0.0001)
   --dense-warmup N      first N steps use a dense allreduce                  (default 0)
   --option KEY=VALUE    any other oktopk::Options field by its name (repeatable), e.g.
@@ -113,8 +119,8 @@ OpenMP threads otherwise starve the BLAS threads of the matrix multiplies.
 
 Per epoch: epoch, mean training loss over the ranks, test accuracy (lstm: "ppl=" and the test
 perplexity), seconds, bytes per rank per step (the larger of sent and received, averaged over
-steps and ranks), and the achieved density (non-zeros of the averaged gradient / parameters,
-averaged over steps). The last line, "final parameter_digest=<16 hex digits>", is a digest of
+steps and ranks), and the achieved density (non-zeros of the averaged gradient, or entries of
+its sparse form, / parameters, averaged over steps). The last line, "final parameter_digest=<16 hex digits>", is a digest of
 the final parameters (equal on all ranks), for comparing runs. An epoch resumed mid-way reports the seconds of its resumed part.
 
 Schedules measured at P = 4 (docs/benchmarks.md), dense and oktopk at 0.01: mlp --batch 64
@@ -137,6 +143,7 @@ struct Settings {
   double lr_decay = 1.0;
   double momentum = 0.9;
   bool momentum_correction = true;
+  std::string sparse_result;  // "on", "off", or empty: on where momentum correction applies
   double weight_decay = 1e-4;
   std::int64_t dense_warmup = 0;
   /// --option KEY=VALUE pairs, in order: more oktopk::Options fields.
@@ -171,6 +178,12 @@ bool momentum_correction_applies(oktopk::Algorithm algorithm) {
 /// Whether the velocity is kept per rank, before the allreduce.
 bool corrects_momentum(const Settings& s) {
   return s.momentum_correction && momentum_correction_applies(s.algorithm);
+}
+
+/// Whether the allreduce returns its result in sparse form (--sparse-result): only where the
+/// velocity is kept per rank, since momentum applied after the allreduce reads every entry.
+bool returns_sparse_result(const Settings& s) {
+  return s.sparse_result == "on" || (s.sparse_result.empty() && corrects_momentum(s));
 }
 
 /// Settings that checkpoints written before they were recorded had: checkpoints from before
@@ -223,6 +236,10 @@ Settings parse(int argc, char* argv[]) {
       s.lr_decay = parse_number<double>(flag, value);
     } else if (flag == "--momentum") {
       s.momentum = parse_number<double>(flag, value);
+    } else if (flag == "--sparse-result") {
+      if (value != "on" && value != "off")
+        throw UsageError("--sparse-result must be on or off, not '" + value + "'");
+      s.sparse_result = value;
     } else if (flag == "--momentum-correction") {
       if (value != "on" && value != "off")
         throw UsageError("--momentum-correction must be on or off, not '" + value + "'");
@@ -288,6 +305,11 @@ Settings parse(int argc, char* argv[]) {
   if (s.tokens_per_epoch < 0) throw UsageError("--tokens-per-epoch must be >= 0");
   if (!(s.lr_decay > 0.0 && s.lr_decay <= 1.0)) throw UsageError("--lr-decay must be in (0, 1]");
   if (!(s.momentum >= 0.0 && s.momentum < 1.0)) throw UsageError("--momentum must be in [0, 1)");
+  if (s.sparse_result == "on" && !corrects_momentum(s)) {
+    throw UsageError(
+        "--sparse-result on needs momentum correction (--momentum-correction on, and a method "
+        "other than dense and s2): momentum applied after the allreduce updates every entry");
+  }
   if (!(s.weight_decay >= 0.0)) throw UsageError("--weight-decay must be >= 0");
   if (s.dense_warmup < 0) throw UsageError("--dense-warmup must be >= 0");
   try {
@@ -462,6 +484,7 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
        << " P=" << P << " batch/rank=" << s.batch << " steps/epoch=" << steps << " lr=" << s.lr
        << " lr_decay=" << s.lr_decay << " momentum=" << s.momentum
        << (corrects_momentum(s) ? " (per rank, before the allreduce)" : " (after the allreduce)")
+       << " result=" << (returns_sparse_result(s) ? "sparse" : "dense")
        << " weight_decay=" << s.weight_decay << " seed=" << s.seed << " exec=" << Exec::name()
        << "\n# options: " << options << "\n# gradient segments:";
   // Where the embedding's row-sparse gradient lies, for a layout-aware allreduce.
@@ -474,7 +497,10 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
   }
   say(head.str());
 
-  Kokkos::View<float*, Memory> averaged("oktopk::train::averaged", n);
+  // The averaged gradient: n entries, or its entries alone (--sparse-result).
+  const bool sparse_result = returns_sparse_result(s);
+  Kokkos::View<float*, Memory> averaged("oktopk::train::averaged", sparse_result ? 0 : n);
+  oktopk::SparseResult<Memory> averaged_entries;
   Kokkos::View<float*, Memory> velocity("oktopk::train::velocity", n);
 
   // Resuming: the checkpoint replaces the model, the momentum, the allreduce state and the
@@ -575,15 +601,25 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
       }
       const Kokkos::View<float*, Memory> reduced = correct_momentum ? velocity : grad;
       dump.record(exec, global_step, reduced);
-      allreduce->reduce(exec, reduced, averaged);
-      if (correct_momentum) {
-        oktopk::train::sgd_apply<float>(exec, params, averaged, lr);
+      std::int64_t nonzeros = 0;
+      if (sparse_result) {
+        allreduce->reduce_sparse(exec, reduced, averaged_entries);
+        oktopk::train::sgd_apply_sparse(exec, params, averaged_entries.indices,
+                                        averaged_entries.values, averaged_entries.size, lr);
+        nonzeros = averaged_entries.size;
       } else {
-        sgd_momentum_step<float>(exec, params, averaged, velocity, lr, s.momentum, s.weight_decay);
+        allreduce->reduce(exec, reduced, averaged);
+        if (correct_momentum) {
+          oktopk::train::sgd_apply<float>(exec, params, averaged, lr);
+        } else {
+          sgd_momentum_step<float>(exec, params, averaged, velocity, lr, s.momentum,
+                                   s.weight_decay);
+        }
+        nonzeros = oktopk::count_above(exec, averaged, 0.0f);
       }
       const oktopk::PhaseTraffic traffic = allreduce->stats().total_traffic();
       bytes_sum += static_cast<double>(std::max(traffic.bytes_sent, traffic.bytes_received));
-      density_sum += static_cast<double>(oktopk::count_above(exec, averaged, 0.0f)) / n;
+      density_sum += static_cast<double>(nonzeros) / n;
       if (me == 0 && progress_timer.seconds() > 10.0) {
         std::cerr << "oktopk-train: epoch " << epoch << " step " << step + 1 << "/" << steps
                   << ", loss " << loss_sum / (step + 1) << ", " << timer.seconds() << " s"

@@ -423,6 +423,21 @@ void sgd_apply(const ExecutionSpace& exec, const Kokkos::View<Scalar*, MemorySpa
       KOKKOS_LAMBDA(const std::int64_t i) { params(i) -= step * update(i); });
 }
 
+void sgd_apply_sparse(const ExecutionSpace& exec, const Kokkos::View<float*, MemorySpace>& params,
+                      const Kokkos::View<const std::int32_t*, MemorySpace>& indices,
+                      const Kokkos::View<const float*, MemorySpace>& values, std::int64_t count,
+                      double lr) {
+  OKTOPK_REQUIRE(count >= 0 && count <= static_cast<std::int64_t>(indices.extent(0)) &&
+                     count <= static_cast<std::int64_t>(values.extent(0)),
+                 std::invalid_argument, "oktopk::train::sgd_apply_sparse",
+                 count << " entries, indices and values hold " << indices.extent(0) << " and "
+                       << values.extent(0));
+  const auto step = static_cast<float>(lr);
+  Kokkos::parallel_for(
+      "oktopk::train::sgd_apply_sparse", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, count),
+      KOKKOS_LAMBDA(const std::int64_t j) { params(indices(j)) -= step * values(j); });
+}
+
 Evaluation evaluate(const ExecutionSpace& exec, Model& model, const DeviceDataset& data,
                     std::int64_t batch) {
   OKTOPK_REQUIRE(batch > 0 && data.size() > 0, std::invalid_argument, "oktopk::train::evaluate",

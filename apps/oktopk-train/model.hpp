@@ -151,6 +151,13 @@ template <class Scalar>
 void sgd_apply(const ExecutionSpace& exec, const Kokkos::View<Scalar*, MemorySpace>& params,
                const typename BasicModel<Scalar>::ConstParameters& update, double lr);
 
+/// \brief params(indices(j)) -= lr values(j) for j < count: sgd_apply of an update that is zero
+/// but at `count` distinct indices (a sparse allreduce's reduce_sparse), touching only those.
+void sgd_apply_sparse(const ExecutionSpace& exec, const Kokkos::View<float*, MemorySpace>& params,
+                      const Kokkos::View<const std::int32_t*, MemorySpace>& indices,
+                      const Kokkos::View<const float*, MemorySpace>& values, std::int64_t count,
+                      double lr);
+
 /// \brief Mean loss and accuracy of `model` over all of `data`, in batches of at most `batch`.
 Evaluation evaluate(const ExecutionSpace& exec, Model& model, const DeviceDataset& data,
                     std::int64_t batch);
