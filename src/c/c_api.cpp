@@ -273,31 +273,30 @@ void reduce_host(oktopk_handle& h, const float* grad, float* out) {
 }
 
 // reduce_sparse of a host gradient; the result's entries end up in host memory, which
-// *indices and *values point to.
+// *indices and *values point to. Staged as reduce_host stages.
 void reduce_sparse_host(oktopk_handle& h, const float* grad, const std::int32_t** indices,
                         const float** values, std::int64_t* count) {
   const Exec exec;
   const std::int64_t n = h.sparse_allreduce->size();
-  const auto host_grad = wrap<Kokkos::View<const float*, Kokkos::HostSpace, Unmanaged>>(grad, n);
-  ConstDeviceVector device_grad;
   if constexpr (host_reads_device_memory) {
-    device_grad = wrap<ConstDeviceVector>(grad, n);
-  } else if (host_grad.extent(0) == h.staged_grad.extent(0)) {
-    // Lengths that differ from n reach reduce_sparse() unchanged, which reports them everywhere.
-    Kokkos::deep_copy(exec, h.staged_grad, host_grad);
-    device_grad = h.staged_grad;
-  }
-  h.sparse_allreduce->reduce_sparse(exec, device_grad, h.sparse);
-  const std::int64_t size = h.sparse.size;
-  if constexpr (host_reads_device_memory) {
+    h.sparse_allreduce->reduce_sparse(
+        exec, wrap<Kokkos::View<const float*, Exec::memory_space, Unmanaged>>(grad, n), h.sparse);
     *indices = h.sparse.indices.data();
     *values = h.sparse.values.data();
   } else {
-    if (static_cast<std::int64_t>(h.sparse_indices_host.extent(0)) < size) {
+    const auto host_grad = wrap<Kokkos::View<const float*, Kokkos::HostSpace, Unmanaged>>(grad, n);
+    // Lengths that differ from n reach reduce_sparse() unchanged, which reports them everywhere.
+    const auto device_grad = host_grad.extent(0) == h.staged_grad.extent(0)
+                                 ? ConstDeviceVector(h.staged_grad)
+                                 : ConstDeviceVector();
+    if (device_grad.extent(0) != 0) Kokkos::deep_copy(exec, h.staged_grad, host_grad);
+    h.sparse_allreduce->reduce_sparse(exec, device_grad, h.sparse);
+    const auto size = static_cast<std::size_t>(h.sparse.size);
+    if (h.sparse_indices_host.extent(0) < size) {
       Kokkos::resize(h.sparse_indices_host, h.sparse.indices.extent(0));
       Kokkos::resize(h.sparse_values_host, h.sparse.values.extent(0));
     }
-    const auto entries = Kokkos::make_pair(std::size_t{0}, static_cast<std::size_t>(size));
+    const auto entries = Kokkos::make_pair(std::size_t{0}, size);
     Kokkos::deep_copy(exec, Kokkos::subview(h.sparse_indices_host, entries),
                       Kokkos::subview(h.sparse.indices, entries));
     Kokkos::deep_copy(exec, Kokkos::subview(h.sparse_values_host, entries),
@@ -306,7 +305,7 @@ void reduce_sparse_host(oktopk_handle& h, const float* grad, const std::int32_t*
     *values = h.sparse_values_host.data();
   }
   exec.fence();
-  *count = size;
+  *count = h.sparse.size;
 }
 
 void write_state(const oktopk_handle& h, std::ostream& os) {
