@@ -231,6 +231,14 @@ template <>
 MPI_Datatype mpi_datatype<unsigned char>() {
   return MPI_UNSIGNED_CHAR;
 }
+template <>
+MPI_Datatype mpi_datatype<bfloat16>() {
+  return MPI_UINT16_T;
+}
+template <>
+MPI_Datatype mpi_datatype<float16>() {
+  return MPI_UINT16_T;
+}
 }  // namespace impl
 
 // ---- Communicator ------------------------------------------------------------------------------

@@ -87,9 +87,11 @@ std::ostream& operator<<(std::ostream& os, DenseAlgorithm algorithm) {
 }
 
 namespace {
-std::string to_text(DenseAlgorithm algorithm) {
+/// An option's enum value as set() reads it.
+template <class Enum>
+std::string to_text(Enum value) {
   std::ostringstream os;
-  os << algorithm;
+  os << value;
   return os.str();
 }
 }  // namespace
@@ -100,6 +102,30 @@ DenseAlgorithm dense_allreduce_from_string(const char* name) {
   if (text == "ring") return DenseAlgorithm::Ring;
   throw std::invalid_argument("oktopk::dense_allreduce_from_string: unknown dense allreduce '" +
                               text + "' (valid: mpi ring)");
+}
+
+std::ostream& operator<<(std::ostream& os, Wire wire) {
+  switch (wire) {
+    case Wire::Native:
+      return os << "native";
+    case Wire::Float32:
+      return os << "fp32";
+    case Wire::BFloat16:
+      return os << "bf16";
+    case Wire::Float16:
+      return os << "fp16";
+  }
+  return os << "invalid";
+}
+
+Wire wire_from_string(const char* name) {
+  const std::string text = name == nullptr ? "" : name;
+  if (text == "native") return Wire::Native;
+  if (text == "fp32") return Wire::Float32;
+  if (text == "bf16") return Wire::BFloat16;
+  if (text == "fp16") return Wire::Float16;
+  throw std::invalid_argument("oktopk::wire_from_string: unknown wire type '" + text +
+                              "' (valid: native fp32 bf16 fp16)");
 }
 
 namespace {
@@ -161,6 +187,12 @@ Setter setter(Field Options::*field) {
       } catch (const std::invalid_argument&) {
         bad_value(key, value, "mpi or ring");
       }
+    } else if constexpr (std::is_same_v<Field, Wire>) {
+      try {
+        o.*field = wire_from_string(std::string(value).c_str());
+      } catch (const std::invalid_argument&) {
+        bad_value(key, value, "native, fp32, bf16 or fp16");
+      }
     } else {
       o.*field = parse_integer<Field>(key, value);
     }
@@ -174,6 +206,7 @@ const std::vector<std::pair<std::string_view, Setter>>& option_setters() {
       {"warmup_iterations", setter(&Options::warmup_iterations)},
       {"seed", setter(&Options::seed)},
       {"dense_allreduce", setter(&Options::dense_allreduce)},
+      {"wire", setter(&Options::wire)},
       {"threshold_period", setter(&Options::threshold_period)},
       {"repartition_period", setter(&Options::repartition_period)},
       {"throttle", setter(&Options::throttle)},
@@ -244,6 +277,9 @@ void Options::validate() const {
                  "warmup_iterations must be >= 0, got " << warmup_iterations);
   OKTOPK_REQUIRE(dense_allreduce == DenseAlgorithm::Mpi || dense_allreduce == DenseAlgorithm::Ring,
                  std::invalid_argument, where, "dense_allreduce is not a DenseAlgorithm value");
+  OKTOPK_REQUIRE(wire == Wire::Native || wire == Wire::Float32 || wire == Wire::BFloat16 ||
+                     wire == Wire::Float16,
+                 std::invalid_argument, where, "wire is not a Wire value");
   OKTOPK_REQUIRE(threshold_period >= 1 && repartition_period >= 1, std::invalid_argument, where,
                  "threshold_period and repartition_period must be >= 1, got "
                      << threshold_period << " and " << repartition_period);
@@ -297,6 +333,8 @@ std::ostream& operator<<(std::ostream& os, const Options& o) {
             << (o.dense_allreduce == DenseAlgorithm::Mpi ? "" : " dense_allreduce=")
             << (o.dense_allreduce == DenseAlgorithm::Mpi ? std::string()
                                                          : to_text(o.dense_allreduce))
+            << (o.wire == Wire::Native ? "" : " wire=")
+            << (o.wire == Wire::Native ? std::string() : to_text(o.wire))
             << " threshold_period=" << o.threshold_period
             << " repartition_period=" << o.repartition_period << " throttle=" << o.throttle
             << " balancing=" << o.balancing << " balance_threshold=" << o.balance_threshold

@@ -43,6 +43,7 @@ inline std::vector<std::pair<std::string, std::function<void(Options&)>>> field_
       {"warmup_iterations", [](Options& o) { o.warmup_iterations = 7; }},
       {"seed", [](Options& o) { o.seed = 123456789; }},
       {"dense_allreduce", [](Options& o) { o.dense_allreduce = DenseAlgorithm::Ring; }},
+      {"wire", [](Options& o) { o.wire = oktopk::Wire::BFloat16; }},
       {"threshold_period", [](Options& o) { o.threshold_period = 11; }},
       {"repartition_period", [](Options& o) { o.repartition_period = 13; }},
       {"throttle", [](Options& o) { o.throttle = 3; }},

@@ -271,6 +271,11 @@ template <>
 MPI_Datatype mpi_datatype<char>();
 template <>
 MPI_Datatype mpi_datatype<unsigned char>();
+/// The 16-bit floating types travel as their bit patterns (MPI has no such type to reduce).
+template <>
+MPI_Datatype mpi_datatype<bfloat16>();
+template <>
+MPI_Datatype mpi_datatype<float16>();
 }  // namespace impl
 
 template <class T>

@@ -15,5 +15,8 @@ using count_type = std::int64_t;
 
 class Communicator;
 struct PhaseTraffic;
+// 16-bit floating-point storage types: impl/base/half_types.hpp.
+struct bfloat16;
+struct float16;
 
 }  // namespace oktopk

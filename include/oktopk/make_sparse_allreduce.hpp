@@ -52,7 +52,8 @@ namespace oktopk {
 /// Every rank must pass the same algorithm, n, options and layout: a mismatch throws the same
 /// std::invalid_argument on every rank (naming what differs) instead of hanging later. Invalid
 /// values (n outside [0, 2^31 - 1], options out of range, a layout that does not cover
-/// [0, n) exactly) throw std::invalid_argument too.
+/// [0, n) exactly, a 16-bit wire for a method other than dense) throw std::invalid_argument
+/// too.
 /// Built with OKTOPK_ENABLE_GPU_AWARE_MPI=ON, a device ExecSpace throws std::runtime_error on
 /// every rank when MPI says it cannot read GPU memory (where MPI can be asked). If building the
 /// handle fails on some ranks only (its buffers do not fit in memory), every rank throws the
@@ -84,6 +85,11 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(
   OKTOPK_REQUIRE(n >= 0 && n <= std::numeric_limits<index_type>::max(), std::invalid_argument,
                  where, "n must be in [0, 2^31 - 1], got " << n);
   options.validate();
+  OKTOPK_REQUIRE(algorithm == Algorithm::Dense || options.wire == Wire::Native ||
+                     options.wire == Wire::Float32,
+                 std::invalid_argument, where,
+                 "wire=" << options.wire << " is implemented for method dense only so far; "
+                         << algorithm << " sends its values as float (wire=native)");
   // After the agreement check: every rank has this layout, so every rank throws alike.
   layout.validate(n);
   const auto build = [&]() -> std::unique_ptr<SparseAllreduce<ExecSpace>> {

@@ -25,6 +25,14 @@ enum class DenseAlgorithm {
         ///< MPI's default algorithm is poor; on GPUs each step waits for the device.
 };
 
+/// \brief The type of the values a call sends (Options::wire). Indices stay 32-bit.
+enum class Wire {
+  Native,    ///< the gradient's own type
+  Float32,   ///< float (for float gradients the same as native)
+  BFloat16,  ///< bfloat16: half the bytes of float, float's range, 8 bits of precision
+  Float16    ///< IEEE binary16: half the bytes of float, 11 bits of precision, |x| <= 65504
+};
+
 /// \brief Options of every method; each method reads the fields that concern it.
 struct Options {
   // ---- all sparse methods
@@ -36,6 +44,12 @@ struct Options {
   std::uint64_t seed = 42;
   /// The algorithm of dense allreduces.
   DenseAlgorithm dense_allreduce = DenseAlgorithm::Mpi;
+  /// The type of the values on the wire. A 16-bit wire rounds each value to it when sending;
+  /// the ranks' sums are still formed in float. MPI has no 16-bit floating type, so dense
+  /// allreduces with a 16-bit wire run on OkTopk's ring whatever dense_allreduce says.
+  /// Method dense takes every wire; the sparse methods take native and fp32 only, so far
+  /// (make_sparse_allreduce says so).
+  Wire wire = Wire::Native;
 
   // ---- Ok-Topk
   /// tau': the local and the global threshold are recomputed exactly every this many calls.
@@ -125,6 +139,10 @@ struct Options {
     dense_allreduce = v;
     return *this;
   }
+  Options& set_wire(Wire v) {
+    wire = v;
+    return *this;
+  }
   Options& set_threshold_period(std::int64_t v) {
     threshold_period = v;
     return *this;
@@ -173,9 +191,9 @@ struct Options {
   /// \brief Sets the field named `key` (a field name above: "density", "balancing",
   /// "s2_error_feedback", ...) from text: numbers as C writes them, balancing as off, on or
   /// adaptive, dense_allreduce as mpi or ring, booleans as on, off, true, false, 1 or 0. Range
-  /// checks are validate()'s. Throws std::invalid_argument("oktopk::Options::set: ...") for an
-  /// unknown key (the message lists the valid ones) or a value that is not a number of the
-  /// field's type.
+  /// checks are validate()'s. Wire as native, fp32, bf16 or fp16. Throws
+  /// std::invalid_argument("oktopk::Options::set: ...") for an unknown key (the message lists the
+  /// valid ones) or a value that is not a number of the field's type.
   Options& set(std::string_view key, std::string_view value);
   /// \brief set() for each `key=value` in `settings`, separated by spaces, tabs, newlines or
   /// commas (an empty string sets nothing). Throws as set() does, or for an item without '='.
@@ -189,6 +207,8 @@ struct Options {
 
 std::ostream& operator<<(std::ostream& os, Balancing balancing);
 std::ostream& operator<<(std::ostream& os, DenseAlgorithm algorithm);
+/// "native", "fp32", "bf16" or "fp16".
+std::ostream& operator<<(std::ostream& os, Wire wire);
 /// One line, `key=value` pairs, for logs.
 std::ostream& operator<<(std::ostream& os, const Options& options);
 
@@ -196,5 +216,7 @@ std::ostream& operator<<(std::ostream& os, const Options& options);
 Balancing balancing_from_string(const char* name);
 /// "mpi" or "ring"; std::invalid_argument otherwise.
 DenseAlgorithm dense_allreduce_from_string(const char* name);
+/// "native", "fp32", "bf16" or "fp16"; std::invalid_argument otherwise.
+Wire wire_from_string(const char* name);
 
 }  // namespace oktopk

@@ -468,6 +468,18 @@ inline void check_s2(const Call& c, const Options& options) {
   }
 }
 
+/// The ring's bandwidth optimum: 2(P-1) chunks of about n/P values of `value_bytes` bytes
+/// leave every rank in phase dense_allreduce (checked where every chunk is non-empty).
+inline void expect_ring_bytes(const Call& c, std::int64_t value_bytes) {
+  const int P = world_size();
+  const auto n = static_cast<std::int64_t>(c.out.size());
+  if (P == 1 || n < P) return;
+  const auto sent = c.stats.phases.at("dense_allreduce").traffic.bytes_sent;
+  const std::int64_t chunks = 2 * (P - 1);
+  EXPECT_GE(sent, chunks * (n / P) * value_bytes);
+  EXPECT_LE(sent, chunks * (n / P + 1) * value_bytes);
+}
+
 /// What check_call found, for tests that look further.
 struct Checked {
   bool dense = false;

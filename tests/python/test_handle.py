@@ -433,6 +433,35 @@ def test_async():
         h.close()
 
 
+def bfloat16_rounded(x):
+    """float32 values rounded to bfloat16 (nearest, ties to even) and back; no NaN in x."""
+    u = x.view(np.uint32).astype(np.uint64)
+    kept = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return kept.astype(np.uint32).view(np.float32)
+
+
+def test_wire():
+    """wire="bf16" on the dense method: bfloat16 values, the same on every rank, within the
+    documented bound of the mean; the sparse methods refuse it (so far) on every rank."""
+    n = 3001
+    h = oktopk.Handle(comm, "dense", n, wire="bf16")
+    grad = gradient(rank, n, 0)
+    out = h.reduce(grad)
+    grads = [gradient(r, n, 0).astype(np.float64) for r in range(size)]
+    mean = np.mean(grads, 0)
+    magnitude = np.mean(np.abs(grads), 0)
+    check(np.array_equal(bfloat16_rounded(out), out) and identical_on_all_ranks(out),
+          "wire=bf16: bfloat16 values, the same bits on every rank")
+    # P roundings to bfloat16 and P in float per term, first order plus room (user guide).
+    bound = 1.01 * size * (2.0**-8 + 2.0**-24) * magnitude
+    check(bool(np.all(np.abs(out - mean) <= bound)), "wire=bf16 within its bound of the mean")
+    if size == 1:
+        check(np.array_equal(out, bfloat16_rounded(grad)), "wire=bf16 at one rank: the rounding")
+    h.close()
+    e = raises(ValueError, oktopk.Handle, comm, "oktopk", n, wire="bf16")
+    check(e is not None and "method dense only" in str(e), f"oktopk with wire=bf16: {e}")
+
+
 def main():
     check(oktopk.version().count(".") == 2, "version")
     # Kokkos' arguments go before the first handle, and only then.
@@ -448,6 +477,7 @@ def main():
     test_arguments()
     test_torch()
     test_sparse()
+    test_wire()
     test_async()
     # A handle left open: destroyed at exit, before MPI_Finalize.
     global leftover

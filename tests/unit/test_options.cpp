@@ -49,6 +49,12 @@ TEST(AlgorithmNames, UnknownNameThrowsListingTheValidOnes) {
   }
 }
 
+std::string printed(const Options& o) {
+  std::ostringstream os;
+  os << o;
+  return os.str();
+}
+
 TEST(DenseAllreduceNames, RoundTrip) {
   for (const auto d : {oktopk::DenseAlgorithm::Mpi, oktopk::DenseAlgorithm::Ring}) {
     std::ostringstream os;
@@ -61,6 +67,26 @@ TEST(DenseAllreduceNames, RoundTrip) {
   expect_invalid_argument([] { Options{}.set("dense_allreduce", "tree"); }, "oktopk::Options::set");
 }
 
+TEST(WireNames, RoundTrip) {
+  const std::pair<oktopk::Wire, const char*> names[] = {{oktopk::Wire::Native, "native"},
+                                                        {oktopk::Wire::Float32, "fp32"},
+                                                        {oktopk::Wire::BFloat16, "bf16"},
+                                                        {oktopk::Wire::Float16, "fp16"}};
+  for (const auto& [wire, name] : names) {
+    std::ostringstream os;
+    os << wire;
+    EXPECT_EQ(os.str(), name);
+    EXPECT_EQ(oktopk::wire_from_string(name), wire);
+    EXPECT_EQ(Options{}.set("wire", name).wire, wire);
+  }
+  const std::string message =
+      expect_invalid_argument([] { oktopk::wire_from_string("fp8"); }, "oktopk::wire_from_string");
+  EXPECT_NE(message.find("native fp32 bf16 fp16"), std::string::npos) << message;
+  expect_invalid_argument([] { Options{}.set("wire", "half"); }, "oktopk::Options::set");
+  // Unset, it leaves the printed options (and so old checkpoints' digests) as they were.
+  EXPECT_EQ(printed(Options{}).find("wire"), std::string::npos);
+}
+
 TEST(BalancingNames, RoundTrip) {
   for (const Balancing b : {Balancing::Off, Balancing::On, Balancing::Adaptive}) {
     std::ostringstream os;
@@ -71,12 +97,6 @@ TEST(BalancingNames, RoundTrip) {
                           "oktopk::balancing_from_string");
   expect_invalid_argument([] { oktopk::balancing_from_string(nullptr); },
                           "oktopk::balancing_from_string");
-}
-
-std::string printed(const Options& o) {
-  std::ostringstream os;
-  os << o;
-  return os.str();
 }
 
 TEST(OptionsTest, DefaultsBoundariesAndEveryChangedFieldAreValid) {
@@ -139,6 +159,7 @@ TEST(OptionsTest, ValidateRejectsEachOutOfRangeField) {
       {"balancing 7", [](Options& o) { o.balancing = static_cast<Balancing>(7); }},
       {"dense_allreduce 5",
        [](Options& o) { o.dense_allreduce = static_cast<oktopk::DenseAlgorithm>(5); }},
+      {"wire 9", [](Options& o) { o.wire = static_cast<oktopk::Wire>(9); }},
       {"balance_threshold 0.5", [](Options& o) { o.balance_threshold = 0.5; }},
       {"balance_threshold Inf", [&](Options& o) { o.balance_threshold = inf; }},
       {"guard_factor 0", [](Options& o) { o.guard_factor = 0.0; }},
@@ -188,6 +209,7 @@ TEST(OptionsTest, PrintsEveryFieldOnOneLine) {
                                "warmup_iterations=7",
                                "seed=123456789",
                                "dense_allreduce=ring",
+                               "wire=bf16",
                                "threshold_period=11",
                                "repartition_period=13",
                                "throttle=3",

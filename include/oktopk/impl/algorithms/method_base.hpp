@@ -127,10 +127,11 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
     return PhaseTimer(*this, exec, name);
   }
 
-  /// Dense allreduce of `in` (SUM) into `out`, then out /= P, by options_.dense_allreduce.
-  /// `in` and `out` may be the same. With `count_nonfinite`, returns how many averages this
-  /// rank found not finite: all of them with MPI_Allreduce, those of the chunk it finished
-  /// with the ring (0 otherwise: warm-up calls do not wait for a count they do not use).
+  /// Dense allreduce of `in` (SUM) into `out`, then out /= P, by options_.dense_allreduce
+  /// (on the ring whatever it says for a 16-bit wire: see dense_on_ring()). `in` and `out` may
+  /// be the same. With `count_nonfinite`, returns how many averages this rank found not finite:
+  /// all of them with MPI_Allreduce, those of the chunk it finished with the ring (0
+  /// otherwise: warm-up calls do not wait for a count they do not use).
   template <class In>
   std::int64_t dense_average(const ExecSpace& exec, const In& in, const vector_type& out,
                              bool count_nonfinite);
@@ -183,7 +184,9 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
   vector_type acc_;
   /// The dense output that reduce_step_sparse's default compacts (allocated at its first use).
   vector_type sparse_scratch_;
-  vector_type ring_received_{"oktopk::SparseAllreduce::ring_received", 0};
+  RingBuffers<value_type, memory_space> ring_float_;
+  RingBuffers<bfloat16, memory_space> ring_bfloat16_;
+  RingBuffers<float16, memory_space> ring_float16_;
   std::string failed_phase_;  // set by PhaseTimer when a failure leaves a phase
 };
 
@@ -262,9 +265,8 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
       nonfinite_averages = dense_step(exec, grad, sparse != nullptr ? acc_ : out, true);
       auto timer = phase(exec, "check");
       // MPI_Allreduce leaves every rank the whole average, the ring each rank its own chunk.
-      this->comm_.allreduce_in_place(
-          &nonfinite_averages, 1,
-          this->options_.dense_allreduce == DenseAlgorithm::Ring ? MPI_SUM : MPI_MAX);
+      this->comm_.allreduce_in_place(&nonfinite_averages, 1,
+                                     dense_on_ring(this->options_) ? MPI_SUM : MPI_MAX);
       if (sparse != nullptr && nonfinite_averages == 0) {
         auto output = phase(exec, "output");
         compact_nonzeros(exec, acc_, *sparse);
@@ -315,7 +317,12 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
                                                     : std::string()));
     OKTOPK_REQUIRE(false, std::invalid_argument, where,
                    "the sum over ranks overflows to Inf at "
-                       << nonfinite_averages << " entries (every gradient is finite)");
+                       << nonfinite_averages << " entries (every gradient is finite"
+                       << (this->options_.wire == Wire::Float16
+                               ? "; with wire=fp16, every value and partial sum sent must stay "
+                                 "within float16's 65504"
+                               : "")
+                       << ")");
   }
   this->last_out_ = out;
   this->last_sparse_ = sparse != nullptr ? *sparse : SparseResult<memory_space>();
@@ -414,10 +421,19 @@ template <class ExecSpace>
 template <class In>
 std::int64_t MethodBase<ExecSpace>::dense_average(const ExecSpace& exec, const In& in,
                                                   const vector_type& out, bool count_nonfinite) {
-  if (this->options_.dense_allreduce == DenseAlgorithm::Ring) {
+  if (dense_on_ring(this->options_)) {
     // The ring's count rides on a pass it makes anyway.
-    const std::int64_t nonfinite =
-        ring_allreduce_average(exec, this->comm_, in, out, ring_received_);
+    std::int64_t nonfinite = 0;
+    switch (this->options_.wire) {
+      case Wire::BFloat16:
+        nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_bfloat16_);
+        break;
+      case Wire::Float16:
+        nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_float16_);
+        break;
+      default:
+        nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_float_);
+    }
     return count_nonfinite ? nonfinite : 0;
   }
   if (in.data() == out.data()) {

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// A ring allreduce that averages (Options::dense_allreduce = ring): a reduce-scatter in P - 1
-// steps, then an allgather in P - 1 steps, each step one message of about n/P floats to the
-// right-hand neighbour, so every rank sends 2(P-1)/P n floats, the bandwidth optimum. The
-// division by P and the count of non-finite results ride on the last reduce step: a call reads
-// its input once and writes its output once, where MPI_Allreduce followed by a division pass
-// writes and reads the output once more.
+// A ring allreduce that averages (Options::dense_allreduce = ring, and every dense allreduce
+// with a 16-bit wire): a reduce-scatter in P - 1 steps, then an allgather in P - 1 steps, each
+// step one message of about n/P values to the right-hand neighbour, so every rank sends
+// 2(P-1)/P n values, the bandwidth optimum. The division by P and the count of non-finite
+// results ride on the last reduce step: a call reads its input once and writes its output once,
+// where MPI_Allreduce followed by a division pass writes and reads the output once more.
 #pragma once
 
 #include <oktopk/communicator.hpp>
 #include <oktopk/fwd.hpp>
+#include <oktopk/options.hpp>
+#include <oktopk/impl/base/half_types.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
@@ -16,21 +18,46 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace oktopk::impl {
+
+/// Whether dense allreduces run on the ring: when asked to, and with a 16-bit wire, since MPI
+/// has no 16-bit floating type to sum.
+inline bool dense_on_ring(const Options& options) {
+  return options.dense_allreduce == DenseAlgorithm::Ring || options.wire == Wire::BFloat16 ||
+         options.wire == Wire::Float16;
+}
 
 /// First entry of chunk c when n entries are cut into P chunks (chunk P ends at n).
 inline std::int64_t ring_chunk_begin(std::int64_t n, int P, int c) {
   return static_cast<std::int64_t>(c) * n / P;
 }
 
-/// out[begin, begin + count) = in[...] + received[0, count).
-template <class ExecSpace, class In, class Out, class Received>
+/// The ring's scratch for values of type W on the wire: `received` grows to n/P + 1 entries;
+/// `wire` (n entries, for a wire narrower than float only) holds the values as they are sent,
+/// and the allgather moves them in place.
+template <class W, class MemorySpace>
+struct RingBuffers {
+  Kokkos::View<W*, MemorySpace> received{"oktopk::SparseAllreduce::ring_received", 0};
+  Kokkos::View<W*, MemorySpace> wire{"oktopk::SparseAllreduce::ring_wire", 0};
+};
+
+/// x rounded to the wire type W and back: what a value is worth once sent as W.
+template <class W>
+KOKKOS_INLINE_FUNCTION float as_sent(float x) {
+  return to_float(round_to<W>(x));
+}
+
+/// out[begin, begin + count) = in[...] as sent + received[0, count), in float.
+template <class W, class ExecSpace, class In, class Out, class Received>
 void ring_add(const ExecSpace& exec, const In& in, const Out& out, const Received& received,
               std::int64_t begin, std::int64_t count) {
   Kokkos::parallel_for(
       "oktopk::ring_allreduce::add", RangeOf<ExecSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(std::int64_t i) { out(begin + i) = in(begin + i) + received(i); });
+      KOKKOS_LAMBDA(std::int64_t i) {
+        out(begin + i) = as_sent<W>(in(begin + i)) + to_float(received(i));
+      });
 }
 
 /// out[begin, begin + count) = (in[...] + received[0, count)) / divisor, returning how many of
@@ -51,26 +78,98 @@ std::int64_t ring_add_average(const ExecSpace& exec, const In& in, const Out& ou
   return bad;
 }
 
+/// ring_add_average for a narrow wire (`in` as sent): each average is rounded to the wire's
+/// type, which goes into wire[begin, begin + count) for the allgather and, widened back, into
+/// out; counts the results that are not finite (an input, partial sum or average beyond the
+/// wire type's range among them).
+template <class ExecSpace, class In, class Out, class Received, class WireView>
+std::int64_t ring_add_average_rounded(const ExecSpace& exec, const In& in, const Out& out,
+                                      const Received& received, const WireView& wire,
+                                      std::int64_t begin, std::int64_t count, float divisor) {
+  using W = typename WireView::non_const_value_type;
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "oktopk::ring_allreduce::add_average_rounded", RangeOf<ExecSpace>(exec, 0, count),
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& nonfinite) {
+        const W rounded =
+            round_to<W>((as_sent<W>(in(begin + i)) + to_float(received(i))) / divisor);
+        const float average = to_float(rounded);
+        wire(begin + i) = rounded;
+        out(begin + i) = average;
+        if (!is_finite(average)) ++nonfinite;
+      },
+      bad);
+  return bad;
+}
+
+/// out = in as sent (rounded to W and back), returning how many results are not finite.
+template <class W, class ExecSpace, class In, class Out>
+std::int64_t round_counting_nonfinite(const ExecSpace& exec, const In& in, const Out& out) {
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "oktopk::ring_allreduce::round_counting_nonfinite",
+      RangeOf<ExecSpace>(exec, 0, out.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& nonfinite) {
+        const float x = as_sent<W>(in(i));
+        out(i) = x;
+        if (!is_finite(x)) ++nonfinite;
+      },
+      bad);
+  return bad;
+}
+
+/// wire[begin, begin + count) = x[...] rounded to the wire's type.
+template <class ExecSpace, class X, class WireView>
+void ring_round(const ExecSpace& exec, const X& x, const WireView& wire, std::int64_t begin,
+                std::int64_t count) {
+  using W = typename WireView::non_const_value_type;
+  Kokkos::parallel_for(
+      "oktopk::ring_allreduce::round", RangeOf<ExecSpace>(exec, 0, count),
+      KOKKOS_LAMBDA(std::int64_t i) { wire(begin + i) = round_to<W>(x(begin + i)); });
+}
+
+/// out[begin, begin + count) = wire[...] as floats.
+template <class ExecSpace, class WireView, class Out>
+void ring_widen(const ExecSpace& exec, const WireView& wire, const Out& out, std::int64_t begin,
+                std::int64_t count) {
+  Kokkos::parallel_for(
+      "oktopk::ring_allreduce::widen", RangeOf<ExecSpace>(exec, 0, count),
+      KOKKOS_LAMBDA(std::int64_t i) { out(begin + i) = to_float(wire(begin + i)); });
+}
+
 /// \brief Collective. out = (sum over ranks of in) / P, bit-identical on every rank: each chunk
 /// is summed by one rank, in ring order, and then copied to the others. `in` and `out` may be
-/// the same View. `received` is scratch that grows to n/P + 1 entries. Returns how many entries
-/// of the chunk this rank finished hold NaN or Inf (the other ranks count the other chunks).
+/// the same View. Returns how many entries of the chunk this rank finished hold NaN or Inf
+/// (the other ranks count the other chunks).
 ///
 /// Rank r sends to r + 1 and receives from r - 1. Reduce-scatter step s = 0..P-2: send chunk
 /// r - s (this rank's own input at s = 0, its partial sum after), receive chunk r - s - 1 and
 /// add this rank's input to it; after the last step chunk r + 1 holds the whole sum. Allgather
 /// step s: send chunk r + 1 - s, receive chunk r - s, both finished sums.
-template <class ExecSpace, class In, class Out>
-std::int64_t ring_allreduce_average(
-    const ExecSpace& exec, const Communicator& comm, const In& in, const Out& out,
-    Kokkos::View<value_type*, typename ExecSpace::memory_space>& received) {
+///
+/// With W narrower than float, every rank's input counts as rounded to W (as if the gradient
+/// were sent whole, as DDP's bf16 and fp16 hooks send it), the partial sums are rounded to W
+/// as they are sent and formed in float, and the finished average is rounded to W on the rank
+/// that finished it, so that what it keeps is what the others receive. At P = 1: the input
+/// rounded to W. A value beyond W's range anywhere makes its average Inf, hence counted.
+template <class W, class ExecSpace, class In, class Out>
+std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& comm, const In& in,
+                                    const Out& out,
+                                    RingBuffers<W, typename ExecSpace::memory_space>& buffers) {
+  constexpr bool narrow = !std::is_same_v<W, value_type>;
   const auto n = static_cast<std::int64_t>(out.extent(0));
   const int P = comm.size();
   const int me = comm.rank();
   const auto divisor = static_cast<float>(P);
-  if (P == 1) return divide_counting_nonfinite(exec, in, out, divisor);
+  if (P == 1) {
+    if constexpr (narrow) return round_counting_nonfinite<W>(exec, in, out);
+    return divide_counting_nonfinite(exec, in, out, divisor);
+  }
 
-  ensure_capacity(exec, received, n / P + 1);
+  ensure_capacity(exec, buffers.received, n / P + 1);
+  if constexpr (narrow) ensure_capacity(exec, buffers.wire, n);
+  const auto& received = buffers.received;
+  const auto& wire = buffers.wire;
   const int right = (me + 1) % P;
   const int left = (me + P - 1) % P;
   const auto chunk = [&](int c) {
@@ -83,12 +182,20 @@ std::int64_t ring_allreduce_average(
   for (int s = 0; s < P - 1; ++s) {
     const auto sent = chunk(me - s);
     const auto got = chunk(me - s - 1);
+    const std::int64_t sent_count = sent.second - sent.first;
     const std::int64_t got_count = got.second - got.first;
     auto receive = mpi_receive_view(
         exec, Kokkos::subview(received, Kokkos::make_pair(std::int64_t{0}, got_count)));
     // Step 0 sends this rank's input; later steps the partial sums it made.
-    Kokkos::View<const value_type*, mpi_memory_space_t<ExecSpace>> send;
-    if (s == 0) {
+    Kokkos::View<const W*, mpi_memory_space_t<ExecSpace>> send;
+    if constexpr (narrow) {
+      if (s == 0) {
+        ring_round(exec, in, wire, sent.first, sent_count);
+      } else {
+        ring_round(exec, out, wire, sent.first, sent_count);
+      }
+      send = mpi_send_view(exec, Kokkos::subview(wire, sent));
+    } else if (s == 0) {
       send = mpi_send_view(exec, Kokkos::subview(in, sent));
     } else {
       send = mpi_send_view(exec, Kokkos::subview(out, sent));
@@ -96,23 +203,33 @@ std::int64_t ring_allreduce_average(
     Communicator::Requests requests;
     // Both neighbours know every chunk's length, so empty chunks (n < P) need no message.
     if (got_count > 0) comm.irecv(receive.data(), got_count, left, reduce_tag, requests);
-    if (sent.second > sent.first) {
-      comm.isend(send.data(), sent.second - sent.first, right, reduce_tag, requests);
-    }
+    if (sent_count > 0) comm.isend(send.data(), sent_count, right, reduce_tag, requests);
     OKTOPK_FAULT_POINT(comm, "posted");
     requests.wait_all();
     mpi_received(exec, receive, received, 0, got_count);
     if (s < P - 2) {
-      ring_add(exec, in, out, received, got.first, got_count);
+      ring_add<W>(exec, in, out, received, got.first, got_count);
+    } else if constexpr (narrow) {
+      nonfinite =
+          ring_add_average_rounded(exec, in, out, received, wire, got.first, got_count, divisor);
     } else {
       nonfinite = ring_add_average(exec, in, out, received, got.first, got_count, divisor);
     }
   }
+  // The allgather moves finished averages: out's own for a float wire, else their rounded
+  // copies in `wire`, widened into out as they arrive.
+  const auto gathered = [&] {
+    if constexpr (narrow) {
+      return wire;
+    } else {
+      return out;
+    }
+  }();
   for (int s = 0; s < P - 1; ++s) {
     const auto sent = chunk(me + 1 - s);
     const auto got = chunk(me - s);
-    const auto send = mpi_send_view(exec, Kokkos::subview(out, sent));
-    auto receive = mpi_receive_view(exec, Kokkos::subview(out, got));
+    const auto send = mpi_send_view(exec, Kokkos::subview(gathered, sent));
+    auto receive = mpi_receive_view(exec, Kokkos::subview(gathered, got));
     Communicator::Requests requests;
     if (got.second > got.first) {
       comm.irecv(receive.data(), got.second - got.first, left, gather_tag, requests);
@@ -121,7 +238,8 @@ std::int64_t ring_allreduce_average(
       comm.isend(send.data(), sent.second - sent.first, right, gather_tag, requests);
     }
     requests.wait_all();
-    mpi_received(exec, receive, Kokkos::subview(out, got), 0, got.second - got.first);
+    mpi_received(exec, receive, Kokkos::subview(gathered, got), 0, got.second - got.first);
+    if constexpr (narrow) ring_widen(exec, wire, out, got.first, got.second - got.first);
   }
   return nonfinite;
 }

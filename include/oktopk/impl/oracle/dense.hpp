@@ -6,18 +6,21 @@
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/collectives/ring_allreduce.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 #include <oktopk/impl/oracle/common.hpp>
 
 #include <Kokkos_Core.hpp>
 
+#include <cmath>
 #include <cstdint>
 
 namespace oktopk::impl {
 
 /// A dense call (the Dense method, or a warm-up call): the library's MPI path, an
-/// out-of-place SUM allreduce, then a division by P; slack only for the ring's order.
+/// out-of-place SUM allreduce, then a division by P; slack for the ring's order, and for the
+/// roundings of a 16-bit wire.
 template <class ExecSpace>
 void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
                     const OracleConstVector<ExecSpace>& acc,
@@ -32,19 +35,42 @@ void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
     mpi_received(exec, receive, expected, 0, static_cast<std::int64_t>(n));
   }
   divide(exec, expected, expected, static_cast<float>(P));
-  if (handle.options().dense_allreduce == DenseAlgorithm::Ring && P > 2) {
-    // The ring adds the same P floats in another order: first-order bound, doubled.
-    Kokkos::parallel_for(
-        "oktopk::expected_result::abs", RangeOf<ExecSpace>(exec, 0, n),
-        KOKKOS_LAMBDA(std::int64_t i) { bound(i) = abs(acc(i)); });
-    mpi_allreduce_in_place(exec, comm, bound, MPI_SUM);
-    const float scale = 2.0f * static_cast<float>(P - 1) * float_roundoff / static_cast<float>(P);
-    Kokkos::parallel_for(
-        "oktopk::expected_result::ring_slack", RangeOf<ExecSpace>(exec, 0, n),
-        KOKKOS_LAMBDA(std::int64_t i) { bound(i) *= scale; });
-  } else {
+  const Wire wire = handle.options().wire;
+  const bool narrow_wire = wire == Wire::BFloat16 || wire == Wire::Float16;
+  if (!narrow_wire && !(dense_on_ring(handle.options()) && P > 2)) {
     Kokkos::deep_copy(exec, bound, 0.0f);
+    return;
   }
+  // bound = scale * sum over ranks of |acc| + floor.
+  Kokkos::parallel_for(
+      "oktopk::expected_result::abs", RangeOf<ExecSpace>(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i) { bound(i) = abs(acc(i)); });
+  mpi_allreduce_in_place(exec, comm, bound, MPI_SUM);
+  float scale = 0.0f;
+  float floor = 0.0f;
+  if (narrow_wire) {
+    // Every term of a ring sum meets at most P roundings to the wire type (its own, those of
+    // the P - 2 partial sums sent on, the average's; at P = 1 its own) and P in float (the
+    // P - 1 additions, the division): a relative error of at most
+    // (1 + u_w)^P (1 + u)^P - 1 of the sum of magnitudes, u_w the wire type's unit roundoff;
+    // plus, where a result is subnormal, at most half the type's smallest subnormal per
+    // rounding (eta_w, and 2^-150 for float), doubled for what later roundings scale it by.
+    // The oracle's own sum meets fewer roundings, so it lies within that bound too: the
+    // bound is doubled, and raised by (1 + u)^(P+2) for its own evaluation in float.
+    const bool bf16 = wire == Wire::BFloat16;
+    const double u_wire = bf16 ? 0x1p-8 : 0x1p-11;
+    const double eta_wire = bf16 ? 0x1p-134 : 0x1p-25;
+    const double u = static_cast<double>(float_roundoff);
+    const double growth = std::pow((1.0 + u_wire) * (1.0 + u), P) - 1.0;
+    scale = static_cast<float>(2.0 * growth / P * std::pow(1.0 + u, P + 2));
+    floor = static_cast<float>(2.0 * 4.0 * P * (eta_wire + 0x1p-150));
+  } else {
+    // The ring adds the same P floats in another order: first-order bound, doubled.
+    scale = 2.0f * static_cast<float>(P - 1) * float_roundoff / static_cast<float>(P);
+  }
+  Kokkos::parallel_for(
+      "oktopk::expected_result::ring_slack", RangeOf<ExecSpace>(exec, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i) { bound(i) = bound(i) * scale + floor; });
 }
 
 }  // namespace oktopk::impl
