@@ -98,6 +98,12 @@ Method options (oktopk::Options, defaults are the library's):
   --dense-allreduce A    dense allreduces (method dense, warm-up calls): mpi (MPI_Allreduce)
                          or ring (OkTopk's, the division fused in) ()"
      << d.dense_allreduce << R"()
+  --wire W               the values' type on the wire: native (the gradient's, float), fp32,
+                         bf16 or fp16; bf16 and fp16 round every value sent and sum in
+                         float, on the ring (MPI has no 16-bit floating type), with method
+                         dense only so far: --algo dense --wire bf16 is the 16-bit dense
+                         baseline, as DDP's bf16_compress_hook ()"
+     << d.wire << R"()
   --threshold-period N   Ok-Topk: thresholds recomputed exactly every N calls ()"
      << d.threshold_period << R"()
   --repartition-period N Ok-Topk: region boundaries recomputed every N calls ()"
@@ -256,6 +262,12 @@ Args parse(int argc, char* argv[]) {
       } catch (const std::invalid_argument& e) {
         throw UsageError(e.what());
       }
+    } else if (flag == "--wire") {
+      try {
+        o.set_wire(oktopk::wire_from_string(value.c_str()));
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
     } else if (flag == "--threshold-period") {
       o.set_threshold_period(parse_number<std::int64_t>(flag, value));
     } else if (flag == "--repartition-period") {
@@ -311,6 +323,16 @@ Args parse(int argc, char* argv[]) {
     if (a.dump_path == a.dist.path ||
         std::filesystem::equivalent(a.dump_path, a.dist.path, ignored)) {
       throw UsageError("--dump-gradients " + a.dump_path + " is the file --dist replays");
+    }
+  }
+  const bool narrow_wire =
+      a.options.wire == oktopk::Wire::BFloat16 || a.options.wire == oktopk::Wire::Float16;
+  for (const oktopk::Algorithm algorithm : a.algorithms) {
+    if (narrow_wire && algorithm != oktopk::Algorithm::Dense) {
+      std::ostringstream os;
+      os << "--wire " << a.options.wire << " works with --algo dense only so far, not "
+         << algorithm;
+      throw UsageError(os.str());
     }
   }
   a.options.set_density(a.density).set_seed(a.seed);

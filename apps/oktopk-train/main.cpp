@@ -70,6 +70,10 @@ Options:
                         way; on needs momentum correction (with it: default on; else off)
   --weight-decay W      L2 weight decay, >= 0                                (default 0.0001)
   --dense-warmup N      first N steps use a dense allreduce                  (default 0)
+  --wire W              the values' type on the wire: native (float), fp32, bf16 or fp16
+                        (the model stays float32); bf16 and fp16 round every value sent and
+                        sum in float, on the ring, with --algo dense only so far: the 16-bit
+                        dense baseline, as DDP's bf16_compress_hook   (default native)
   --option KEY=VALUE    any other oktopk::Options field by its name (repeatable), e.g.
                         --option guard_low=0 --option guard_factor=1.3333 (the reference's
                         one-sided guard); names and defaults: the user guide, "Options"
@@ -248,6 +252,14 @@ Settings parse(int argc, char* argv[]) {
       s.weight_decay = parse_number<double>(flag, value);
     } else if (flag == "--dense-warmup") {
       s.dense_warmup = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--wire") {
+      try {
+        oktopk::wire_from_string(value.c_str());
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
+      // An Options field like any other: checkpoints record it with the --option pairs.
+      s.options.emplace_back("wire", value);
     } else if (flag == "--option") {
       const auto equals = value.find('=');
       if (equals == std::string::npos)
@@ -312,10 +324,18 @@ Settings parse(int argc, char* argv[]) {
   }
   if (!(s.weight_decay >= 0.0)) throw UsageError("--weight-decay must be >= 0");
   if (s.dense_warmup < 0) throw UsageError("--dense-warmup must be >= 0");
+  oktopk::Options options;
   try {
-    library_options(s).validate();
+    options = library_options(s);
+    options.validate();
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
+  }
+  if ((options.wire == oktopk::Wire::BFloat16 || options.wire == oktopk::Wire::Float16) &&
+      s.algorithm != oktopk::Algorithm::Dense) {
+    std::ostringstream os;
+    os << "--wire " << options.wire << " works with --algo dense only so far, not " << s.algorithm;
+    throw UsageError(os.str());
   }
   if (s.dump_steps < 1) throw UsageError("--dump-steps must be at least 1");
   if (s.steps_cap < 0) throw UsageError("--steps-per-epoch must be >= 0");
