@@ -51,8 +51,8 @@ std::vector<float> simulate_ring(const std::vector<float>& all, std::size_t n) {
   const int P = world_size();
   std::vector<float> out(n);
   for (int c = 0; c < P; ++c) {
-    const auto begin = static_cast<std::size_t>(static_cast<std::int64_t>(c) *
-                                                static_cast<std::int64_t>(n) / P);
+    const auto begin =
+        static_cast<std::size_t>(static_cast<std::int64_t>(c) * static_cast<std::int64_t>(n) / P);
     const auto end = static_cast<std::size_t>(static_cast<std::int64_t>(c + 1) *
                                               static_cast<std::int64_t>(n) / P);
     for (std::size_t j = begin; j < end; ++j) {
@@ -128,7 +128,8 @@ TEST(DenseWire, Float32WireIsTheFloatPath) {
     const Call a = fp32.reduce(grad);
     const Call b = native.reduce(grad);
     std::int64_t differing = 0;
-    for (std::size_t j = 0; j < a.out.size(); ++j) differing += bits_of(a.out[j]) != bits_of(b.out[j]);
+    for (std::size_t j = 0; j < a.out.size(); ++j)
+      differing += bits_of(a.out[j]) != bits_of(b.out[j]);
     EXPECT_EQ(differing, 0);
     EXPECT_EQ(a.stats.total_traffic().bytes_sent, b.stats.total_traffic().bytes_sent);
   }
@@ -178,9 +179,9 @@ TEST(DenseWire, OracleSlackHoldsTheResultAndNoMore) {
     }
     std::vector<float> moved = c.out;
     for (std::size_t j = 0; j < moved.size(); j += 7) {
-      const float allowed = std::max(
-          host_slack[j], static_cast<float>(oktopk::default_oracle_tolerance) *
-                             std::fabs(host_expected[j]));
+      const float allowed =
+          std::max(host_slack[j], static_cast<float>(oktopk::default_oracle_tolerance) *
+                                      std::fabs(host_expected[j]));
       moved[j] = host_expected[j] + 2.0f * allowed + 1e-6f;
     }
     const Vector moved_device = to_device(moved);
@@ -224,7 +225,8 @@ TEST(DenseWire, Float16OverflowThrowsOnEveryRankAndChangesNothing) {
   const Call f = fresh.reduce(g2);
   EXPECT_EQ(c.stats.iteration, 2);
   std::int64_t differing = 0;
-  for (std::size_t j = 0; j < c.out.size(); ++j) differing += bits_of(c.out[j]) != bits_of(f.out[j]);
+  for (std::size_t j = 0; j < c.out.size(); ++j)
+    differing += bits_of(c.out[j]) != bits_of(f.out[j]);
   EXPECT_EQ(differing, 0) << "after rejected calls vs a fresh handle";
 }
 
@@ -238,7 +240,8 @@ TEST(DenseWire, SparseResultHoldsTheSameEntries) {
     const Call d = dense.reduce(grad);
     const Call s = sparse.reduce(grad);
     std::int64_t differing = 0;
-    for (std::size_t j = 0; j < d.out.size(); ++j) differing += bits_of(d.out[j]) != bits_of(s.out[j]);
+    for (std::size_t j = 0; j < d.out.size(); ++j)
+      differing += bits_of(d.out[j]) != bits_of(s.out[j]);
     EXPECT_EQ(differing, 0) << "call " << call;
   }
 }

@@ -56,9 +56,8 @@ struct Format {
     } else if (e == 0) {
       magnitude = std::ldexp(static_cast<double>(f), 1 - bias() - fraction_bits);
     } else {
-      magnitude =
-          std::ldexp(static_cast<double>((1u << fraction_bits) + f), static_cast<int>(e) - bias() -
-                                                                          fraction_bits);
+      magnitude = std::ldexp(static_cast<double>((1u << fraction_bits) + f),
+                             static_cast<int>(e) - bias() - fraction_bits);
     }
     return negative ? -magnitude : magnitude;
   }
@@ -71,7 +70,8 @@ struct Format {
   /// quiet NaN with x's sign (the test accepts any NaN of that sign).
   std::uint16_t round(float x) const {
     const std::uint32_t sign = bits_of(x) >> 31 << (exponent_bits + fraction_bits);
-    if (std::isnan(x)) return static_cast<std::uint16_t>(sign | infinity() | (1u << (fraction_bits - 1)));
+    if (std::isnan(x))
+      return static_cast<std::uint16_t>(sign | infinity() | (1u << (fraction_bits - 1)));
     const double target = std::fabs(static_cast<double>(x));
     // The largest pattern whose value is <= target (values grow with patterns).
     std::uint32_t lo = 0;
@@ -110,9 +110,8 @@ std::vector<float> rounding_inputs(const Format& format) {
     const double next = p + 1 == inf ? format.beyond_largest() : format.value(p + 1);
     const auto midpoint = static_cast<float>((here + next) / 2);  // exact: one more bit
     EXPECT_EQ(static_cast<double>(midpoint), (here + next) / 2) << format.name << " " << p;
-    for (const float x :
-         {static_cast<float>(here), midpoint, std::nextafter(midpoint, 0.0f),
-          std::nextafter(midpoint, std::numeric_limits<float>::infinity())}) {
+    for (const float x : {static_cast<float>(here), midpoint, std::nextafter(midpoint, 0.0f),
+                          std::nextafter(midpoint, std::numeric_limits<float>::infinity())}) {
       inputs.push_back(x);
       inputs.push_back(-x);
     }
@@ -200,8 +199,8 @@ void expect_rounding_matches(const Format& format) {
     const float x = inputs[static_cast<std::size_t>(i)];
     const std::uint16_t expected = format.round(x);
     if (!same_rounding(format, host(i), expected) && wrong++ == 0) {
-      first = "float bits " + std::to_string(bits_of(x)) + ": pattern " +
-              std::to_string(host(i)) + " instead of " + std::to_string(expected);
+      first = "float bits " + std::to_string(bits_of(x)) + ": pattern " + std::to_string(host(i)) +
+              " instead of " + std::to_string(expected);
     }
   }
   EXPECT_EQ(wrong, 0) << format.name << " rounding of " << count << " floats, first: " << first;
@@ -225,16 +224,16 @@ TYPED_TEST(HalfTypes, Float16RoundsToNearestEven) {
 
 TEST(HalfTypes, ReferenceRoundsAsTheStandardSays) {
   // The reference itself, on cases worked by hand, so a shared mistake cannot pass unseen.
-  EXPECT_EQ(kFloat16.round(65504.0f), 0x7bffu);   // the largest float16
-  EXPECT_EQ(kFloat16.round(65519.0f), 0x7bffu);   // below halfway to 65536
-  EXPECT_EQ(kFloat16.round(65520.0f), 0x7c00u);   // halfway: to even, i.e. Inf
-  EXPECT_EQ(kFloat16.round(0x1p-24f), 0x0001u);   // the smallest subnormal
-  EXPECT_EQ(kFloat16.round(0x1p-25f), 0x0000u);   // halfway to it: to even zero
-  EXPECT_EQ(kFloat16.round(0x1.8p-24f), 0x0002u);  // 1.5 units: to even 2
+  EXPECT_EQ(kFloat16.round(65504.0f), 0x7bffu);         // the largest float16
+  EXPECT_EQ(kFloat16.round(65519.0f), 0x7bffu);         // below halfway to 65536
+  EXPECT_EQ(kFloat16.round(65520.0f), 0x7c00u);         // halfway: to even, i.e. Inf
+  EXPECT_EQ(kFloat16.round(0x1p-24f), 0x0001u);         // the smallest subnormal
+  EXPECT_EQ(kFloat16.round(0x1p-25f), 0x0000u);         // halfway to it: to even zero
+  EXPECT_EQ(kFloat16.round(0x1.8p-24f), 0x0002u);       // 1.5 units: to even 2
   EXPECT_EQ(kFloat16.round(1.0f + 0x1p-11f), 0x3c00u);  // halfway above 1: to even 1
   EXPECT_EQ(kFloat16.round(-2.0f), 0xc000u);
-  EXPECT_EQ(kBFloat16.round(1.0f + 0x1p-8f), 0x3f80u);        // halfway: to even 1
-  EXPECT_EQ(kBFloat16.round(1.0f + 0x1.8p-7f), 0x3f82u);      // 1.5 units: to even 2
+  EXPECT_EQ(kBFloat16.round(1.0f + 0x1p-8f), 0x3f80u);                     // halfway: to even 1
+  EXPECT_EQ(kBFloat16.round(1.0f + 0x1.8p-7f), 0x3f82u);                   // 1.5 units: to even 2
   EXPECT_EQ(kBFloat16.round(std::numeric_limits<float>::max()), 0x7f80u);  // Inf
   EXPECT_EQ(kBFloat16.round(-0.0f), 0x8000u);
 }

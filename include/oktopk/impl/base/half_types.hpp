@@ -64,7 +64,8 @@ template <>
 KOKKOS_INLINE_FUNCTION bfloat16 round_to<bfloat16>(float x) {
   const std::uint32_t u = impl::float_to_bits(x);
   // NaN: keep the sign and the upper payload, and set the quiet bit, so it cannot become Inf.
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bfloat16{static_cast<std::uint16_t>((u >> 16) | 0x40u)};
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return bfloat16{static_cast<std::uint16_t>((u >> 16) | 0x40u)};
   // Adding 0x7fff plus the kept part's lowest bit carries into it exactly when the dropped half
   // is above the midpoint, or on it with an odd kept part; a carry out of the fraction bumps the
   // exponent, up to Inf, as rounding should.
