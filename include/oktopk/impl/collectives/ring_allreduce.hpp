@@ -49,14 +49,17 @@ KOKKOS_INLINE_FUNCTION float as_sent(float x) {
   return to_float(round_to<W>(x));
 }
 
-/// out[begin, begin + count) = in[...] as sent + received[0, count), in float.
-template <class W, class ExecSpace, class In, class Out, class Received>
-void ring_add(const ExecSpace& exec, const In& in, const Out& out, const Received& received,
+/// partial[begin, begin + count) = in[...] as sent + received[0, count), summed in float and
+/// stored as partial's type: float for a float wire, the wire type itself otherwise (a partial
+/// sum is only ever sent on, so it is rounded once, where it is made).
+template <class W, class ExecSpace, class In, class Partial, class Received>
+void ring_add(const ExecSpace& exec, const In& in, const Partial& partial, const Received& received,
               std::int64_t begin, std::int64_t count) {
+  using Stored = typename Partial::non_const_value_type;
   Kokkos::parallel_for(
       "oktopk::ring_allreduce::add", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(std::int64_t i) {
-        out(begin + i) = as_sent<W>(in(begin + i)) + to_float(received(i));
+        partial(begin + i) = round_to<Stored>(as_sent<W>(in(begin + i)) + to_float(received(i)));
       });
 }
 
@@ -186,14 +189,11 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
     const std::int64_t got_count = got.second - got.first;
     auto receive = mpi_receive_view(
         exec, Kokkos::subview(received, Kokkos::make_pair(std::int64_t{0}, got_count)));
-    // Step 0 sends this rank's input; later steps the partial sums it made.
+    // Step 0 sends this rank's input; later steps the partial sums it made (for a narrow
+    // wire, already rounded into `wire` by the step before).
     Kokkos::View<const W*, mpi_memory_space_t<ExecSpace>> send;
     if constexpr (narrow) {
-      if (s == 0) {
-        ring_round(exec, in, wire, sent.first, sent_count);
-      } else {
-        ring_round(exec, out, wire, sent.first, sent_count);
-      }
+      if (s == 0) ring_round(exec, in, wire, sent.first, sent_count);
       send = mpi_send_view(exec, Kokkos::subview(wire, sent));
     } else if (s == 0) {
       send = mpi_send_view(exec, Kokkos::subview(in, sent));
@@ -208,7 +208,11 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
     requests.wait_all();
     mpi_received(exec, receive, received, 0, got_count);
     if (s < P - 2) {
-      ring_add<W>(exec, in, out, received, got.first, got_count);
+      if constexpr (narrow) {
+        ring_add<W>(exec, in, wire, received, got.first, got_count);
+      } else {
+        ring_add<W>(exec, in, out, received, got.first, got_count);
+      }
     } else if constexpr (narrow) {
       nonfinite =
           ring_add_average_rounded(exec, in, out, received, wire, got.first, got_count, divisor);
