@@ -42,28 +42,32 @@ OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::S2Reducer)
 
 namespace oktopk {
 
-/// \brief Collective. A handle running `algorithm` on gradients of length n over `comm`; its
-/// buffers are allocated and zeroed on `exec`, which is fenced before the handle is returned.
+/// \brief Collective. A handle running `algorithm` on gradients of length n and type Value
+/// (float, the default, or double: make_sparse_allreduce<ExecSpace, double>(...)) over `comm`;
+/// its buffers are allocated and zeroed on `exec`, which is fenced before the handle is returned.
 /// `layout` describes the fused buffer's segments (user guide, "Fused buffers: layouts"):
 /// S2 sketches only its SparseRows segments and averages its Dense ones exactly; the other
 /// methods compute what they compute without one, and count the output's non-zeros per
 /// segment in stats().segments. The empty layout is the same as none.
 ///
-/// Every rank must pass the same algorithm, n, options and layout: a mismatch throws the same
-/// std::invalid_argument on every rank (naming what differs) instead of hanging later. Invalid
-/// values (n outside [0, 2^31 - 1], options out of range, a layout that does not cover
-/// [0, n) exactly, a 16-bit wire for a method other than dense) throw std::invalid_argument
-/// too.
+/// Every rank must pass the same algorithm, n, gradient type, options and layout: a mismatch
+/// throws the same std::invalid_argument on every rank (naming what differs) instead of hanging
+/// later. Invalid values (n outside [0, 2^31 - 1], options out of range, a layout that does not
+/// cover [0, n) exactly, a 16-bit wire for a method other than dense, a wire other than native
+/// for double gradients) throw std::invalid_argument too.
 /// Built with OKTOPK_ENABLE_GPU_AWARE_MPI=ON, a device ExecSpace throws std::runtime_error on
 /// every rank when MPI says it cannot read GPU memory (where MPI can be asked). If building the
 /// handle fails on some ranks only (its buffers do not fit in memory), every rank throws the
 /// same std::runtime_error, naming the lowest failing rank and its cause ("rank R could not
 /// build the handle: <cause>": for an allocation, Kokkos's message with the View's label, or
 /// "out of memory (std::bad_alloc)").
-template <class ExecSpace, std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
-std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(
+template <class ExecSpace, class Value = value_type,
+          std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
+std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
     const ExecSpace& exec, Algorithm algorithm, const Communicator& comm, std::int64_t n,
     const Options& options, const Layout& layout) {
+  static_assert(impl::is_gradient_value_v<Value>,
+                "oktopk::make_sparse_allreduce: the gradient type must be float or double");
   constexpr const char* where = "oktopk::make_sparse_allreduce";
   impl::GpuAwareness gpu_aware = impl::GpuAwareness::Unknown;
   std::string gpu_query;
@@ -75,6 +79,7 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(
                                {"n", n},
                                {"options", options.digest()},
                                {"layout", layout.digest()},
+                               {"gradient type", impl::ValueTraits<Value>::code},
                                {"GPU-aware MPI", static_cast<std::int64_t>(gpu_aware)}});
   OKTOPK_REQUIRE(gpu_aware != impl::GpuAwareness::No, std::runtime_error, where,
                  "this copy of OkTopk hands GPU memory to MPI (OKTOPK_ENABLE_GPU_AWARE_MPI=ON), "
@@ -90,25 +95,33 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(
                  std::invalid_argument, where,
                  "wire=" << options.wire << " is implemented for method dense only so far; "
                          << algorithm << " sends its values as float (wire=native)");
+  constexpr bool takes_float = std::is_same_v<Value, float>;
+  OKTOPK_REQUIRE(takes_float || options.wire == Wire::Native, std::invalid_argument, where,
+                 "wire=" << options.wire << " is implemented for float32 gradients only so far; "
+                         << impl::ValueTraits<Value>::name
+                         << " gradients are sent as they are (wire=native)");
   // After the agreement check: every rank has this layout, so every rank throws alike.
   layout.validate(n);
-  const auto build = [&]() -> std::unique_ptr<SparseAllreduce<ExecSpace>> {
+  const auto build = [&]() -> std::unique_ptr<SparseAllreduce<ExecSpace, Value>> {
     OKTOPK_FAULT_POINT(comm, "construct");
     switch (algorithm) {
       case Algorithm::Dense:
-        return std::make_unique<impl::DenseAllreduce<ExecSpace>>(exec, comm, n, options, layout);
+        return std::make_unique<impl::DenseAllreduce<ExecSpace, Value>>(exec, comm, n, options,
+                                                                        layout);
       case Algorithm::TopkA:
-        return std::make_unique<impl::TopkAllgather<ExecSpace>>(exec, comm, n, options, layout);
+        return std::make_unique<impl::TopkAllgather<ExecSpace, Value>>(exec, comm, n, options,
+                                                                       layout);
       case Algorithm::TopkDSA:
-        return std::make_unique<impl::TopkDSA<ExecSpace>>(exec, comm, n, options, layout);
+        return std::make_unique<impl::TopkDSA<ExecSpace, Value>>(exec, comm, n, options, layout);
       case Algorithm::GTopk:
-        return std::make_unique<impl::GTopk<ExecSpace>>(exec, comm, n, options, layout);
+        return std::make_unique<impl::GTopk<ExecSpace, Value>>(exec, comm, n, options, layout);
       case Algorithm::GaussianK:
-        return std::make_unique<impl::GaussianK<ExecSpace>>(exec, comm, n, options, layout);
+        return std::make_unique<impl::GaussianK<ExecSpace, Value>>(exec, comm, n, options, layout);
       case Algorithm::OkTopk:
-        return std::make_unique<impl::OkTopkAllreduce<ExecSpace>>(exec, comm, n, options, layout);
+        return std::make_unique<impl::OkTopkAllreduce<ExecSpace, Value>>(exec, comm, n, options,
+                                                                         layout);
       case Algorithm::S2Reducer:
-        return std::make_unique<impl::S2Reducer<ExecSpace>>(exec, comm, n, options, layout);
+        return std::make_unique<impl::S2Reducer<ExecSpace, Value>>(exec, comm, n, options, layout);
     }
     throw std::invalid_argument(std::string(where) + ": not an Algorithm value (" +
                                 std::to_string(static_cast<int>(algorithm)) + ")");
@@ -120,7 +133,7 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(
   // Taken on every rank, whatever happens next, so that the communicator's serials stay equal
   // across ranks.
   const std::int64_t serial = comm.next_serial();
-  std::unique_ptr<SparseAllreduce<ExecSpace>> handle;
+  std::unique_ptr<SparseAllreduce<ExecSpace, Value>> handle;
   std::exception_ptr failure;
   std::string cause;
   try {
@@ -136,28 +149,25 @@ std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(
   if (agreed.every_rank) std::rethrow_exception(failure);
   OKTOPK_REQUIRE(!agreed, std::runtime_error, where,
                  "rank " << agreed.rank << " could not build the handle: " << agreed.cause);
-  impl::HandleSerial<ExecSpace>::set(*handle, serial);
+  impl::HandleSerial<ExecSpace, Value>::set(*handle, serial);
   return handle;
 }
 
 /// \brief make_sparse_allreduce for a buffer without a layout (the empty Layout).
-template <class ExecSpace, std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
-std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(const ExecSpace& exec,
-                                                                  Algorithm algorithm,
-                                                                  const Communicator& comm,
-                                                                  std::int64_t n,
-                                                                  const Options& options = {}) {
-  return make_sparse_allreduce(exec, algorithm, comm, n, options, Layout());
+template <class ExecSpace, class Value = value_type,
+          std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
+std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
+    const ExecSpace& exec, Algorithm algorithm, const Communicator& comm, std::int64_t n,
+    const Options& options = {}) {
+  return make_sparse_allreduce<ExecSpace, Value>(exec, algorithm, comm, n, options, Layout());
 }
 
 /// \brief make_sparse_allreduce on a default-constructed instance of ExecSpace.
-template <class ExecSpace = Kokkos::DefaultExecutionSpace>
-std::unique_ptr<SparseAllreduce<ExecSpace>> make_sparse_allreduce(Algorithm algorithm,
-                                                                  const Communicator& comm,
-                                                                  std::int64_t n,
-                                                                  const Options& options = {},
-                                                                  const Layout& layout = {}) {
-  return make_sparse_allreduce(ExecSpace(), algorithm, comm, n, options, layout);
+template <class ExecSpace = Kokkos::DefaultExecutionSpace, class Value = value_type>
+std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
+    Algorithm algorithm, const Communicator& comm, std::int64_t n, const Options& options = {},
+    const Layout& layout = {}) {
+  return make_sparse_allreduce<ExecSpace, Value>(ExecSpace(), algorithm, comm, n, options, layout);
 }
 
 }  // namespace oktopk

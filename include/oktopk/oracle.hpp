@@ -20,7 +20,9 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 /// written into its output.
 ///
 /// `acc` is this rank's input to that call as the method saw it: handle.residual() copied
-/// *before* the call, plus the gradient (acc(i) = residual(i) + grad(i)). The result is
+/// *before* the call, plus the gradient (acc(i) = residual(i) + grad(i)). `acc`, `expected` and
+/// `slack` hold the handle's arithmetic type (double for double gradients, float otherwise);
+/// thresholds compare magnitudes rounded to float, as the methods do. The result is
 /// rebuilt from dense data and the thresholds in handle.stats():
 /// - a dense call (the Dense method, or a warm-up call; stats().dense): the SUM allreduce of
 ///   acc, divided by P;
@@ -52,7 +54,8 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 ///   which a correct output may differ because it adds the same floats in another order (first
 ///   order bounds, doubled for safety, in units of the output, i.e. after / P):
 ///   masked-sum methods: 2(c-1)·u·sum|terms| / P for the c >= 3 non-zero terms of R (0 for c <= 2:
-///   a + b == b + a exactly; u = 2^-24); S2: per sketch cell of load L (entries with a non-zero
+///   a + b == b + a exactly; u = the unit roundoff of the arithmetic type, 2^-24 for float
+///   and 2^-53 for double); S2: per sketch cell of load L (entries with a non-zero
 ///   on some rank) and mass M (sum over them and over ranks of |acc|), both ways of summing
 ///   are within (L + P)·u·M of the exact cell, and the median moves no more than its inputs, so
 ///   4·max over the entry's cells of (L + P)·u·M / P (rows outside the union: 0; with a layout,
@@ -67,12 +70,13 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 /// Throws std::invalid_argument (on every rank) if any rank passes Views whose length is not
 /// handle.size() (an empty `slack` is "not given"), std::logic_error if the handle has not
 /// reduced anything yet.
-template <class ExecSpace>
-void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
-                     const Kokkos::View<const float*, typename ExecSpace::memory_space>& acc,
-                     const Kokkos::View<float*, typename ExecSpace::memory_space>& expected,
-                     double rel_tol = default_oracle_tolerance,
-                     const Kokkos::View<float*, typename ExecSpace::memory_space>& slack = {});
+template <class ExecSpace, class Value>
+void expected_result(
+    const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
+    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& acc,
+    const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& expected,
+    double rel_tol = default_oracle_tolerance,
+    const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& slack = {});
 
 /// \brief Collective. The number of output entries that are wrong: `out` (the last call's
 /// output on this rank) is not finite, or differs from rank 0's output (every rank must get
@@ -82,13 +86,13 @@ void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& ha
 /// View expected_result filled, or empty for none.
 ///
 /// Returns the largest count over the ranks, so every rank gets the same number.
-template <class ExecSpace>
+template <class ExecSpace, class Value>
 std::int64_t count_mismatches(
-    const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
-    const Kokkos::View<const float*, typename ExecSpace::memory_space>& expected,
-    const Kokkos::View<const float*, typename ExecSpace::memory_space>& out,
+    const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
+    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& expected,
+    const typename SparseAllreduce<ExecSpace, Value>::const_vector_type& out,
     double rel_tol = default_oracle_tolerance,
-    const Kokkos::View<const float*, typename ExecSpace::memory_space>& slack = {});
+    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& slack = {});
 
 }  // namespace oktopk
 

@@ -20,10 +20,9 @@ template <class ExecSpace, class ResidualView, class GradView, class AccView>
 void accumulate_residual(const ExecSpace& exec, const ResidualView& residual, const GradView& grad,
                          float scale, const AccView& acc) {
   constexpr const char* where = "oktopk::accumulate_residual";
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, ResidualView, value_type,
-                           "oktopk::accumulate_residual: residual");
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, GradView, value_type, "oktopk::accumulate_residual: grad");
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, AccView, value_type, "oktopk::accumulate_residual: acc");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, ResidualView, "oktopk::accumulate_residual: residual");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, GradView, "oktopk::accumulate_residual: grad");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, AccView, "oktopk::accumulate_residual: acc");
   OKTOPK_STATIC_CHECK_WRITABLE(AccView, "oktopk::accumulate_residual: acc");
   OKTOPK_REQUIRE(residual.extent(0) == grad.extent(0) && acc.extent(0) == grad.extent(0),
                  std::invalid_argument, where,
@@ -41,7 +40,7 @@ void accumulate_residual(const ExecSpace& exec, const ResidualView& residual, co
 template <class ExecSpace, class VectorView, class IdxView>
 void clear_at(const ExecSpace& exec, const VectorView& v, const IdxView& indices,
               count_type offset = 0) {
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, VectorView, value_type, "oktopk::clear_at: v");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, VectorView, "oktopk::clear_at: v");
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type, "oktopk::clear_at: indices");
   OKTOPK_STATIC_CHECK_WRITABLE(VectorView, "oktopk::clear_at: v");
   impl::ScopedRegion region("oktopk::clear_at");

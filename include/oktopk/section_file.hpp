@@ -14,6 +14,7 @@
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -36,12 +37,12 @@ inline bool host_is_little_endian() {
   return first == 1;
 }
 
-/// Reverses the bytes of each of `count` 4-byte words in place (big-endian hosts only).
-inline void swap_words(void* data, std::size_t count) {
+/// Reverses the bytes of each of `count` words of `width` bytes in place (big-endian hosts
+/// only).
+inline void swap_words(void* data, std::size_t count, std::size_t width = 4) {
   auto* bytes = static_cast<unsigned char*>(data);
-  for (std::size_t i = 0; i < count; ++i, bytes += 4) {
-    std::swap(bytes[0], bytes[3]);
-    std::swap(bytes[1], bytes[2]);
+  for (std::size_t i = 0; i < count; ++i, bytes += width) {
+    for (std::size_t b = 0; b < width / 2; ++b) std::swap(bytes[b], bytes[width - 1 - b]);
   }
 }
 
@@ -162,20 +163,25 @@ class SectionWriter {
     end(hash.value());
   }
 
-  /// A section of `count` floats, stored little-endian (no count: the length says it).
-  void section_floats(const char* tag, const float* data, std::size_t count) {
-    begin(tag, 4 * static_cast<std::uint64_t>(count));
+  /// A section of `count` floats or doubles, stored little-endian (no count: the length says
+  /// it).
+  template <class Real>
+  void section_floats(const char* tag, const Real* data, std::size_t count) {
+    static_assert(std::is_same_v<Real, float> || std::is_same_v<Real, double>,
+                  "sections hold floats or doubles");
+    constexpr std::size_t width = sizeof(Real);
+    begin(tag, width * static_cast<std::uint64_t>(count));
     impl::Fnv1a64 hash;
     if (impl::host_is_little_endian()) {
-      write(data, 4 * count);
-      hash.update(data, 4 * count);
+      write(data, width * count);
+      hash.update(data, width * count);
     } else {
-      std::vector<float> chunk;
+      std::vector<Real> chunk;
       for (std::size_t begin = 0; begin < count; begin += 16384) {
         chunk.assign(data + begin, data + std::min(count, begin + 16384));
-        impl::swap_words(chunk.data(), chunk.size());
-        write(chunk.data(), 4 * chunk.size());
-        hash.update(chunk.data(), 4 * chunk.size());
+        impl::swap_words(chunk.data(), chunk.size(), width);
+        write(chunk.data(), width * chunk.size());
+        hash.update(chunk.data(), width * chunk.size());
       }
     }
     end(hash.value());
@@ -234,19 +240,23 @@ class SectionReader {
     return SectionParser(std::move(payload), name);
   }
 
-  /// A section of exactly `count` little-endian floats, read into `data`.
-  void section_floats(const char* tag, const std::string& name, float* data, std::size_t count) {
+  /// A section of exactly `count` little-endian floats or doubles, read into `data`.
+  template <class Real>
+  void section_floats(const char* tag, const std::string& name, Real* data, std::size_t count) {
+    static_assert(std::is_same_v<Real, float> || std::is_same_v<Real, double>,
+                  "sections hold floats or doubles");
+    constexpr std::size_t width = sizeof(Real);
     const std::uint64_t length = begin(tag, name);
-    if (length != 4 * static_cast<std::uint64_t>(count)) {
+    if (length != width * static_cast<std::uint64_t>(count)) {
       throw SectionError(false, "the " + name + " section holds " + std::to_string(length) +
                                     " bytes, expected " +
-                                    std::to_string(4 * static_cast<std::uint64_t>(count)));
+                                    std::to_string(width * static_cast<std::uint64_t>(count)));
     }
-    read(data, 4 * count, "the " + name + " section");
+    read(data, width * count, "the " + name + " section");
     impl::Fnv1a64 hash;
-    hash.update(data, 4 * count);
+    hash.update(data, width * count);
     end(hash.value(), name);
-    if (!impl::host_is_little_endian()) impl::swap_words(data, count);
+    if (!impl::host_is_little_endian()) impl::swap_words(data, count, width);
   }
 
  private:

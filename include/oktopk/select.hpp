@@ -33,7 +33,7 @@ template <class XView>
 KOKKOS_INLINE_FUNCTION int count_above_in(const XView& x, float t, std::int64_t begin,
                                           std::int64_t end) {
   int count = 0;
-  for (std::int64_t i = begin; i < end; ++i) count += impl::abs(x(i)) > t ? 1 : 0;
+  for (std::int64_t i = begin; i < end; ++i) count += impl::magnitude(x(i)) > t ? 1 : 0;
   return count;
 }
 
@@ -64,8 +64,8 @@ struct SelectAboveFunctor {
       const std::int64_t g_end = g + group < end ? g + group : end;
       if (count_above_in(x, threshold, g, g_end) == 0) continue;
       for (std::int64_t i = g; i < g_end; ++i) {
-        const float xi = x(i);
-        if (impl::abs(xi) > threshold) {
+        const auto xi = x(i);
+        if (impl::magnitude(xi) > threshold) {
           if (slot < capacity) {
             indices(slot) = static_cast<index_type>(i);
             values(slot) = xi;
@@ -82,7 +82,7 @@ struct SelectAboveFunctor {
 /// \brief Number of entries with |x(i)| > threshold.
 template <class ExecSpace, class XView>
 std::int64_t count_above(const ExecSpace& exec, const XView& x, float threshold) {
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::count_above: x");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, XView, "oktopk::count_above: x");
   impl::ScopedRegion region("oktopk::count_above");
   const auto n = static_cast<std::int64_t>(x.extent(0));
   const std::int64_t chunk = impl::chunk_length_v<ExecSpace>;
@@ -137,10 +137,10 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
     Kokkos::parallel_for(
         "oktopk::count_above_levels", impl::RangeOf<ExecSpace>(exec, 0, n),
         KOKKOS_LAMBDA(const std::int64_t i) {
-          const float magnitude = abs(x(i));
-          if (!(magnitude > thresholds.threshold[0])) return;
+          const float m = impl::magnitude(x(i));
+          if (!(m > thresholds.threshold[0])) return;
           int j = 0;
-          while (j + 1 < thresholds.count && magnitude > thresholds.threshold[j + 1]) ++j;
+          while (j + 1 < thresholds.count && m > thresholds.threshold[j + 1]) ++j;
           Kokkos::atomic_add(&highest(j), count_type{1});
         });
     auto host = Kokkos::create_mirror_view(highest);
@@ -164,9 +164,9 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
 template <class ExecSpace, class XView, class IdxView, class ValView>
 std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold,
                           const IdxView& indices, const ValView& values) {
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::select_above: x");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, XView, "oktopk::select_above: x");
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type, "oktopk::select_above: indices");
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, ValView, value_type, "oktopk::select_above: values");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, ValView, "oktopk::select_above: values");
   OKTOPK_STATIC_CHECK_WRITABLE(IdxView, "oktopk::select_above: indices");
   OKTOPK_STATIC_CHECK_WRITABLE(ValView, "oktopk::select_above: values");
   impl::check_length("oktopk::select_above", x.extent(0));
@@ -194,9 +194,9 @@ std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float t
                                   const CountView& chunk_counts, const IdxView& indices,
                                   const ValView& values) {
   constexpr const char* where = "oktopk::select_above_counted";
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::select_above_counted: x");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, XView, "oktopk::select_above_counted: x");
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type, "oktopk::select_above_counted: indices");
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, ValView, value_type, "oktopk::select_above_counted: values");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, ValView, "oktopk::select_above_counted: values");
   OKTOPK_STATIC_CHECK_WRITABLE(IdxView, "oktopk::select_above_counted: indices");
   OKTOPK_STATIC_CHECK_WRITABLE(ValView, "oktopk::select_above_counted: values");
   impl::check_length(where, x.extent(0));
@@ -286,13 +286,12 @@ std::int64_t select_above_by_region(const ExecSpace& exec, const XView& x, float
                                     const ValView& values, const CountView& region_counts,
                                     const ChunkCountView& chunk_counts = ChunkCountView()) {
   constexpr const char* where = "oktopk::select_above_by_region";
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::select_above_by_region: x");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, XView, "oktopk::select_above_by_region: x");
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, OffsetView, count_type,
                            "oktopk::select_above_by_region: region_offsets");
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type,
                            "oktopk::select_above_by_region: indices");
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, ValView, value_type,
-                           "oktopk::select_above_by_region: values");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, ValView, "oktopk::select_above_by_region: values");
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, CountView, count_type,
                            "oktopk::select_above_by_region: region_counts");
   OKTOPK_STATIC_CHECK_WRITABLE(CountView, "oktopk::select_above_by_region: region_counts");

@@ -13,6 +13,7 @@
 #include <oktopk/progress.hpp>
 #include <oktopk/stats.hpp>
 #include <oktopk/impl/base/explicit_instantiation.hpp>
+#include <oktopk/impl/base/value_traits.hpp>
 #include <oktopk/impl/handle/state_io.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -25,33 +26,47 @@
 namespace oktopk {
 
 namespace impl {
-template <class ExecSpace>
+template <class ExecSpace, class Value>
 struct HandleSerial;
 }  // namespace impl
 
 /// \brief A call's result in sparse form: `size` entries, indices ascending and distinct, values
-/// averaged (equal to the dense output at those indices, which is zero at every other index).
-/// The Views may hold more than `size` entries: calls that fill a SparseResult grow them when
-/// needed and reuse them otherwise, so one SparseResult serves a whole training run.
-template <class MemorySpace>
+/// averaged (equal to the dense output at those indices, which is zero at every other index),
+/// of the handle's gradient type. The Views may hold more than `size` entries: calls that fill
+/// a SparseResult grow them when needed and reuse them otherwise, so one SparseResult serves a
+/// whole training run.
+template <class MemorySpace, class Value = value_type>
 struct SparseResult {
   Kokkos::View<index_type*, MemorySpace> indices;
-  Kokkos::View<value_type*, MemorySpace> values;
+  Kokkos::View<Value*, MemorySpace> values;
   std::int64_t size = 0;
 };
 
-/// \brief A sparse allreduce handle for gradients of length n (made by make_sparse_allreduce).
+/// \brief A sparse allreduce handle for gradients of length n and type Value (float or double;
+/// made by make_sparse_allreduce).
 ///
 /// Owns the residual (error feedback), thresholds, region boundaries and reusable buffers, so
-/// one handle serves every iteration of a training run. Not copyable; not thread-safe.
-template <class ExecSpace>
+/// one handle serves every iteration of a training run. Sums, averages and the residual are
+/// computed in arithmetic_type (Value itself for float and double); selections compare
+/// magnitudes rounded to float (user guide, "Gradient types"). Not copyable; not thread-safe.
+template <class ExecSpace, class Value = value_type>
 class SparseAllreduce {
+  static_assert(impl::is_gradient_value_v<Value>,
+                "oktopk::SparseAllreduce: the gradient type must be float or double");
+
  public:
   using execution_space = ExecSpace;
   using memory_space = typename ExecSpace::memory_space;
-  using vector_type = Kokkos::View<value_type*, memory_space>;
-  using const_vector_type = Kokkos::View<const value_type*, memory_space>;
+  /// The gradient's and the output's type.
+  using gradient_type = Value;
+  /// The type of sums, averages and the residual.
+  using arithmetic_type = impl::arithmetic_t<Value>;
+  using vector_type = Kokkos::View<Value*, memory_space>;
+  using const_vector_type = Kokkos::View<const Value*, memory_space>;
+  using residual_vector_type = Kokkos::View<arithmetic_type*, memory_space>;
+  using const_residual_vector_type = Kokkos::View<const arithmetic_type*, memory_space>;
   using index_vector_type = Kokkos::View<index_type*, memory_space>;
+  using sparse_result_type = SparseResult<memory_space, Value>;
 
   SparseAllreduce(const SparseAllreduce&) = delete;
   SparseAllreduce& operator=(const SparseAllreduce&) = delete;
@@ -94,12 +109,12 @@ class SparseAllreduce {
   /// the handle's state are those of reduce(); `result`'s Views are grown when too short and
   /// reused otherwise. An entry may be zero (an average that rounds to zero, or k = n).
   void reduce_sparse(const ExecSpace& exec, const const_vector_type& grad,
-                     SparseResult<memory_space>& result);
+                     sparse_result_type& result);
 
   /// \brief Collective. reduce_sparse() launched as reduce_async() launches reduce(): `grad`
   /// untouched and `result` alive (and not read) until the request completes.
   ReduceRequest reduce_sparse_async(const ExecSpace& exec, const const_vector_type& grad,
-                                    SparseResult<memory_space>& result);
+                                    sparse_result_type& result);
 
   Algorithm algorithm() const { return algorithm_; }
   std::int64_t size() const { return n_; }
@@ -111,11 +126,11 @@ class SparseAllreduce {
   const Communicator& communicator() const { return comm_; }
   const ReduceStats& stats() const { return stats_; }
   /// What error feedback carries to the next call (all zeros for methods without it).
-  const_vector_type residual() const { return residual_; }
+  const_residual_vector_type residual() const { return residual_; }
 
   /// The non-zero entries of the last reduce()'s output View, as it is now (computed on
   /// demand); after a reduce_sparse(), the SparseResult it filled, as it is now.
-  SparseResult<memory_space> result(const ExecSpace& exec) const;
+  sparse_result_type result(const ExecSpace& exec) const;
 
   /// \brief Writes this rank's state to `os`: what the next calls depend on (the residual, the
   /// call counter, the method's thresholds and region boundaries), in the versioned binary
@@ -147,7 +162,7 @@ class SparseAllreduce {
   /// `sparse` not null what reduce_sparse() promises (`out` is then empty).
   /// impl::MethodBase implements it for every method.
   virtual void reduce_now(const ExecSpace& exec, const const_vector_type& grad,
-                          const vector_type& out, SparseResult<memory_space>* sparse) = 0;
+                          const vector_type& out, sparse_result_type* sparse) = 0;
 
   /// Appends the method's own state carried between calls (beyond the residual and the call
   /// counter, which save_state writes) to `out`; methods with such state override both hooks.
@@ -168,27 +183,27 @@ class SparseAllreduce {
   std::int64_t k_;
   Options options_;
   Layout layout_;
-  vector_type residual_;
+  residual_vector_type residual_;
   ReduceStats stats_;
   std::int64_t iteration_ = 0;
   /// The last call's output, for result(): the dense one (last_out_) or the sparse one
   /// (last_sparse_, when last_was_sparse_); empty before the first call and after a restore.
   vector_type last_out_;
-  SparseResult<memory_space> last_sparse_;
+  sparse_result_type last_sparse_;
   bool last_was_sparse_ = false;
   /// Communicator::next_serial() of the handle, the same on every rank (set by
   /// make_sparse_allreduce): calls check it to detect ranks that launch in different orders.
   std::int64_t serial_ = 0;
 
  private:
-  friend struct impl::HandleSerial<ExecSpace>;
+  friend struct impl::HandleSerial<ExecSpace, Value>;
 };
 
 namespace impl {
 /// make_sparse_allreduce's access to a new handle's serial.
-template <class ExecSpace>
+template <class ExecSpace, class Value>
 struct HandleSerial {
-  static void set(SparseAllreduce<ExecSpace>& handle, std::int64_t serial) {
+  static void set(SparseAllreduce<ExecSpace, Value>& handle, std::int64_t serial) {
     handle.serial_ = serial;
   }
 };

@@ -44,7 +44,7 @@ struct KthLargestWorkspace {
 template <class ExecSpace, class XView>
 float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k,
                       KthLargestWorkspace<ExecSpace>& workspace) {
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::kth_largest_abs: x");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, XView, "oktopk::kth_largest_abs: x");
   OKTOPK_REQUIRE(k >= 0, std::invalid_argument, "oktopk::kth_largest_abs",
                  "k must be non-negative, got " << k);
   impl::ScopedRegion region("oktopk::kth_largest_abs");
@@ -91,7 +91,7 @@ template <class ExecSpace, class XView>
 float estimate_threshold_sampled(const ExecSpace& exec, const XView& x, std::int64_t k,
                                  std::int64_t sample_size, std::uint64_t seed) {
   constexpr const char* where = "oktopk::estimate_threshold_sampled";
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::estimate_threshold_sampled: x");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, XView, "oktopk::estimate_threshold_sampled: x");
   OKTOPK_REQUIRE(k >= 0, std::invalid_argument, where, "k must be non-negative, got " << k);
   OKTOPK_REQUIRE(sample_size > 0, std::invalid_argument, where,
                  "sample_size must be positive, got " << sample_size);
@@ -100,8 +100,8 @@ float estimate_threshold_sampled(const ExecSpace& exec, const XView& x, std::int
   if (k == 0 || n == 0) return std::numeric_limits<float>::infinity();
   if (sample_size >= n) return kth_largest_abs(exec, x, k);
 
-  auto sample = impl::make_uninitialized<value_type>(exec, "oktopk::estimate_threshold::sample",
-                                                     static_cast<std::size_t>(sample_size));
+  auto sample = impl::make_uninitialized<typename XView::non_const_value_type>(
+      exec, "oktopk::estimate_threshold::sample", static_cast<std::size_t>(sample_size));
   Kokkos::parallel_for(
       "oktopk::estimate_threshold_sampled::draw", impl::RangeOf<ExecSpace>(exec, 0, sample_size),
       KOKKOS_LAMBDA(std::int64_t j) {
@@ -123,7 +123,7 @@ float estimate_threshold_sampled(const ExecSpace& exec, const XView& x, std::int
 template <class ExecSpace, class XView>
 float estimate_threshold_gaussian(const ExecSpace& exec, const XView& x, std::int64_t k) {
   constexpr const char* where = "oktopk::estimate_threshold_gaussian";
-  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, XView, value_type, "oktopk::estimate_threshold_gaussian: x");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, XView, "oktopk::estimate_threshold_gaussian: x");
   OKTOPK_REQUIRE(k >= 0, std::invalid_argument, where, "k must be non-negative, got " << k);
   impl::ScopedRegion region("oktopk::estimate_threshold_gaussian");
   const auto n = static_cast<std::int64_t>(x.extent(0));

@@ -128,7 +128,7 @@ TEST(MpiStaging, SparseAllgathervIgnoresUnusedCapacity) {
 
   for (const auto balancing : {oktopk::Balancing::Off, oktopk::Balancing::On}) {
     SCOPED_TRACE(balancing == oktopk::Balancing::On ? "balanced" : "unbalanced");
-    oktopk::impl::SparseGather<Exec> gather;
+    oktopk::impl::SparseGather<Exec, float> gather;
     oktopk::impl::sparse_allgatherv(exec, comm, indices, values, count_of(me), balancing, 1.0,
                                     gather, no_timer);
     EXPECT_EQ(gather.total, total);
@@ -144,7 +144,7 @@ TEST(MpiStaging, SparseAllgathervOfNothing) {
   oktopk::Communicator comm(MPI_COMM_WORLD);
   const auto indices = device_copy<index_type>({}, 4, -1);
   const auto values = device_copy<value_type>({}, 4, sentinel);
-  oktopk::impl::SparseGather<Exec> gather;
+  oktopk::impl::SparseGather<Exec, float> gather;
   oktopk::impl::sparse_allgatherv(exec, comm, indices, values, 0, oktopk::Balancing::On, 1.0,
                                   gather, [](const char*) { return 0; });
   EXPECT_EQ(gather.total, 0);

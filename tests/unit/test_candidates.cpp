@@ -30,8 +30,8 @@ TYPED_TEST_SUITE(Candidates, EnabledSpaces);
 
 /// Candidates with `capacity` slots per chunk for vectors of length n.
 template <class ExecSpace>
-oktopk::impl::Candidates<ExecSpace> make_candidates(std::int64_t n, std::int64_t capacity) {
-  oktopk::impl::Candidates<ExecSpace> c;
+oktopk::impl::Candidates<ExecSpace, float> make_candidates(std::int64_t n, std::int64_t capacity) {
+  oktopk::impl::Candidates<ExecSpace, float> c;
   c.capacity = capacity;
   const auto slots = static_cast<std::size_t>(oktopk::impl::chunk_count<ExecSpace>(n) * c.stride());
   c.indices = decltype(c.indices)("indices", slots);
@@ -130,7 +130,7 @@ TYPED_TEST(Candidates, KeepThenSelectMatchesReference) {
 }
 
 TYPED_TEST(Candidates, CoverOnlyAtOrAboveWhatWasKept) {
-  oktopk::impl::Candidates<TypeParam> c;
+  oktopk::impl::Candidates<TypeParam, float> c;
   EXPECT_FALSE(c.cover(1.0f));  // nothing kept yet
   c.threshold = 2.0f;
   EXPECT_TRUE(c.cover(2.0f));

@@ -7,9 +7,11 @@
 
 namespace oktopk::impl {
 
-template <class ExecSpace>
-class DenseAllreduce final : public MethodBase<ExecSpace> {
-  using Base = MethodBase<ExecSpace>;
+template <class ExecSpace, class Value>
+class DenseAllreduce final : public MethodBase<ExecSpace, Value> {
+  using Base = MethodBase<ExecSpace, Value>;
+  using real_vector_type = typename Base::real_vector_type;
+  using Real = typename Base::arithmetic_type;
 
  public:
   DenseAllreduce(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
@@ -23,7 +25,7 @@ class DenseAllreduce final : public MethodBase<ExecSpace> {
   bool averages_gradient_as_is() const override { return true; }
 
   // Not called (the base averages the gradient itself), but the same thing on acc.
-  void reduce_step(const ExecSpace& exec, const typename Base::vector_type& acc,
+  void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
                    const typename Base::vector_type& out) override {
     this->dense_step(exec, acc, out, false);
   }

@@ -18,9 +18,11 @@ namespace oktopk::impl {
 
 /// Every selected entry reaches the result, so the residual keeps exactly what was not
 /// selected. Ranks select about k entries each, so the result holds up to about P·k.
-template <class ExecSpace>
-class GaussianK final : public MethodBase<ExecSpace> {
-  using Base = MethodBase<ExecSpace>;
+template <class ExecSpace, class Value>
+class GaussianK final : public MethodBase<ExecSpace, Value> {
+  using Base = MethodBase<ExecSpace, Value>;
+  using real_vector_type = typename Base::real_vector_type;
+  using Real = typename Base::arithmetic_type;
   using vector_type = typename Base::vector_type;
 
  public:
@@ -29,7 +31,8 @@ class GaussianK final : public MethodBase<ExecSpace> {
       : Base(exec, Algorithm::GaussianK, comm, n, options, layout) {}
 
  protected:
-  void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+  void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
+                   const vector_type& out) override {
     auto& stats = this->stats_;
     const Options& options = this->options_;
     const std::int64_t k = this->k_;
@@ -76,8 +79,8 @@ class GaussianK final : public MethodBase<ExecSpace> {
 
  private:
   typename Base::index_vector_type indices_{"oktopk::GaussianK::indices", 0};
-  vector_type values_{"oktopk::GaussianK::values", 0};
-  SparseGather<ExecSpace> gather_;
+  real_vector_type values_{"oktopk::GaussianK::values", 0};
+  SparseGather<ExecSpace, Real> gather_;
 };
 
 }  // namespace oktopk::impl

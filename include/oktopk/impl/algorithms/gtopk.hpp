@@ -29,9 +29,11 @@ namespace oktopk::impl {
 /// back into the final set through another subtree, is cleared although its value never reached
 /// the result; so mass is NOT exactly conserved: sum_i (acc_i - residual_i) may differ from
 /// P·out.
-template <class ExecSpace>
-class GTopk final : public MethodBase<ExecSpace> {
-  using Base = MethodBase<ExecSpace>;
+template <class ExecSpace, class Value>
+class GTopk final : public MethodBase<ExecSpace, Value> {
+  using Base = MethodBase<ExecSpace, Value>;
+  using real_vector_type = typename Base::real_vector_type;
+  using Real = typename Base::arithmetic_type;
   using vector_type = typename Base::vector_type;
   using index_vector_type = typename Base::index_vector_type;
 
@@ -41,7 +43,8 @@ class GTopk final : public MethodBase<ExecSpace> {
       : Base(exec, Algorithm::GTopk, comm, n, options, layout) {}
 
  protected:
-  void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+  void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
+                   const vector_type& out) override {
     auto& stats = this->stats_;
     const Communicator& comm = this->comm_;
     const int P = comm.size();
@@ -184,11 +187,11 @@ class GTopk final : public MethodBase<ExecSpace> {
   // received from a child, the merge of the two, and the indices cleared from the residual.
   index_vector_type local_indices_{"oktopk::GTopk::local_indices", 0};
   index_vector_type set_indices_{"oktopk::GTopk::set_indices", 0};
-  vector_type set_values_{"oktopk::GTopk::set_values", 0};
+  real_vector_type set_values_{"oktopk::GTopk::set_values", 0};
   index_vector_type recv_indices_{"oktopk::GTopk::recv_indices", 0};
-  vector_type recv_values_{"oktopk::GTopk::recv_values", 0};
+  real_vector_type recv_values_{"oktopk::GTopk::recv_values", 0};
   index_vector_type merged_indices_{"oktopk::GTopk::merged_indices", 0};
-  vector_type merged_values_{"oktopk::GTopk::merged_values", 0};
+  real_vector_type merged_values_{"oktopk::GTopk::merged_values", 0};
   index_vector_type common_{"oktopk::GTopk::common", 0};
 };
 

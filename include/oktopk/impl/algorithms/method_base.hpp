@@ -36,15 +36,19 @@ namespace oktopk::impl {
 
 /// \brief The base of every method: reduce_now for all of them, over the hooks a method
 /// overrides (reduce_step at least), and the tools its step uses.
-template <class ExecSpace>
-class MethodBase : public SparseAllreduce<ExecSpace> {
-  using Base = SparseAllreduce<ExecSpace>;
+template <class ExecSpace, class Value>
+class MethodBase : public SparseAllreduce<ExecSpace, Value> {
+  using Base = SparseAllreduce<ExecSpace, Value>;
 
  public:
+  using typename Base::arithmetic_type;
   using typename Base::const_vector_type;
   using typename Base::index_vector_type;
   using typename Base::memory_space;
+  using typename Base::sparse_result_type;
   using typename Base::vector_type;
+  /// acc, the residual and the methods' value buffers: arithmetic_type, whatever the gradient's.
+  using real_vector_type = typename Base::residual_vector_type;
 
  protected:
   /// Allocates the handle's buffers on `exec` and fences it.
@@ -58,21 +62,21 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
   }
 
   void reduce_now(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out,
-                  SparseResult<memory_space>* sparse) final;
+                  sparse_result_type* sparse) final;
 
   /// The method's body, for calls after the warm-up. `acc` holds residual + grad; on return
   /// `out` holds the averaged result and `acc` what stays in the residual (the method clears
   /// the entries it communicated). `stats_` is reset before the call, except `phases`,
   /// which reduce_now fills from phase() scopes and the communicator.
-  virtual void reduce_step(const ExecSpace& exec, const vector_type& acc,
+  virtual void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
                            const vector_type& out) = 0;
 
   /// reduce_step with the result in sparse form (reduce_sparse): `result` receives the entries
   /// reduce_step would have written into `out`. The default runs reduce_step into a scratch
   /// vector of n and compacts its non-zeros, one more pass over n; a method whose result is
   /// sparse before it is dense overrides it and skips the dense output altogether.
-  virtual void reduce_step_sparse(const ExecSpace& exec, const vector_type& acc,
-                                  SparseResult<memory_space>& result);
+  virtual void reduce_step_sparse(const ExecSpace& exec, const real_vector_type& acc,
+                                  sparse_result_type& result);
 
   /// Whether the method keeps a residual (error feedback): without one, the residual stays
   /// zero and acc is a copy of the gradient.
@@ -132,21 +136,21 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
   /// be the same. With `count_nonfinite`, returns how many averages this rank found not finite:
   /// all of them with MPI_Allreduce, those of the chunk it finished with the ring (0
   /// otherwise: warm-up calls do not wait for a count they do not use).
-  template <class In>
-  std::int64_t dense_average(const ExecSpace& exec, const In& in, const vector_type& out,
+  template <class In, class Out>
+  std::int64_t dense_average(const ExecSpace& exec, const In& in, const Out& out,
                              bool count_nonfinite);
 
   /// A whole dense call (warm-up calls, and the Dense method): dense_average plus its stats.
-  template <class In>
-  std::int64_t dense_step(const ExecSpace& exec, const In& in, const vector_type& out,
+  template <class In, class Out>
+  std::int64_t dense_step(const ExecSpace& exec, const In& in, const Out& out,
                           bool count_nonfinite);
 
   /// Stream-compacts {i : |x(i)| > threshold} into (indices, values), growing them if needed;
   /// returns the count. `known`: what the accumulate pass knows of x = acc at the threshold
   /// (accumulated_.known_above()), so that fewer passes read x.
-  std::int64_t select_into(const ExecSpace& exec, const vector_type& x, float threshold,
-                           index_vector_type& indices, vector_type& values,
-                           const impl::KnownAbove<ExecSpace>& known = {});
+  std::int64_t select_into(const ExecSpace& exec, const real_vector_type& x, float threshold,
+                           index_vector_type& indices, real_vector_type& values,
+                           const impl::KnownAbove<ExecSpace, arithmetic_type>& known = {});
 
   /// A phase factory for the shared collectives: timed(name) opens phase(exec, name).
   auto timed(const ExecSpace& exec) {
@@ -154,19 +158,18 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
   }
 
   /// result = the non-zeros of x (|x(i)| > 0), growing its Views if needed.
-  void compact_nonzeros(const ExecSpace& exec, const vector_type& x,
-                        SparseResult<memory_space>& result);
+  template <class X>
+  void compact_nonzeros(const ExecSpace& exec, const X& x, sparse_result_type& result);
 
   /// Grows result's Views to hold `size` entries (contents are not kept) and sets its size.
-  static void size_result(const ExecSpace& exec, SparseResult<memory_space>& result,
-                          std::int64_t size);
+  static void size_result(const ExecSpace& exec, sparse_result_type& result, std::int64_t size);
 
   /// The k-th largest |x| threshold for "exactly the k largest": selecting |x| > result keeps
   /// k entries when magnitudes are distinct (-Inf when k >= n keeps all, +Inf when k == 0).
-  float topk_threshold(const ExecSpace& exec, const vector_type& x, std::int64_t k);
+  float topk_threshold(const ExecSpace& exec, const real_vector_type& x, std::int64_t k);
 
   /// What this call's accumulate pass counted of acc_, for the method's selections.
-  AccumulatePass<ExecSpace> accumulated_;
+  AccumulatePass<ExecSpace, Value> accumulated_;
   KthLargestWorkspace<ExecSpace> kth_workspace_;
 
  private:
@@ -179,20 +182,20 @@ class MethodBase : public SparseAllreduce<ExecSpace> {
   void count_segment_nonzeros(const ExecSpace& exec, const vector_type& out);
 
   /// stats_.segments from a sparse result: its entries per segment of the layout.
-  void count_segment_entries(const ExecSpace& exec, const SparseResult<memory_space>& result);
+  void count_segment_entries(const ExecSpace& exec, const sparse_result_type& result);
 
-  vector_type acc_;
+  real_vector_type acc_;
   /// The dense output that reduce_step_sparse's default compacts (allocated at its first use).
   vector_type sparse_scratch_;
-  RingBuffers<value_type, memory_space> ring_float_;
+  RingBuffers<arithmetic_type, memory_space> ring_native_;
   RingBuffers<bfloat16, memory_space> ring_bfloat16_;
   RingBuffers<float16, memory_space> ring_float16_;
   std::string failed_phase_;  // set by PhaseTimer when a failure leaves a phase
 };
 
-template <class ExecSpace>
-void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector_type& grad,
-                                       const vector_type& out, SparseResult<memory_space>* sparse) {
+template <class ExecSpace, class Value>
+void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const_vector_type& grad,
+                                              const vector_type& out, sparse_result_type* sparse) {
   const char* const where = sparse != nullptr ? "oktopk::SparseAllreduce::reduce_sparse"
                                               : "oktopk::SparseAllreduce::reduce";
   ScopedRegion region(where);
@@ -262,7 +265,8 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
     this->stats_.iteration = this->iteration_;
     if (as_is) {
       // A sparse call averages into acc_, which an as-is method does not otherwise use.
-      nonfinite_averages = dense_step(exec, grad, sparse != nullptr ? acc_ : out, true);
+      nonfinite_averages = sparse != nullptr ? dense_step(exec, grad, acc_, true)
+                                             : dense_step(exec, grad, out, true);
       auto timer = phase(exec, "check");
       // MPI_Allreduce leaves every rank the whole average, the ring each rank its own chunk.
       this->comm_.allreduce_in_place(&nonfinite_averages, 1,
@@ -279,7 +283,7 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
       } else {
         dense_step(exec, acc_, out, false);
       }
-      Kokkos::deep_copy(exec, this->residual_, 0.0f);
+      Kokkos::deep_copy(exec, this->residual_, arithmetic_type(0));
     } else {
       if (sparse != nullptr) {
         reduce_step_sparse(exec, acc_, *sparse);
@@ -325,13 +329,14 @@ void MethodBase<ExecSpace>::reduce_now(const ExecSpace& exec, const const_vector
                        << ")");
   }
   this->last_out_ = out;
-  this->last_sparse_ = sparse != nullptr ? *sparse : SparseResult<memory_space>();
+  this->last_sparse_ = sparse != nullptr ? *sparse : sparse_result_type();
   this->last_was_sparse_ = sparse != nullptr;
 }
 
-template <class ExecSpace>
-void MethodBase<ExecSpace>::reduce_step_sparse(const ExecSpace& exec, const vector_type& acc,
-                                               SparseResult<memory_space>& result) {
+template <class ExecSpace, class Value>
+void MethodBase<ExecSpace, Value>::reduce_step_sparse(const ExecSpace& exec,
+                                                      const real_vector_type& acc,
+                                                      sparse_result_type& result) {
   if (sparse_scratch_.extent(0) == 0) {
     sparse_scratch_ = vector_type(
         Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::SparseAllreduce::scratch"),
@@ -342,19 +347,27 @@ void MethodBase<ExecSpace>::reduce_step_sparse(const ExecSpace& exec, const vect
   compact_nonzeros(exec, sparse_scratch_, result);
 }
 
-template <class ExecSpace>
-void MethodBase<ExecSpace>::compact_nonzeros(const ExecSpace& exec, const vector_type& x,
-                                             SparseResult<memory_space>& result) {
+template <class ExecSpace, class Value>
+template <class X>
+void MethodBase<ExecSpace, Value>::compact_nonzeros(const ExecSpace& exec, const X& x,
+                                                    sparse_result_type& result) {
   // A first guess from the stats, so that most calls compact once.
   size_result(exec, result,
               std::max<std::int64_t>(static_cast<std::int64_t>(result.indices.extent(0)),
                                      std::min(this->stats_.global_selected, this->n_)));
-  result.size = select_into(exec, x, 0.0f, result.indices, result.values);
+  const auto capacity =
+      static_cast<std::int64_t>(std::min(result.indices.extent(0), result.values.extent(0)));
+  std::int64_t count = select_above(exec, x, 0.0f, result.indices, result.values);
+  if (count > capacity) {
+    size_result(exec, result, count);
+    count = select_above(exec, x, 0.0f, result.indices, result.values);
+  }
+  result.size = count;
 }
 
-template <class ExecSpace>
-void MethodBase<ExecSpace>::size_result(const ExecSpace& exec, SparseResult<memory_space>& result,
-                                        std::int64_t size) {
+template <class ExecSpace, class Value>
+void MethodBase<ExecSpace, Value>::size_result(const ExecSpace& exec, sparse_result_type& result,
+                                               std::int64_t size) {
   // Views the caller left empty get the library's labels, which ensure_capacity keeps.
   if (result.indices.extent(0) == 0)
     result.indices = index_vector_type("oktopk::SparseResult::indices", 0);
@@ -364,9 +377,9 @@ void MethodBase<ExecSpace>::size_result(const ExecSpace& exec, SparseResult<memo
   result.size = size;
 }
 
-template <class ExecSpace>
-void MethodBase<ExecSpace>::count_segment_entries(const ExecSpace& exec,
-                                                  const SparseResult<memory_space>& result) {
+template <class ExecSpace, class Value>
+void MethodBase<ExecSpace, Value>::count_segment_entries(const ExecSpace& exec,
+                                                         const sparse_result_type& result) {
   const std::vector<Segment>& segments = this->layout_.segments();
   const auto count = static_cast<std::int64_t>(segments.size());
   Kokkos::View<std::int64_t*, Kokkos::HostSpace> host_bounds("oktopk::segment_bounds",
@@ -386,8 +399,9 @@ void MethodBase<ExecSpace>::count_segment_entries(const ExecSpace& exec,
   }
 }
 
-template <class ExecSpace>
-void MethodBase<ExecSpace>::count_segment_nonzeros(const ExecSpace& exec, const vector_type& out) {
+template <class ExecSpace, class Value>
+void MethodBase<ExecSpace, Value>::count_segment_nonzeros(const ExecSpace& exec,
+                                                          const vector_type& out) {
   this->stats_.segments.clear();
   this->stats_.segments.reserve(this->layout_.segments().size());
   for (const Segment& segment : this->layout_.segments()) {
@@ -399,9 +413,9 @@ void MethodBase<ExecSpace>::count_segment_nonzeros(const ExecSpace& exec, const 
   }
 }
 
-template <class ExecSpace>
+template <class ExecSpace, class Value>
 template <class Body>
-void MethodBase<ExecSpace>::run_or_abort(std::int64_t call, Body&& body) {
+void MethodBase<ExecSpace, Value>::run_or_abort(std::int64_t call, Body&& body) {
   OKTOPK_FAULT_CALL(call);
   failed_phase_.clear();
   try {
@@ -417,22 +431,25 @@ void MethodBase<ExecSpace>::run_or_abort(std::int64_t call, Body&& body) {
   }
 }
 
-template <class ExecSpace>
-template <class In>
-std::int64_t MethodBase<ExecSpace>::dense_average(const ExecSpace& exec, const In& in,
-                                                  const vector_type& out, bool count_nonfinite) {
+template <class ExecSpace, class Value>
+template <class In, class Out>
+std::int64_t MethodBase<ExecSpace, Value>::dense_average(const ExecSpace& exec, const In& in,
+                                                         const Out& out, bool count_nonfinite) {
   if (dense_on_ring(this->options_)) {
     // The ring's count rides on a pass it makes anyway.
     std::int64_t nonfinite = 0;
-    switch (this->options_.wire) {
-      case Wire::BFloat16:
+    // A 16-bit wire carries float gradients only (make_sparse_allreduce refuses the others).
+    constexpr bool float_values = std::is_same_v<arithmetic_type, float>;
+    if (float_values && this->options_.wire == Wire::BFloat16) {
+      if constexpr (float_values) {
         nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_bfloat16_);
-        break;
-      case Wire::Float16:
+      }
+    } else if (float_values && this->options_.wire == Wire::Float16) {
+      if constexpr (float_values) {
         nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_float16_);
-        break;
-      default:
-        nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_float_);
+      }
+    } else {
+      nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_native_);
     }
     return count_nonfinite ? nonfinite : 0;
   }
@@ -451,10 +468,10 @@ std::int64_t MethodBase<ExecSpace>::dense_average(const ExecSpace& exec, const I
   return 0;
 }
 
-template <class ExecSpace>
-template <class In>
-std::int64_t MethodBase<ExecSpace>::dense_step(const ExecSpace& exec, const In& in,
-                                               const vector_type& out, bool count_nonfinite) {
+template <class ExecSpace, class Value>
+template <class In, class Out>
+std::int64_t MethodBase<ExecSpace, Value>::dense_step(const ExecSpace& exec, const In& in,
+                                                      const Out& out, bool count_nonfinite) {
   this->stats_.dense = true;
   this->stats_.local_threshold = this->stats_.global_threshold =
       -std::numeric_limits<float>::infinity();
@@ -463,11 +480,10 @@ std::int64_t MethodBase<ExecSpace>::dense_step(const ExecSpace& exec, const In& 
   return dense_average(exec, in, out, count_nonfinite);
 }
 
-template <class ExecSpace>
-std::int64_t MethodBase<ExecSpace>::select_into(const ExecSpace& exec, const vector_type& x,
-                                                float threshold, index_vector_type& indices,
-                                                vector_type& values,
-                                                const KnownAbove<ExecSpace>& known) {
+template <class ExecSpace, class Value>
+std::int64_t MethodBase<ExecSpace, Value>::select_into(
+    const ExecSpace& exec, const real_vector_type& x, float threshold, index_vector_type& indices,
+    real_vector_type& values, const KnownAbove<ExecSpace, arithmetic_type>& known) {
   std::int64_t count = select_known(exec, known, x, threshold, indices, values);
   if (count > static_cast<std::int64_t>(std::min(indices.extent(0), values.extent(0)))) {
     ensure_capacity(exec, indices, count);
@@ -477,9 +493,9 @@ std::int64_t MethodBase<ExecSpace>::select_into(const ExecSpace& exec, const vec
   return count;
 }
 
-template <class ExecSpace>
-float MethodBase<ExecSpace>::topk_threshold(const ExecSpace& exec, const vector_type& x,
-                                            std::int64_t k) {
+template <class ExecSpace, class Value>
+float MethodBase<ExecSpace, Value>::topk_threshold(const ExecSpace& exec, const real_vector_type& x,
+                                                   std::int64_t k) {
   const auto n = static_cast<std::int64_t>(x.extent(0));
   if (k <= 0) return std::numeric_limits<float>::infinity();
   if (k >= n) return -std::numeric_limits<float>::infinity();

@@ -72,9 +72,11 @@ float guard_walk(float t, const Options& o, std::int64_t k, Passing&& passing) {
   return t;
 }
 
-template <class ExecSpace>
-class OkTopkAllreduce final : public MethodBase<ExecSpace> {
-  using Base = MethodBase<ExecSpace>;
+template <class ExecSpace, class Value>
+class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
+  using Base = MethodBase<ExecSpace, Value>;
+  using real_vector_type = typename Base::real_vector_type;
+  using Real = typename Base::arithmetic_type;
   using vector_type = typename Base::vector_type;
   using index_vector_type = typename Base::index_vector_type;
   using Memory = typename ExecSpace::memory_space;
@@ -168,7 +170,8 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
                         o.guard_loops + 1);
   }
 
-  void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+  void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
+                   const vector_type& out) override {
     const float selected_above = select_and_gather(exec, acc);
     // The dense average and the error feedback together: out is written once, and acc is
     // cleared where the result carries an entry this rank selected (§2.8).
@@ -180,8 +183,8 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
   /// The gathered entries are the result already: regions ascend with the rank and each
   /// rank's entries with the index, so they are copied (and averaged) as they are, and no pass
   /// touches the other n - k entries.
-  void reduce_step_sparse(const ExecSpace& exec, const vector_type& acc,
-                          SparseResult<Memory>& result) override {
+  void reduce_step_sparse(const ExecSpace& exec, const real_vector_type& acc,
+                          typename Base::sparse_result_type& result) override {
     const float selected_above = select_and_gather(exec, acc);
     auto timer = this->phase(exec, "output");
     this->size_result(exec, result, gather_.total);
@@ -195,7 +198,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
   /// regions, the global selection and the gather of its entries into gather_ (indices
   /// ascending). Returns the threshold of this call's local selection, above which the
   /// output phase clears acc.
-  float select_and_gather(const ExecSpace& exec, const vector_type& acc) {
+  float select_and_gather(const ExecSpace& exec, const real_vector_type& acc) {
     const Options& o = this->options_;
     auto& stats = this->stats_;
     const std::int64_t k = this->k_;
@@ -277,7 +280,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
 
   /// Reused thresholds drift with the gradient: keep the count passing in range (guard_walk).
   /// False when the threshold is to be recomputed exactly instead (guard_exact).
-  bool guard_local_threshold(const ExecSpace& exec, const vector_type& acc) {
+  bool guard_local_threshold(const ExecSpace& exec, const real_vector_type& acc) {
     const Options& o = this->options_;
     if (!(std::isfinite(local_threshold_) && local_threshold_ > 0.0f)) return true;
     // The accumulate pass counted the thresholds of the first steps; one past them is counted
@@ -290,7 +293,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
   /// The ladder guard on the local threshold: its levels' counts come from the accumulate
   /// pass (host spaces), or else from one counting pass. False when the threshold is to be
   /// recomputed exactly instead: no prediction yet, or no level in range with guard_exact.
-  bool ladder_local_threshold(const ExecSpace& exec, const vector_type& acc) {
+  bool ladder_local_threshold(const ExecSpace& exec, const real_vector_type& acc) {
     const Options& o = this->options_;
     const CountLevels levels = local_ladder_.levels(o.guard_step);
     if (levels.count == 0) return false;
@@ -401,7 +404,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
   /// P-quantiles of its selected positions, and the boundaries are their average, so every
   /// region holds about k/P of every rank's entries. A rank with fewer than P selected entries
   /// proposes equal regions.
-  void repartition(const ExecSpace& exec, const vector_type& acc) {
+  void repartition(const ExecSpace& exec, const real_vector_type& acc) {
     const int P = this->comm_.size();
     const std::int64_t n = this->n_;
     // What the accumulate pass kept makes this selection cheap, also when it runs often.
@@ -432,12 +435,12 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace> {
   ThresholdLadder global_ladder_;
   std::vector<std::int64_t> offsets_;
   Kokkos::View<count_type*, Memory> offsets_device_;
-  SplitReduce<ExecSpace> split_;
-  SparseGather<ExecSpace> gather_;
+  SplitReduce<ExecSpace, Real> split_;
+  SparseGather<ExecSpace, Real> gather_;
   index_vector_type repartition_indices_{"oktopk::oktopk::repartition_indices", 0};
-  vector_type repartition_values_{"oktopk::oktopk::repartition_values", 0};
+  real_vector_type repartition_values_{"oktopk::oktopk::repartition_values", 0};
   index_vector_type global_indices_{"oktopk::oktopk::global_indices", 0};
-  vector_type global_values_{"oktopk::oktopk::global_values", 0};
+  real_vector_type global_values_{"oktopk::oktopk::global_values", 0};
 };
 
 }  // namespace oktopk::impl

@@ -23,11 +23,12 @@
 
 namespace oktopk::impl {
 
-/// Per-handle sketch state (the reference shared one sketch object between all layers).
-template <class ExecSpace>
+/// Per-handle sketch state (the reference shared one sketch object between all layers); the
+/// table sums values of the handle's arithmetic type, Real.
+template <class ExecSpace, class Real>
 struct S2Buffers {
   using memory_space = typename ExecSpace::memory_space;
-  Kokkos::View<float*, memory_space> table;
+  Kokkos::View<Real*, memory_space> table;
   Kokkos::View<unsigned char*, memory_space> bitmap;
 
   S2Buffers(const ExecSpace& exec, const CountSketch& sketch)
@@ -40,14 +41,14 @@ struct S2Buffers {
 /// \brief S2's buffers for a fused buffer with a Layout: everything one allreduce carries,
 /// [sketch table | bitmap over the sparse rows (as floats, so one SUM adds it too: a row is in
 /// the union where the sum is non-zero) | the Dense segments' entries], plus the compacted
-/// union rows the decode works from.
-template <class ExecSpace>
+/// union rows the decode works from. Values of the handle's arithmetic type, Real.
+template <class ExecSpace, class Real>
 struct S2SegmentBuffers {
   using memory_space = typename ExecSpace::memory_space;
-  Kokkos::View<float*, memory_space> fused;
-  Kokkos::View<float*, memory_space> table;
-  Kokkos::View<float*, memory_space> bitmap;
-  Kokkos::View<float*, memory_space> dense;
+  Kokkos::View<Real*, memory_space> fused;
+  Kokkos::View<Real*, memory_space> table;
+  Kokkos::View<Real*, memory_space> bitmap;
+  Kokkos::View<Real*, memory_space> dense;
   /// Union rows in ascending order, and the first decoded entry of each.
   Kokkos::View<std::int64_t*, memory_space> union_rows;
   Kokkos::View<std::int64_t*, memory_space> union_entry_begin;
@@ -105,9 +106,11 @@ struct S2SegmentBuffers {
 /// only, and the dense average goes straight to out. Default columns: ceil(2 * density * the
 /// SparseRows entries). Error feedback keeps nothing of the Dense entries (they are sent
 /// exactly). local_selected and global_selected then also count the Dense entries.
-template <class ExecSpace>
-class S2Reducer final : public MethodBase<ExecSpace> {
-  using Base = MethodBase<ExecSpace>;
+template <class ExecSpace, class Value>
+class S2Reducer final : public MethodBase<ExecSpace, Value> {
+  using Base = MethodBase<ExecSpace, Value>;
+  using real_vector_type = typename Base::real_vector_type;
+  using Real = typename Base::arithmetic_type;
   using vector_type = typename Base::vector_type;
 
  public:
@@ -122,7 +125,8 @@ class S2Reducer final : public MethodBase<ExecSpace> {
  protected:
   bool uses_error_feedback() const override { return this->options_.s2_error_feedback; }
 
-  void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+  void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
+                   const vector_type& out) override {
     if (!this->layout_.empty()) {
       reduce_segments(exec, acc, out);
       return;
@@ -159,11 +163,11 @@ class S2Reducer final : public MethodBase<ExecSpace> {
         sketch_(sketch),
         buffers_(exec, layout.empty() ? sketch : CountSketch{}),
         map_(exec, layout),
-        segment_buffers_(layout.empty() ? S2SegmentBuffers<ExecSpace>()
-                                        : S2SegmentBuffers<ExecSpace>(exec, sketch, map_)) {}
+        segment_buffers_(layout.empty() ? S2SegmentBuffers<ExecSpace, Real>()
+                                        : S2SegmentBuffers<ExecSpace, Real>(exec, sketch, map_)) {}
 
   /// reduce_step for a handle with a layout: one allreduce of [table | bitmap | dense].
-  void reduce_segments(const ExecSpace& exec, const vector_type& acc, const vector_type& out) {
+  void reduce_segments(const ExecSpace& exec, const real_vector_type& acc, const vector_type& out) {
     auto& stats = this->stats_;
     auto& b = segment_buffers_;
     const bool feedback = uses_error_feedback();
@@ -197,9 +201,9 @@ class S2Reducer final : public MethodBase<ExecSpace> {
   }
 
   CountSketch sketch_;
-  S2Buffers<ExecSpace> buffers_;
+  S2Buffers<ExecSpace, Real> buffers_;
   SegmentMap<typename ExecSpace::memory_space> map_;
-  S2SegmentBuffers<ExecSpace> segment_buffers_;
+  S2SegmentBuffers<ExecSpace, Real> segment_buffers_;
 };
 
 }  // namespace oktopk::impl

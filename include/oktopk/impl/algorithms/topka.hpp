@@ -9,9 +9,11 @@
 
 namespace oktopk::impl {
 
-template <class ExecSpace>
-class TopkAllgather final : public MethodBase<ExecSpace> {
-  using Base = MethodBase<ExecSpace>;
+template <class ExecSpace, class Value>
+class TopkAllgather final : public MethodBase<ExecSpace, Value> {
+  using Base = MethodBase<ExecSpace, Value>;
+  using real_vector_type = typename Base::real_vector_type;
+  using Real = typename Base::arithmetic_type;
   using vector_type = typename Base::vector_type;
 
  public:
@@ -20,7 +22,8 @@ class TopkAllgather final : public MethodBase<ExecSpace> {
       : Base(exec, Algorithm::TopkA, comm, n, options, layout) {}
 
  protected:
-  void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+  void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
+                   const vector_type& out) override {
     auto& stats = this->stats_;
     std::int64_t selected = 0;
     {
@@ -47,8 +50,8 @@ class TopkAllgather final : public MethodBase<ExecSpace> {
 
  private:
   typename Base::index_vector_type indices_{"oktopk::TopkA::indices", 0};
-  vector_type values_{"oktopk::TopkA::values", 0};
-  SparseGather<ExecSpace> gather_;
+  real_vector_type values_{"oktopk::TopkA::values", 0};
+  SparseGather<ExecSpace, Real> gather_;
 };
 
 }  // namespace oktopk::impl

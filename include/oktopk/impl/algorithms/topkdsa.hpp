@@ -21,9 +21,11 @@ namespace oktopk::impl {
 
 /// Every locally selected entry reaches the result, so the residual keeps exactly what was not
 /// selected (mass is conserved). No global selection: the result holds up to P·k entries.
-template <class ExecSpace>
-class TopkDSA final : public MethodBase<ExecSpace> {
-  using Base = MethodBase<ExecSpace>;
+template <class ExecSpace, class Value>
+class TopkDSA final : public MethodBase<ExecSpace, Value> {
+  using Base = MethodBase<ExecSpace, Value>;
+  using real_vector_type = typename Base::real_vector_type;
+  using Real = typename Base::arithmetic_type;
   using vector_type = typename Base::vector_type;
   using memory_space = typename Base::memory_space;
 
@@ -46,7 +48,8 @@ class TopkDSA final : public MethodBase<ExecSpace> {
   }
 
  protected:
-  void reduce_step(const ExecSpace& exec, const vector_type& acc, const vector_type& out) override {
+  void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
+                   const vector_type& out) override {
     auto& stats = this->stats_;
     const Communicator& comm = this->comm_;
     const int P = comm.size();
@@ -117,12 +120,12 @@ class TopkDSA final : public MethodBase<ExecSpace> {
  private:
   std::vector<std::int64_t> offsets_;
   Kokkos::View<count_type*, memory_space> offsets_device_;
-  SplitReduce<ExecSpace> state_;
+  SplitReduce<ExecSpace, Real> state_;
   /// This rank's selection with global indices: what the residual clears.
   typename Base::index_vector_type selected_indices_{"oktopk::TopkDSA::selected_indices", 0};
   typename Base::index_vector_type region_indices_{"oktopk::TopkDSA::region_indices", 0};
-  vector_type region_values_{"oktopk::TopkDSA::region_values", 0};
-  SparseGather<ExecSpace> gather_;
+  real_vector_type region_values_{"oktopk::TopkDSA::region_values", 0};
+  SparseGather<ExecSpace, Real> gather_;
 };
 
 }  // namespace oktopk::impl

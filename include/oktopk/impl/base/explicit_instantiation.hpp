@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The execution spaces liboktopk instantiates every method for, as an X-macro.
+// The execution spaces and gradient types liboktopk instantiates every method for, as an
+// X-macro.
 //
 // Each method is a class template on the execution space with several thousand lines of
 // kernels behind it. Instantiated once in the library (src/instantiate/) and declared extern
@@ -46,10 +47,16 @@
   OKTOPK_IMPL_ON_THREADS(M, Class)                \
   OKTOPK_IMPL_ON_SERIAL(M, Class)
 
-#define OKTOPK_IMPL_EXTERN_TEMPLATE(Class, Space) extern template class Class<Space>;
-#define OKTOPK_IMPL_INSTANTIATE_TEMPLATE(Class, Space) template class Class<Space>;
+/// Each class is a template on the execution space and the gradient type (ValueTraits).
+#define OKTOPK_IMPL_EXTERN_TEMPLATE(Class, Space) \
+  extern template class Class<Space, float>;      \
+  extern template class Class<Space, double>;
+#define OKTOPK_IMPL_INSTANTIATE_TEMPLATE(Class, Space) \
+  template class Class<Space, float>;                  \
+  template class Class<Space, double>;
 
-/// Declares Class<Space> instantiated in liboktopk, for every space of the list. A build of
+/// Declares Class<Space, Value> instantiated in liboktopk, for every space of the list and every
+/// gradient type. A build of
 /// the headers with a test-only switch (fault injection, host staging) compiles its own copies
 /// instead: the library's are built without those switches.
 #if defined(OKTOPK_FAULT_INJECTION) || defined(OKTOPK_TEST_HOST_STAGING)
@@ -58,6 +65,7 @@
 #define OKTOPK_IMPL_DECLARE_INSTANTIATIONS(Class) \
   OKTOPK_IMPL_FOR_EACH_EXEC_SPACE(OKTOPK_IMPL_EXTERN_TEMPLATE, Class)
 #endif
-/// Instantiates Class<Space> for every space of the list (in src/instantiate/ only).
+/// Instantiates Class<Space, Value> for every space of the list and every gradient type (in
+/// src/instantiate/ only).
 #define OKTOPK_IMPL_DEFINE_INSTANTIATIONS(Class) \
   OKTOPK_IMPL_FOR_EACH_EXEC_SPACE(OKTOPK_IMPL_INSTANTIATE_TEMPLATE, Class)

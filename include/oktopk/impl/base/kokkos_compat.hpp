@@ -10,8 +10,16 @@
 
 namespace oktopk::impl {
 
-/// |x| for float: Kokkos::Experimental::fabs in 3.4-3.6, Kokkos::abs from 3.7.
+/// |x|: Kokkos::Experimental::fabs in 3.4-3.6, Kokkos::abs from 3.7.
 KOKKOS_INLINE_FUNCTION float abs(float x) {
+#if KOKKOS_VERSION >= 30700
+  return Kokkos::abs(x);
+#else
+  return Kokkos::Experimental::fabs(x);
+#endif
+}
+
+KOKKOS_INLINE_FUNCTION double abs(double x) {
 #if KOKKOS_VERSION >= 30700
   return Kokkos::abs(x);
 #else
@@ -51,6 +59,38 @@ KOKKOS_INLINE_FUNCTION float bits_to_float(std::uint32_t u) {
   return pun.f;
 #endif
 }
+
+/// The IEEE-754 bit pattern of a double.
+KOKKOS_INLINE_FUNCTION std::uint64_t double_to_bits(double x) {
+#if KOKKOS_VERSION >= 40100
+  return Kokkos::bit_cast<std::uint64_t>(x);
+#else
+  union {
+    double d;
+    std::uint64_t u;
+  } pun{x};
+  return pun.u;
+#endif
+}
+
+KOKKOS_INLINE_FUNCTION double bits_to_double(std::uint64_t u) {
+#if KOKKOS_VERSION >= 40100
+  return Kokkos::bit_cast<double>(u);
+#else
+  union {
+    std::uint64_t u;
+    double d;
+  } pun{u};
+  return pun.d;
+#endif
+}
+
+/// |x| as a float: what every selection compares with its (float) threshold and ranks by.
+/// A double is rounded to nearest, which keeps the order (a <= b gives magnitude(a) <=
+/// magnitude(b)), so counts, radix keys and comparisons agree; doubles whose magnitudes round
+/// to the same float are ties for selection, as equal floats are.
+KOKKOS_INLINE_FUNCTION float magnitude(float x) { return abs(x); }
+KOKKOS_INLINE_FUNCTION float magnitude(double x) { return abs(static_cast<float>(x)); }
 
 /// Kokkos's HIP execution space, where the build has one (it left Kokkos::Experimental in 4.0).
 #if defined(KOKKOS_ENABLE_HIP) && KOKKOS_VERSION >= 40000

@@ -90,5 +90,15 @@ KOKKOS_INLINE_FUNCTION std::int64_t upper_bound(const View& sorted, std::int64_t
   static_assert(::oktopk::impl::accessible_from_v<ExecSpace, View>,                             \
                 what " must be accessible from the execution space")
 
+/// OKTOPK_STATIC_CHECK_VIEW for a View of values: float or double.
+#define OKTOPK_STATIC_CHECK_VALUES(ExecSpace, View, what)                                        \
+  static_assert(Kokkos::is_view<View>::value, what " must be a Kokkos::View");                   \
+  static_assert(View::rank == 1, what " must be a rank-1 View");                                 \
+  static_assert(std::is_same<std::remove_const_t<typename View::value_type>, float>::value ||    \
+                    std::is_same<std::remove_const_t<typename View::value_type>, double>::value, \
+                what " must hold float or double");                                              \
+  static_assert(::oktopk::impl::accessible_from_v<ExecSpace, View>,                              \
+                what " must be accessible from the execution space")
+
 #define OKTOPK_STATIC_CHECK_WRITABLE(View, what) \
   static_assert(!std::is_const<typename View::value_type>::value, what " must be writable")

@@ -49,18 +49,26 @@ KOKKOS_INLINE_FUNCTION float as_sent(float x) {
   return to_float(round_to<W>(x));
 }
 
-/// partial[begin, begin + count) = in[...] as sent + received[0, count), summed in float and
-/// stored as partial's type: float for a float wire, the wire type itself otherwise (a partial
-/// sum is only ever sent on, so it is rounded once, where it is made).
+/// partial[begin, begin + count) = in[...] as sent + received[0, count): for a 16-bit wire
+/// summed in float and stored as the wire type (a partial sum is only ever sent on, so it is
+/// rounded once, where it is made); otherwise summed in the arithmetic type (float or double).
 template <class W, class ExecSpace, class In, class Partial, class Received>
 void ring_add(const ExecSpace& exec, const In& in, const Partial& partial, const Received& received,
               std::int64_t begin, std::int64_t count) {
   using Stored = typename Partial::non_const_value_type;
-  Kokkos::parallel_for(
-      "oktopk::ring_allreduce::add", RangeOf<ExecSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(std::int64_t i) {
-        partial(begin + i) = round_to<Stored>(as_sent<W>(in(begin + i)) + to_float(received(i)));
-      });
+  if constexpr (std::is_same_v<W, Stored> && !std::is_same_v<W, bfloat16> &&
+                !std::is_same_v<W, float16>) {
+    // The wire is the arithmetic type (float or double): a plain sum.
+    Kokkos::parallel_for(
+        "oktopk::ring_allreduce::add", RangeOf<ExecSpace>(exec, 0, count),
+        KOKKOS_LAMBDA(std::int64_t i) { partial(begin + i) = in(begin + i) + received(i); });
+  } else {
+    Kokkos::parallel_for(
+        "oktopk::ring_allreduce::add", RangeOf<ExecSpace>(exec, 0, count),
+        KOKKOS_LAMBDA(std::int64_t i) {
+          partial(begin + i) = round_to<Stored>(as_sent<W>(in(begin + i)) + to_float(received(i)));
+        });
+  }
 }
 
 /// out[begin, begin + count) = (in[...] + received[0, count)) / divisor, returning how many of
@@ -69,11 +77,12 @@ template <class ExecSpace, class In, class Out, class Received>
 std::int64_t ring_add_average(const ExecSpace& exec, const In& in, const Out& out,
                               const Received& received, std::int64_t begin, std::int64_t count,
                               float divisor) {
+  using Real = typename Out::non_const_value_type;
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "oktopk::ring_allreduce::add_average", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& nonfinite) {
-        const float average = (in(begin + i) + received(i)) / divisor;
+        const Real average = (in(begin + i) + received(i)) / divisor;
         out(begin + i) = average;
         if (!is_finite(average)) ++nonfinite;
       },
@@ -159,7 +168,7 @@ template <class W, class ExecSpace, class In, class Out>
 std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& comm, const In& in,
                                     const Out& out,
                                     RingBuffers<W, typename ExecSpace::memory_space>& buffers) {
-  constexpr bool narrow = !std::is_same_v<W, value_type>;
+  constexpr bool narrow = !std::is_same_v<W, typename Out::non_const_value_type>;
   const auto n = static_cast<std::int64_t>(out.extent(0));
   const int P = comm.size();
   const int me = comm.rank();

@@ -22,20 +22,21 @@
 namespace oktopk::impl {
 
 /// \brief Reusable buffers and the outcome of a sparse allgatherv.
-template <class ExecSpace>
+template <class ExecSpace, class Real>
 struct SparseGather {
   using Memory = typename ExecSpace::memory_space;
   /// Every rank's entries, in rank order: [0, counts[0]) from rank 0, then rank 1, ...
   Kokkos::View<index_type*, Memory> indices{"oktopk::SparseGather::indices", 0};
-  Kokkos::View<value_type*, Memory> values{"oktopk::SparseGather::values", 0};
+  Kokkos::View<Real*, Memory> values{"oktopk::SparseGather::values", 0};
   /// Entries per rank before balancing, and their sum.
   std::vector<std::int64_t> counts;
   std::int64_t total = 0;
   bool balanced = false;
   // Staging for the balancing step.
   Kokkos::View<index_type*, Memory> balanced_indices{"oktopk::SparseGather::balanced_indices", 0};
-  Kokkos::View<value_type*, Memory> balanced_values{"oktopk::SparseGather::balanced_values", 0};
-  // (index, value bits) pairs, sent and received by the one allgatherv (gather_pairs).
+  Kokkos::View<Real*, Memory> balanced_values{"oktopk::SparseGather::balanced_values", 0};
+  // (index, value bits) pairs as 32-bit words, sent and received by the one allgatherv
+  // (gather_pairs).
   Kokkos::View<std::uint32_t*, Memory> send_pairs{"oktopk::SparseGather::send_pairs", 0};
   Kokkos::View<std::uint32_t*, Memory> pairs{"oktopk::SparseGather::pairs", 0};
 };
@@ -72,16 +73,43 @@ inline std::vector<int> displacements_of(const std::vector<int>& counts) {
   return displacements;
 }
 
-/// pairs(2j) = indices(j), pairs(2j + 1) = the bits of values(j), for j < count. A free
-/// function: CUDA forbids device lambdas in private member functions.
+/// 32-bit words one gathered entry takes: its index, then its value's bits (low word first).
+template <class Real>
+inline constexpr std::int64_t pair_words = 1 + static_cast<std::int64_t>(sizeof(Real) / 4);
+
+/// words(at...) = the bits of v, in pair_words<Real> - 1 words.
+template <class Words>
+KOKKOS_INLINE_FUNCTION void put_value_words(const Words& words, std::int64_t at, float v) {
+  words(at) = float_to_bits(v);
+}
+template <class Words>
+KOKKOS_INLINE_FUNCTION void put_value_words(const Words& words, std::int64_t at, double v) {
+  const std::uint64_t bits = double_to_bits(v);
+  words(at) = static_cast<std::uint32_t>(bits);
+  words(at + 1) = static_cast<std::uint32_t>(bits >> 32);
+}
+/// The value put_value_words stored at `at`.
+template <class Words>
+KOKKOS_INLINE_FUNCTION void get_value_words(const Words& words, std::int64_t at, float& v) {
+  v = bits_to_float(words(at));
+}
+template <class Words>
+KOKKOS_INLINE_FUNCTION void get_value_words(const Words& words, std::int64_t at, double& v) {
+  v = bits_to_double(static_cast<std::uint64_t>(words(at)) |
+                     (static_cast<std::uint64_t>(words(at + 1)) << 32));
+}
+
+/// Entry j as words [w·j, w·(j + 1)), w = pair_words: indices(j), then the bits of values(j),
+/// for j < count. A free function: CUDA forbids device lambdas in private member functions.
 template <class ExecSpace, class Idx, class Val, class Pairs>
 void pack_pairs(const ExecSpace& exec, const Idx& indices, const Val& values, std::int64_t count,
                 const Pairs& pairs) {
+  constexpr std::int64_t words = pair_words<typename Val::non_const_value_type>;
   Kokkos::parallel_for(
       "oktopk::sparse_allgatherv::pack", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(const std::int64_t j) {
-        pairs(2 * j) = static_cast<std::uint32_t>(indices(j));
-        pairs(2 * j + 1) = float_to_bits(values(j));
+        pairs(words * j) = static_cast<std::uint32_t>(indices(j));
+        put_value_words(pairs, words * j + 1, values(j));
       });
 }
 
@@ -89,11 +117,15 @@ void pack_pairs(const ExecSpace& exec, const Idx& indices, const Val& values, st
 template <class ExecSpace, class Pairs, class Idx, class Val>
 void unpack_pairs(const ExecSpace& exec, const Pairs& pairs, std::int64_t count, const Idx& indices,
                   const Val& values) {
+  using Real = typename Val::non_const_value_type;
+  constexpr std::int64_t words = pair_words<Real>;
   Kokkos::parallel_for(
       "oktopk::sparse_allgatherv::unpack", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(const std::int64_t j) {
-        indices(j) = static_cast<index_type>(pairs(2 * j));
-        values(j) = bits_to_float(pairs(2 * j + 1));
+        indices(j) = static_cast<index_type>(pairs(words * j));
+        Real v;
+        get_value_words(pairs, words * j + 1, v);
+        values(j) = v;
       });
 }
 
@@ -102,37 +134,41 @@ void unpack_pairs(const ExecSpace& exec, const Pairs& pairs, std::int64_t count,
 /// one allgatherv of (index, value bits) pairs rather than one each for indices and values:
 /// the same bytes in half the collectives, whose rounds' latency is what a call pays on
 /// links. The packing passes touch the few gathered entries, not n.
-template <class ExecSpace, class Idx, class Val>
+template <class ExecSpace, class Real, class Idx, class Val>
 void gather_pairs(const ExecSpace& exec, const Communicator& comm, const Idx& indices,
                   const Val& values, std::int64_t count, const std::vector<std::int64_t>& counts,
-                  std::int64_t total, SparseGather<ExecSpace>& gather) {
+                  std::int64_t total, SparseGather<ExecSpace, Real>& gather) {
   const auto range = [](std::int64_t b, std::int64_t e) { return Kokkos::make_pair(b, e); };
+  constexpr std::int64_t words = pair_words<Real>;
   std::vector<int> word_counts(counts.size());
   for (std::size_t r = 0; r < counts.size(); ++r) {
-    OKTOPK_REQUIRE(counts[r] >= 0 && counts[r] <= INT_MAX / 2, std::runtime_error,
+    OKTOPK_REQUIRE(counts[r] >= 0 && counts[r] <= INT_MAX / words, std::runtime_error,
                    "oktopk::sparse_allgatherv",
                    "rank " << r << " contributes " << counts[r]
                            << " entries, more than one MPI message of (index, value) pairs can "
-                              "carry (INT_MAX / 2)");
-    word_counts[r] = static_cast<int>(2 * counts[r]);
+                              "carry (INT_MAX / "
+                           << words << ")");
+    word_counts[r] = static_cast<int>(words * counts[r]);
   }
   const auto displacements = displacements_of(word_counts);
-  ensure_capacity(exec, gather.send_pairs, 2 * count);
-  ensure_capacity(exec, gather.pairs, 2 * total);
+  ensure_capacity(exec, gather.send_pairs, words * count);
+  ensure_capacity(exec, gather.pairs, words * total);
   pack_pairs(exec, indices, values, count, gather.send_pairs);
-  const auto send = mpi_send_view(exec, Kokkos::subview(gather.send_pairs, range(0, 2 * count)));
-  auto receive = mpi_receive_view(exec, Kokkos::subview(gather.pairs, range(0, 2 * total)));
-  comm.allgatherv(send.data(), 2 * count, receive.data(), word_counts.data(), displacements.data());
-  mpi_received(exec, receive, gather.pairs, 0, 2 * total);
+  const auto send =
+      mpi_send_view(exec, Kokkos::subview(gather.send_pairs, range(0, words * count)));
+  auto receive = mpi_receive_view(exec, Kokkos::subview(gather.pairs, range(0, words * total)));
+  comm.allgatherv(send.data(), words * count, receive.data(), word_counts.data(),
+                  displacements.data());
+  mpi_received(exec, receive, gather.pairs, 0, words * total);
   unpack_pairs(exec, gather.pairs, total, gather.indices, gather.values);
 }
 
 /// \brief Collective. sparse_allgatherv for callers that already hold every rank's count in
 /// `gather.counts` (size P, identical on every rank); this rank sends gather.counts[rank].
-template <class ExecSpace, class Idx, class Val, class Timed>
+template <class ExecSpace, class Real, class Idx, class Val, class Timed>
 void sparse_allgatherv_counted(const ExecSpace& exec, const Communicator& comm, const Idx& indices,
                                const Val& values, Balancing balancing, double balance_threshold,
-                               SparseGather<ExecSpace>& gather, Timed&& timed) {
+                               SparseGather<ExecSpace, Real>& gather, Timed&& timed) {
   const int P = comm.size();
   const int me = comm.rank();
   const auto range = [](std::int64_t b, std::int64_t e) { return Kokkos::make_pair(b, e); };
@@ -213,10 +249,11 @@ void sparse_allgatherv_counted(const ExecSpace& exec, const Communicator& comm, 
 /// rank order. With balancing, the entries are first redistributed so every rank holds
 /// total/P of them (remainder to the low ranks), keeping their order, so the allgatherv moves
 /// equal blocks; the result is the same array either way. `timed(name)` opens a phase.
-template <class ExecSpace, class Idx, class Val, class Timed>
+template <class ExecSpace, class Real, class Idx, class Val, class Timed>
 void sparse_allgatherv(const ExecSpace& exec, const Communicator& comm, const Idx& indices,
                        const Val& values, std::int64_t count, Balancing balancing,
-                       double balance_threshold, SparseGather<ExecSpace>& gather, Timed&& timed) {
+                       double balance_threshold, SparseGather<ExecSpace, Real>& gather,
+                       Timed&& timed) {
   gather.counts.assign(comm.size(), 0);
   {
     auto timer = timed("allgatherv");
@@ -229,10 +266,10 @@ void sparse_allgatherv(const ExecSpace& exec, const Communicator& comm, const Id
 /// out = (sum of the gathered entries) / P, adding rank by rank so the sum has the same order
 /// on every rank and every run (within one rank's block indices are distinct, so the atomic
 /// adds do not race). Entries of different ranks may share an index.
-template <class ExecSpace, class Out>
-void average_gathered(const ExecSpace& exec, const SparseGather<ExecSpace>& gather, const Out& out,
-                      int ranks) {
-  Kokkos::deep_copy(exec, out, 0.0f);
+template <class ExecSpace, class Real, class Out>
+void average_gathered(const ExecSpace& exec, const SparseGather<ExecSpace, Real>& gather,
+                      const Out& out, int ranks) {
+  Kokkos::deep_copy(exec, out, typename Out::non_const_value_type(0));
   std::int64_t begin = 0;
   for (const std::int64_t count : gather.counts) {
     const auto block = Kokkos::make_pair(begin, begin + count);

@@ -22,12 +22,12 @@
 namespace oktopk::impl {
 
 /// \brief Buffers of split_and_reduce, kept across calls, and what the last call produced.
-template <class ExecSpace>
+template <class ExecSpace, class Real>
 struct SplitReduce {
   using Memory = typename ExecSpace::memory_space;
   /// This rank's selection, grouped by destination region, indices relative to the region.
   Kokkos::View<index_type*, Memory> send_indices{"oktopk::SplitReduce::send_indices", 0};
-  Kokkos::View<value_type*, Memory> send_values{"oktopk::SplitReduce::send_values", 0};
+  Kokkos::View<Real*, Memory> send_values{"oktopk::SplitReduce::send_values", 0};
   Kokkos::View<count_type*, Memory> send_counts_device{"oktopk::SplitReduce::send_counts", 0};
   // host_mirror_type, not the HostMirror alias that Kokkos 4.7 deprecates.
   typename Kokkos::View<count_type*, Memory>::host_mirror_type send_counts_host;
@@ -37,14 +37,14 @@ struct SplitReduce {
   Kokkos::View<count_type*, Memory> send_offsets_device{"oktopk::SplitReduce::send_offsets", 0};
   /// What the other ranks sent for my region, grouped by source rank.
   Kokkos::View<index_type*, Memory> recv_indices{"oktopk::SplitReduce::recv_indices", 0};
-  Kokkos::View<value_type*, Memory> recv_values{"oktopk::SplitReduce::recv_values", 0};
+  Kokkos::View<Real*, Memory> recv_values{"oktopk::SplitReduce::recv_values", 0};
   std::vector<std::int64_t> recv_counts;
   std::vector<std::int64_t> recv_offsets;
   /// My region of the reduced sum, dense: sum over ranks of their selected entries. A view of
   /// the first entries of region_storage, which only grows: region boundaries move at every
   /// repartition, and a new allocation of n/P floats then cost more than the call's passes.
-  Kokkos::View<value_type*, Memory> region{"oktopk::SplitReduce::region", 0};
-  Kokkos::View<value_type*, Memory> region_storage{"oktopk::SplitReduce::region", 0};
+  Kokkos::View<Real*, Memory> region{"oktopk::SplitReduce::region", 0};
+  Kokkos::View<Real*, Memory> region_storage{"oktopk::SplitReduce::region", 0};
   /// Entries this rank selected (the sum of send_counts).
   std::int64_t selected = 0;
 };
@@ -77,12 +77,12 @@ void prefix_offsets(const ExecSpace& exec, const Counts& counts, const Offsets& 
 /// Rotation: in step s = 1..P-1 rank r sends to r+s and receives from r-s (mod P), so no rank
 /// is the target of everyone at once. Steps go in groups of `throttle` (the messages in
 /// flight); while a group travels, the previous group's data is added into the region.
-template <class ExecSpace, class Acc, class Timed>
+template <class ExecSpace, class Real, class Acc, class Timed>
 void split_and_reduce(
     const ExecSpace& exec, const Communicator& comm, const Acc& acc, float threshold,
-    const KnownAbove<ExecSpace>& known, const std::vector<std::int64_t>& offsets,
+    const KnownAbove<ExecSpace, Real>& known, const std::vector<std::int64_t>& offsets,
     const Kokkos::View<count_type*, typename ExecSpace::memory_space>& offsets_device, int throttle,
-    SplitReduce<ExecSpace>& state, Timed&& timed) {
+    SplitReduce<ExecSpace, Real>& state, Timed&& timed) {
   const int P = comm.size();
   const int me = comm.rank();
   using Memory = typename ExecSpace::memory_space;
@@ -130,7 +130,7 @@ void split_and_reduce(
   const std::int64_t region_size = offsets[me + 1] - offsets[me];
   ensure_capacity(exec, state.region_storage, region_size);
   state.region = Kokkos::subview(state.region_storage, range(0, region_size));
-  Kokkos::deep_copy(exec, state.region, 0.0f);
+  Kokkos::deep_copy(exec, state.region, Real(0));
 
   auto add_from = [&](const auto& idx, const auto& val, std::int64_t begin, std::int64_t end) {
     if (end > begin) {
@@ -197,8 +197,8 @@ void split_and_reduce(
 /// \brief The last split_and_reduce call's local selection with global indices:
 /// global(j) = send_indices(j) + region_offsets(r) for j in region r's group. One kernel, with
 /// no host involvement, whatever P.
-template <class ExecSpace, class OffsetView, class OutIdx>
-void selected_global_indices(const ExecSpace& exec, const SplitReduce<ExecSpace>& state,
+template <class ExecSpace, class Real, class OffsetView, class OutIdx>
+void selected_global_indices(const ExecSpace& exec, const SplitReduce<ExecSpace, Real>& state,
                              const OffsetView& region_offsets, const OutIdx& global) {
   const auto relative = state.send_indices;
   const auto group_offsets = state.send_offsets_device;

@@ -16,16 +16,18 @@
 #include <exception>
 #include <functional>
 #include <istream>
+#include <iterator>
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace oktopk {
 
-template <class ExecSpace>
-SparseAllreduce<ExecSpace>::SparseAllreduce(const ExecSpace& exec, Algorithm algorithm,
-                                            const Communicator& comm, std::int64_t n,
-                                            const Options& options, const Layout& layout)
+template <class ExecSpace, class Value>
+SparseAllreduce<ExecSpace, Value>::SparseAllreduce(const ExecSpace& exec, Algorithm algorithm,
+                                                   const Communicator& comm, std::int64_t n,
+                                                   const Options& options, const Layout& layout)
     : algorithm_(algorithm),
       comm_(comm),
       n_(n),
@@ -38,9 +40,9 @@ SparseAllreduce<ExecSpace>::SparseAllreduce(const ExecSpace& exec, Algorithm alg
   impl::fence(exec, "oktopk::SparseAllreduce: buffers ready");
 }
 
-template <class ExecSpace>
-void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vector_type& grad,
-                                        const vector_type& out) {
+template <class ExecSpace, class Value>
+void SparseAllreduce<ExecSpace, Value>::reduce(const ExecSpace& exec, const const_vector_type& grad,
+                                               const vector_type& out) {
   // A queued call that reduces (the C interface's) is already where the queue is worked.
   if (impl::in_progress_task()) {
     reduce_now(exec, grad, out, nullptr);
@@ -49,17 +51,18 @@ void SparseAllreduce<ExecSpace>::reduce(const ExecSpace& exec, const const_vecto
   }
 }
 
-template <class ExecSpace>
-ReduceRequest SparseAllreduce<ExecSpace>::reduce_async(const ExecSpace& exec,
-                                                       const const_vector_type& grad,
-                                                       const vector_type& out) {
+template <class ExecSpace, class Value>
+ReduceRequest SparseAllreduce<ExecSpace, Value>::reduce_async(const ExecSpace& exec,
+                                                              const const_vector_type& grad,
+                                                              const vector_type& out) {
   return ReduceRequest(
       impl::enqueue([this, exec, grad, out] { reduce_now(exec, grad, out, nullptr); }));
 }
 
-template <class ExecSpace>
-void SparseAllreduce<ExecSpace>::reduce_sparse(const ExecSpace& exec, const const_vector_type& grad,
-                                               SparseResult<memory_space>& result) {
+template <class ExecSpace, class Value>
+void SparseAllreduce<ExecSpace, Value>::reduce_sparse(const ExecSpace& exec,
+                                                      const const_vector_type& grad,
+                                                      sparse_result_type& result) {
   if (impl::in_progress_task()) {
     reduce_now(exec, grad, vector_type(), &result);
   } else {
@@ -67,24 +70,26 @@ void SparseAllreduce<ExecSpace>::reduce_sparse(const ExecSpace& exec, const cons
   }
 }
 
-template <class ExecSpace>
-ReduceRequest SparseAllreduce<ExecSpace>::reduce_sparse_async(const ExecSpace& exec,
-                                                              const const_vector_type& grad,
-                                                              SparseResult<memory_space>& result) {
-  SparseResult<memory_space>* target = &result;
+template <class ExecSpace, class Value>
+ReduceRequest SparseAllreduce<ExecSpace, Value>::reduce_sparse_async(const ExecSpace& exec,
+                                                                     const const_vector_type& grad,
+                                                                     sparse_result_type& result) {
+  sparse_result_type* target = &result;
   return ReduceRequest(
       impl::enqueue([this, exec, grad, target] { reduce_now(exec, grad, vector_type(), target); }));
 }
 
-template <class ExecSpace>
-void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream& os) const {
+template <class ExecSpace, class Value>
+void SparseAllreduce<ExecSpace, Value>::save_state(const ExecSpace& exec, std::ostream& os) const {
   impl::ScopedRegion region("oktopk::SparseAllreduce::save_state");
   SectionWriter out(os, "oktopk::SparseAllreduce::save_state");
-  // Handles without a layout write version 1, which has no layout digest, so that readers
-  // older than layouts read them too.
-  const bool with_layout = !layout_.empty();
-  out.header(impl::state_magic,
-             with_layout ? impl::state_format_version : impl::state_format_version_without_layout);
+  // Handles for float gradients without a layout write version 1, which has no layout digest,
+  // and with one version 2, which has no gradient type, so that older readers read them too.
+  const bool typed = !std::is_same_v<Value, float>;
+  const bool with_layout = typed || !layout_.empty();
+  out.header(impl::state_magic, typed         ? impl::state_format_version
+                                : with_layout ? impl::state_format_version_with_layout
+                                              : impl::state_format_version_without_layout);
   SectionPayload head;
   head.put_u32(static_cast<std::uint32_t>(algorithm_));
   head.put_i64(n_);
@@ -93,6 +98,7 @@ void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream&
   head.put_i64(options_.digest());
   head.put_i64(iteration_);
   if (with_layout) head.put_i64(layout_.digest());
+  if (typed) head.put_u32(impl::ValueTraits<Value>::code);
   out.section("HEAD", head.bytes());
   auto host = Kokkos::create_mirror_view(Kokkos::HostSpace(), residual_);
   Kokkos::deep_copy(exec, host, residual_);
@@ -103,15 +109,15 @@ void SparseAllreduce<ExecSpace>::save_state(const ExecSpace& exec, std::ostream&
   out.section("METH", method.bytes());
 }
 
-template <class ExecSpace>
-void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istream& is) {
+template <class ExecSpace, class Value>
+void SparseAllreduce<ExecSpace, Value>::restore_state(const ExecSpace& exec, std::istream& is) {
   constexpr const char* where = "oktopk::SparseAllreduce::restore_state";
   impl::ScopedRegion region("oktopk::SparseAllreduce::restore_state");
   const int P = comm_.size();
   const int me = comm_.rank();
 
   // 1. Parse everything into temporaries; the handle is untouched until every rank agrees.
-  Kokkos::View<value_type*, Kokkos::HostSpace> residual;
+  Kokkos::View<arithmetic_type*, Kokkos::HostSpace> residual;
   std::int64_t iteration = 0;
   std::function<void(const ExecSpace&)> install_method;
   int failure = 0;  // 0: none, 1: mismatch (invalid_argument), 2: damaged (runtime_error)
@@ -139,6 +145,9 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
     // Version 1 predates layouts: it was written by a handle without one.
     const std::int64_t layout_digest =
         version == impl::state_format_version_without_layout ? Layout().digest() : head.i64();
+    // Versions 1 and 2 predate gradient types: they were written by handles for floats.
+    const std::uint32_t value_code =
+        version < impl::state_format_version ? impl::ValueTraits<float>::code : head.u32();
     head.expect_end();
     if (algorithm >= all_algorithms.size()) {
       throw impl::StateError(
@@ -149,6 +158,17 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
       throw impl::StateError(true, "checkpoint was written for algorithm " +
                                        to_string(written_for) + ", this handle runs " +
                                        to_string(algorithm_));
+    }
+    constexpr std::uint32_t value_codes = std::size(impl::value_type_names);
+    if (value_code >= value_codes) {
+      throw impl::StateError(false, "checkpoint is corrupt: unknown gradient type number " +
+                                        std::to_string(value_code));
+    }
+    if (value_code != impl::ValueTraits<Value>::code) {
+      throw impl::StateError(true, std::string("checkpoint was written by a handle for ") +
+                                       impl::value_type_names[value_code] +
+                                       " gradients, this handle takes " +
+                                       impl::ValueTraits<Value>::name);
     }
     if (n != n_) {
       throw impl::StateError(true, "checkpoint was written for n = " + std::to_string(n) +
@@ -180,7 +200,7 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
       throw impl::StateError(
           false, "checkpoint is corrupt: negative call counter " + std::to_string(iteration));
     }
-    residual = Kokkos::View<value_type*, Kokkos::HostSpace>(
+    residual = Kokkos::View<arithmetic_type*, Kokkos::HostSpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing,
                            "oktopk::SparseAllreduce::restored_residual"),
         static_cast<std::size_t>(n_));
@@ -228,17 +248,17 @@ void SparseAllreduce<ExecSpace>::restore_state(const ExecSpace& exec, std::istre
   stats_.k = k_;
   stats_.iteration = iteration_;
   last_out_ = vector_type();
-  last_sparse_ = SparseResult<memory_space>();
+  last_sparse_ = sparse_result_type();
   last_was_sparse_ = false;
   if (install_method) install_method(exec);
   impl::fence(exec, "oktopk::SparseAllreduce::restore_state: state installed");
 }
 
-template <class ExecSpace>
-SparseResult<typename ExecSpace::memory_space> SparseAllreduce<ExecSpace>::result(
+template <class ExecSpace, class Value>
+SparseResult<typename ExecSpace::memory_space, Value> SparseAllreduce<ExecSpace, Value>::result(
     const ExecSpace& exec) const {
   if (last_was_sparse_) return last_sparse_;
-  SparseResult<memory_space> r;
+  sparse_result_type r;
   const auto capacity =
       static_cast<std::size_t>(last_out_.extent(0) == 0 ? 0 : stats_.global_selected + 1);
   r.indices = index_vector_type(

@@ -16,8 +16,12 @@ namespace oktopk::impl {
 inline constexpr char state_magic[8] = {'O', 'K', 'T', 'O', 'P', 'K', 'S', 'A'};
 /// Raised whenever the format changes; a reader refuses versions it does not know.
 /// Version 2 adds the handle's Layout digest to the header section; handles without a layout
-/// write version 1, which readers older than layouts also read.
-inline constexpr std::uint32_t state_format_version = 2;
+/// write version 1, which readers older than layouts also read. Version 3 adds the gradient
+/// type's code (ValueTraits) after the layout digest, and its residual section holds the
+/// handle's arithmetic type: handles for float gradients write version 1 or 2 as before, so
+/// readers older than gradient types read them, and versions 1 and 2 mean float.
+inline constexpr std::uint32_t state_format_version = 3;
+inline constexpr std::uint32_t state_format_version_with_layout = 2;
 inline constexpr std::uint32_t state_format_version_without_layout = 1;
 
 /// \brief A checkpoint that cannot be restored. `mismatch()`: intact, but written for another

@@ -8,6 +8,7 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/select.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/base/value_traits.hpp>
 #include <oktopk/impl/kernels/candidates.hpp>
 #include <oktopk/impl/kernels/count_levels.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
@@ -22,13 +23,15 @@ namespace oktopk::impl {
 /// \brief One handle's accumulate pass and what the current call's pass counted: the levels
 /// (thresholds), how many entries of acc lie above each, per chunk too on host spaces (a row
 /// per level; on GPUs the first level only and no rows), and the candidates above the lowest
-/// level where keeping them saves a pass (host spaces).
-template <class ExecSpace>
+/// level where keeping them saves a pass (host spaces). For gradients of type Value; acc and
+/// the residual are of its arithmetic type.
+template <class ExecSpace, class Value>
 class AccumulatePass {
  public:
   using memory_space = typename ExecSpace::memory_space;
-  using vector_type = Kokkos::View<value_type*, memory_space>;
-  using const_vector_type = Kokkos::View<const value_type*, memory_space>;
+  using arithmetic_type = arithmetic_t<Value>;
+  using vector_type = Kokkos::View<arithmetic_type*, memory_space>;
+  using const_gradient_type = Kokkos::View<const Value*, memory_space>;
 
   /// Forgets what the last call counted: nothing is known of the next acc.
   void forget() {
@@ -40,7 +43,7 @@ class AccumulatePass {
   /// the candidates above the lowest level where that is worth it (host spaces, k well below
   /// n). Returns how many entries of acc are not finite. acc may be residual.
   std::int64_t run(const ExecSpace& exec, const vector_type& residual,
-                   const const_vector_type& grad, const vector_type& acc, CountLevels levels,
+                   const const_gradient_type& grad, const vector_type& acc, CountLevels levels,
                    std::int64_t k) {
     const auto n = static_cast<std::int64_t>(acc.extent(0));
     if (!runs_on_host_v<ExecSpace> && levels.count > 1) levels.count = 1;
@@ -83,8 +86,8 @@ class AccumulatePass {
 
   /// What is known of acc above t, for a selection there: the counts per chunk of a counted
   /// level at t, with the candidates when they cover it (host spaces; nothing on GPUs).
-  KnownAbove<ExecSpace> known_above(float t) const {
-    KnownAbove<ExecSpace> known;
+  KnownAbove<ExecSpace, arithmetic_type> known_above(float t) const {
+    KnownAbove<ExecSpace, arithmetic_type> known;
     const int j = level(t);
     if (j < 0 || chunk_counts_.extent(0) == 0) return known;
     known.chunk_counts = Kokkos::subview(chunk_counts_, j, Kokkos::ALL);
@@ -96,7 +99,7 @@ class AccumulatePass {
   using ChunkCounts = Kokkos::View<count_type**, Kokkos::LayoutRight, memory_space>;
 
   AccumulateCounts accumulate(const ExecSpace& exec, const vector_type& residual,
-                              const const_vector_type& grad, const vector_type& acc,
+                              const const_gradient_type& grad, const vector_type& acc,
                               const CountLevels& levels, std::int64_t k) {
     if constexpr (runs_on_host_v<ExecSpace>) {
       const auto n = static_cast<std::int64_t>(acc.extent(0));
@@ -128,7 +131,7 @@ class AccumulatePass {
   CountLevels levels_;
   std::int64_t above_[max_count_levels] = {};
   ChunkCounts chunk_counts_;
-  Candidates<ExecSpace> candidates_;
+  Candidates<ExecSpace, arithmetic_type> candidates_;
 };
 
 }  // namespace oktopk::impl

@@ -21,12 +21,12 @@ namespace oktopk::impl {
 
 /// Per chunk, the entries with |acc| > threshold, in ascending order: chunk c's are at
 /// [c·stride(), c·stride() + counts(c)). A chunk with more than `capacity` such entries keeps
-/// none (counts(c) > capacity), and its selections read acc.
-template <class ExecSpace>
+/// none (counts(c) > capacity), and its selections read acc. Values of acc's type, Real.
+template <class ExecSpace, class Real>
 struct Candidates {
   using Memory = typename ExecSpace::memory_space;
   Kokkos::View<index_type*, Memory> indices{"oktopk::Candidates::indices", 0};
-  Kokkos::View<value_type*, Memory> values{"oktopk::Candidates::values", 0};
+  Kokkos::View<Real*, Memory> values{"oktopk::Candidates::values", 0};
   Kokkos::View<count_type*, Memory> counts{"oktopk::Candidates::counts", 0};
   std::int64_t capacity = 0;  ///< per chunk
   /// Slots per chunk: one more than the capacity, for the branch-free writes of the kernel.
@@ -41,10 +41,10 @@ struct Candidates {
 /// What the accumulate pass already knows of acc at the selection's threshold (host spaces):
 /// its count per chunk (empty: not known) and, when these are known, candidates that cover it
 /// (null: none).
-template <class ExecSpace>
+template <class ExecSpace, class Real>
 struct KnownAbove {
   Kokkos::View<const count_type*, typename ExecSpace::memory_space> chunk_counts;
-  const Candidates<ExecSpace>* candidates = nullptr;
+  const Candidates<ExecSpace, Real>* candidates = nullptr;
 };
 
 /// Room per chunk for a selection of about k entries out of n: several times the average
@@ -62,10 +62,11 @@ std::int64_t candidate_capacity(std::int64_t n, std::int64_t k) {
 /// with hits[q] = entries of group q (16 entries) above `first`. Returns the non-finite count
 /// and adds the hits to `above`. Pointers that do not alias, so each group's loop vectorizes
 /// without a check per group.
-KOKKOS_INLINE_FUNCTION std::int64_t accumulate_chunk(const float* KOKKOS_RESTRICT residual,
-                                                     const float* KOKKOS_RESTRICT grad,
-                                                     float* KOKKOS_RESTRICT acc,
-                                                     std::int64_t length, float first,
+template <class Real, class Grad>
+KOKKOS_INLINE_FUNCTION std::int64_t accumulate_chunk(const Real* KOKKOS_RESTRICT residual,
+                                                     const Grad* KOKKOS_RESTRICT grad,
+                                                     Real* KOKKOS_RESTRICT acc, std::int64_t length,
+                                                     float first,
                                                      unsigned char* KOKKOS_RESTRICT hits,
                                                      std::int64_t& above) {
   constexpr std::int64_t group = 16;
@@ -74,10 +75,10 @@ KOKKOS_INLINE_FUNCTION std::int64_t accumulate_chunk(const float* KOKKOS_RESTRIC
     const std::int64_t g_end = g + group < length ? g + group : length;
     int h = 0;
     for (std::int64_t i = g; i < g_end; ++i) {
-      const float a = residual[i] + grad[i];
+      const Real a = residual[i] + grad[i];
       acc[i] = a;
       bad += is_finite(a) ? 0 : 1;
-      h += abs(a) > first ? 1 : 0;
+      h += magnitude(a) > first ? 1 : 0;
     }
     hits[g / group] = static_cast<unsigned char>(h);
     above += h;
@@ -94,11 +95,10 @@ KOKKOS_INLINE_FUNCTION std::int64_t accumulate_chunk(const float* KOKKOS_RESTRIC
 /// alone. A chunk with more than `capacity` entries above the lowest level keeps none and is
 /// counted from acc (count_levels_in).
 template <class ExecSpace, class Residual, class Grad, class Acc, class ChunkCounts>
-AccumulateCounts accumulate_keeping_candidates(const ExecSpace& exec, const Residual& residual,
-                                               const Grad& grad, const Acc& acc,
-                                               const CountLevels& levels,
-                                               const ChunkCounts& chunk_counts,
-                                               Candidates<ExecSpace>& candidates) {
+AccumulateCounts accumulate_keeping_candidates(
+    const ExecSpace& exec, const Residual& residual, const Grad& grad, const Acc& acc,
+    const CountLevels& levels, const ChunkCounts& chunk_counts,
+    Candidates<ExecSpace, typename Acc::value_type>& candidates) {
   static_assert(runs_on_host_v<ExecSpace>, "candidates are kept on host execution spaces");
   constexpr std::int64_t group = 16;
   constexpr std::int64_t chunk = chunk_length_v<ExecSpace>;
@@ -117,9 +117,9 @@ AccumulateCounts accumulate_keeping_candidates(const ExecSpace& exec, const Resi
   const auto kept_values = candidates.values;
   const auto kept_counts = candidates.counts;
   // Contiguous: the handle's own buffers and a View of the default layout.
-  const float* residual_data = residual.data();
-  const float* grad_data = grad.data();
-  float* acc_data = acc.data();
+  const auto* residual_data = residual.data();
+  const auto* grad_data = grad.data();
+  auto* acc_data = acc.data();
   std::int64_t packed = 0;  // as in accumulate_counting: non-finite count above bit 32
   Kokkos::parallel_reduce(
       "oktopk::accumulate_keeping_candidates", RangeOf<ExecSpace>(exec, 0, chunks),
@@ -140,17 +140,17 @@ AccumulateCounts accumulate_keeping_candidates(const ExecSpace& exec, const Resi
             // Without a branch: each entry is written to the next slot, which only one above
             // `first` then takes (a chunk's slots have one to spare for the last write).
             for (std::int64_t i = g; i < g_end; ++i) {
-              const float a = acc(i);
+              const auto a = acc(i);
               kept_indices(kept) = static_cast<index_type>(i);
               kept_values(kept) = a;
-              kept += abs(a) > first ? 1 : 0;
+              kept += magnitude(a) > first ? 1 : 0;
             }
           }
           counts[0] = above;
           for (std::int64_t j = c * stride; j < kept; ++j) {
-            const float magnitude = abs(kept_values(j));
+            const float m = magnitude(kept_values(j));
             for (int l = 1; l < thresholds.count; ++l) {
-              counts[l] += magnitude > thresholds.threshold[l] ? 1 : 0;
+              counts[l] += m > thresholds.threshold[l] ? 1 : 0;
             }
           }
         } else {
@@ -175,9 +175,10 @@ AccumulateCounts accumulate_keeping_candidates(const ExecSpace& exec, const Resi
 /// `threshold` (which the candidates must cover), chunks that kept their candidates are
 /// filtered, and only the others read x. Same results and capacity rule.
 template <class ExecSpace, class XView, class CountView, class IdxView, class ValView>
-std::int64_t select_candidates(const ExecSpace& exec, const Candidates<ExecSpace>& candidates,
-                               const XView& x, float threshold, const CountView& chunk_counts,
-                               const IdxView& indices, const ValView& values) {
+std::int64_t select_candidates(
+    const ExecSpace& exec,
+    const Candidates<ExecSpace, typename XView::non_const_value_type>& candidates, const XView& x,
+    float threshold, const CountView& chunk_counts, const IdxView& indices, const ValView& values) {
   OKTOPK_ASSERT(candidates.cover(threshold));
   const auto n = static_cast<std::int64_t>(x.extent(0));
   const std::int64_t chunks = chunk_count<ExecSpace>(n);
@@ -209,8 +210,8 @@ std::int64_t select_candidates(const ExecSpace& exec, const Candidates<ExecSpace
           return;
         }
         for (std::int64_t j = c * stride; j < c * stride + kept_counts(c); ++j) {
-          const float v = kept_values(j);
-          if (!(abs(v) > threshold)) continue;
+          const auto v = kept_values(j);
+          if (!(magnitude(v) > threshold)) continue;
           if (slot < capacity) {
             indices(slot) = kept_indices(j);
             values(slot) = v;
@@ -226,8 +227,10 @@ std::int64_t select_candidates(const ExecSpace& exec, const Candidates<ExecSpace
 /// the chunk counts, else select_above()'s two. Returns the count; as select_above(), only
 /// what fits is written when it exceeds the outputs' capacity.
 template <class ExecSpace, class XView, class IdxView, class ValView>
-std::int64_t select_known(const ExecSpace& exec, const KnownAbove<ExecSpace>& known, const XView& x,
-                          float threshold, const IdxView& indices, const ValView& values) {
+std::int64_t select_known(const ExecSpace& exec,
+                          const KnownAbove<ExecSpace, typename XView::non_const_value_type>& known,
+                          const XView& x, float threshold, const IdxView& indices,
+                          const ValView& values) {
   if (known.chunk_counts.extent(0) == 0) return select_above(exec, x, threshold, indices, values);
   if (known.candidates != nullptr) {
     return select_candidates(exec, *known.candidates, x, threshold, known.chunk_counts, indices,

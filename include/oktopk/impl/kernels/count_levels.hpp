@@ -56,22 +56,22 @@ KOKKOS_INLINE_FUNCTION void count_levels_in(const XView& x, const CountLevels& l
   if (levels.count == 0) return;
   const float first = levels.threshold[0];
   if (levels.count == 1) {
-    for (std::int64_t i = begin; i < end; ++i) counts[0] += abs(x(i)) > first ? 1 : 0;
+    for (std::int64_t i = begin; i < end; ++i) counts[0] += magnitude(x(i)) > first ? 1 : 0;
     return;
   }
   constexpr std::int64_t group = 16;
   for (std::int64_t g = begin; g < end; g += group) {
     const std::int64_t g_end = g + group < end ? g + group : end;
     int hits = 0;
-    for (std::int64_t i = g; i < g_end; ++i) hits += abs(x(i)) > first ? 1 : 0;
+    for (std::int64_t i = g; i < g_end; ++i) hits += magnitude(x(i)) > first ? 1 : 0;
     if (hits == 0) continue;
     counts[0] += hits;
     // The few entries above the first level, one by one: the levels rise, so an entry's
     // count stops at the first level it does not exceed.
     for (std::int64_t i = g; i < g_end; ++i) {
-      const float magnitude = abs(x(i));
-      if (!(magnitude > first)) continue;
-      for (int j = 1; j < levels.count && magnitude > levels.threshold[j]; ++j) ++counts[j];
+      const float m = magnitude(x(i));
+      if (!(m > first)) continue;
+      for (int j = 1; j < levels.count && m > levels.threshold[j]; ++j) ++counts[j];
     }
   }
 }

@@ -108,8 +108,8 @@ struct CountSketch {
 
   /// The sketch's insert: table(q, h_q(key)) += s_q(key)·value in every sketch row q, atomic
   /// (entries that share a cell may be added at once).
-  template <class Table>
-  KOKKOS_INLINE_FUNCTION void add(const Table& table, std::int64_t key, float value) const {
+  template <class Table, class Real>
+  KOKKOS_INLINE_FUNCTION void add(const Table& table, std::int64_t key, Real value) const {
     for_each_cell(
         key, [&](int, std::int64_t c, float sign) { Kokkos::atomic_add(&table(c), sign * value); });
   }
@@ -119,10 +119,12 @@ struct CountSketch {
   ///
   /// Every loop runs over the compile-time bound max_sketch_rows, so the compiler unrolls it
   /// and every array index is a constant: the estimates stay in registers on GPUs (a sort with
-  /// runtime indices would put them in local memory).
+  /// runtime indices would put them in local memory). Of the table's value type.
   template <class Table>
-  KOKKOS_INLINE_FUNCTION float estimate(const Table& table, std::int64_t x) const {
-    float e[max_sketch_rows] = {};
+  KOKKOS_INLINE_FUNCTION typename Table::non_const_value_type estimate(const Table& table,
+                                                                       std::int64_t x) const {
+    using Real = typename Table::non_const_value_type;
+    Real e[max_sketch_rows] = {};
     const std::uint64_t mixed = mix(x);
     for (int q = 0; q < max_sketch_rows; ++q) {
       if (q < sketch_rows) {
@@ -132,14 +134,15 @@ struct CountSketch {
     }
     const int mid = sketch_rows / 2;
     if (sketch_rows % 2 == 1) return order_statistic(e, mid);
-    const float low = order_statistic(e, mid - 1);
-    return low + 0.5f * (order_statistic(e, mid) - low);  // exact when the two are equal
+    const Real low = order_statistic(e, mid - 1);
+    return low + Real(0.5) * (order_statistic(e, mid) - low);  // exact when the two are equal
   }
 
   /// The value of rank `rank` (from 0, ascending) among e[0, sketch_rows): the entry with
   /// exactly `rank` entries before it, counting equal entries at lower positions as before.
-  KOKKOS_INLINE_FUNCTION float order_statistic(const float (&e)[max_sketch_rows], int rank) const {
-    float result = 0.0f;
+  template <class Real>
+  KOKKOS_INLINE_FUNCTION Real order_statistic(const Real (&e)[max_sketch_rows], int rank) const {
+    Real result = 0;
     for (int a = 0; a < max_sketch_rows; ++a) {
       int before = 0;
       for (int b = 0; b < max_sketch_rows; ++b) {
@@ -165,7 +168,7 @@ std::int64_t sketch_nonzeros(const ExecSpace& exec, const CountSketch& sketch, c
   Kokkos::parallel_reduce(
       "oktopk::count_sketch::sketch", RangeOf<ExecSpace>(exec, 0, s.n),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
-        const float v = x(i);
+        const auto v = x(i);
         if (v == 0.0f) return;
         ++count;
         bitmap(i / s.row_width) = 1;
@@ -184,7 +187,7 @@ void subtract_own_estimate(const ExecSpace& exec, const CountSketch& sketch, con
   Kokkos::parallel_for(
       "oktopk::count_sketch::subtract_own_estimate", RangeOf<ExecSpace>(exec, 0, s.n),
       KOKKOS_LAMBDA(std::int64_t i) {
-        const float v = x(i);
+        const auto v = x(i);
         if (v != 0.0f) x(i) = v - s.estimate(table, i);
       });
 }

@@ -29,7 +29,7 @@ std::int64_t sketch_segments(const ExecSpace& exec, const CountSketch& sketch, c
       "oktopk::count_sketch::sketch_segments", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
       KOKKOS_LAMBDA(const std::int64_t e, std::int64_t& count) {
         std::int64_t row = 0;
-        const float v = acc(m.sparse_position(e, row));
+        const auto v = acc(m.sparse_position(e, row));
         if (v == 0.0f) return;
         ++count;
         bitmap(row) = 1.0f;
@@ -51,7 +51,7 @@ void subtract_own_estimate_segments(const ExecSpace& exec, const CountSketch& sk
       RangeOf<ExecSpace>(exec, 0, m.sparse_entries), KOKKOS_LAMBDA(std::int64_t e) {
         std::int64_t row = 0;
         const std::int64_t i = m.sparse_position(e, row);
-        const float v = acc(i);
+        const auto v = acc(i);
         if (v != 0.0f) acc(i) = v - s.estimate(table, e);
       });
 }

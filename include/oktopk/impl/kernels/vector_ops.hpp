@@ -18,6 +18,10 @@ namespace oktopk::impl {
 KOKKOS_INLINE_FUNCTION bool is_finite(float x) {
   return (float_to_bits(x) & 0x7f800000u) != 0x7f800000u;
 }
+KOKKOS_INLINE_FUNCTION bool is_finite(double x) {
+  constexpr std::uint64_t exponent = 0x7ff0000000000000u;
+  return (double_to_bits(x) & exponent) != exponent;
+}
 
 /// What accumulate_counting() found in acc.
 struct AccumulateCounts {
@@ -59,7 +63,7 @@ AccumulateCounts accumulate_counting(const ExecSpace& exec, const Residual& resi
         const std::int64_t end = begin + chunk < n ? begin + chunk : n;
         std::int64_t bad = 0;
         for (std::int64_t i = begin; i < end; ++i) {
-          const float a = residual(i) + grad(i);
+          const typename Acc::non_const_value_type a = residual(i) + grad(i);
           acc(i) = a;
           bad += is_finite(a) ? 0 : 1;
         }
@@ -99,7 +103,7 @@ std::int64_t count_above_by_chunk(const ExecSpace& exec, const X& x, float thres
         const std::int64_t begin = c * chunk;
         const std::int64_t end = begin + chunk < n ? begin + chunk : n;
         std::int64_t above = 0;
-        for (std::int64_t i = begin; i < end; ++i) above += abs(x(i)) > threshold ? 1 : 0;
+        for (std::int64_t i = begin; i < end; ++i) above += magnitude(x(i)) > threshold ? 1 : 0;
         if (record) chunk_counts(c) = above;
         sum += above;
       },
@@ -114,7 +118,7 @@ std::int64_t copy_counting_nonfinite(const ExecSpace& exec, const From& from, co
   Kokkos::parallel_reduce(
       "oktopk::copy_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, from.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
-        const float x = from(i);
+        const typename To::non_const_value_type x = from(i);
         to(i) = x;
         if (!is_finite(x)) ++count;
       },
@@ -144,7 +148,7 @@ std::int64_t divide_counting_nonfinite(const ExecSpace& exec, const In& in, cons
   Kokkos::parallel_reduce(
       "oktopk::divide_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, out.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
-        const float average = in(i) / divisor;
+        const typename Out::non_const_value_type average = in(i) / divisor;
         out(i) = average;
         if (!is_finite(average)) ++count;
       },
@@ -196,7 +200,7 @@ void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val
                ++j) {
             const std::int64_t i = indices(j);
             out(i) = values(j) / divisor;
-            if (abs(acc(i)) > cleared_above) acc(i) = 0.0f;
+            if (magnitude(acc(i)) > cleared_above) acc(i) = 0.0f;
           }
         });
   } else {
@@ -206,7 +210,7 @@ void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val
         KOKKOS_LAMBDA(std::int64_t j) {
           const std::int64_t i = indices(j);
           out(i) = values(j) / divisor;
-          if (abs(acc(i)) > cleared_above) acc(i) = 0.0f;
+          if (magnitude(acc(i)) > cleared_above) acc(i) = 0.0f;
         });
   }
 }
@@ -225,7 +229,7 @@ void copy_average_clearing(const ExecSpace& exec, const Idx& indices, const Val&
         const auto i = indices(j);
         out_indices(j) = i;
         out_values(j) = values(j) / divisor;
-        if (abs(acc(i)) > cleared_above) acc(i) = 0.0f;
+        if (magnitude(acc(i)) > cleared_above) acc(i) = 0.0f;
       });
 }
 
@@ -250,8 +254,8 @@ std::int64_t select_pairs_above(const ExecSpace& exec, const Idx& indices, const
   Kokkos::parallel_scan(
       "oktopk::select_pairs_above", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(const std::int64_t j, std::int64_t& slot, bool final) {
-        const float v = values(j);
-        if (abs(v) > threshold) {
+        const auto v = values(j);
+        if (magnitude(v) > threshold) {
           if (final && slot < capacity) {
             out_indices(slot) = indices(j);
             out_values(slot) = v;

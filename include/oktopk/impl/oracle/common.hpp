@@ -15,20 +15,29 @@
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
+#include <type_traits>
 
 namespace oktopk::impl {
 
-template <class ExecSpace>
-using OracleVector = Kokkos::View<float*, typename ExecSpace::memory_space>;
-template <class ExecSpace>
-using OracleConstVector = Kokkos::View<const float*, typename ExecSpace::memory_space>;
+/// The oracle's vectors hold the handle's arithmetic type, Real (float or double).
+template <class ExecSpace, class Real>
+using OracleVector = Kokkos::View<Real*, typename ExecSpace::memory_space>;
+template <class ExecSpace, class Real>
+using OracleConstVector = Kokkos::View<const Real*, typename ExecSpace::memory_space>;
 
 /// 2^-24: the unit roundoff of float.
 inline constexpr float float_roundoff = 5.9604645e-8f;
 
+/// The unit roundoff of Real: 2^-24 for float, 2^-53 for double.
+template <class Real>
+inline constexpr Real roundoff_v = std::is_same_v<Real, double> ? 0x1p-53 : 0x1p-24;
+
 KOKKOS_INLINE_FUNCTION float quiet_nan() { return bits_to_float(0x7fc00000u); }
 
-KOKKOS_INLINE_FUNCTION float max_of(float a, float b) { return a > b ? a : b; }
+template <class Real>
+KOKKOS_INLINE_FUNCTION Real max_of(Real a, Real b) {
+  return a > b ? a : b;
+}
 
 /// x (a magnitude) lies within tol of a finite threshold t.
 KOKKOS_INLINE_FUNCTION bool near_threshold(float x, float t, float tol) {
@@ -49,15 +58,15 @@ inline void oracle_check_lengths(const char* where, const Communicator& comm, st
 }
 
 /// flags(i) = the number of ranks on which acc(i) != 0 lies within tol of their local threshold.
-template <class ExecSpace>
+template <class ExecSpace, class Real>
 void local_borderline_counts(const ExecSpace& exec, const Communicator& comm,
-                             const OracleConstVector<ExecSpace>& acc, float threshold, float tol,
-                             const OracleVector<ExecSpace>& flags) {
+                             const OracleConstVector<ExecSpace, Real>& acc, float threshold,
+                             float tol, const OracleVector<ExecSpace, Real>& flags) {
   Kokkos::parallel_for(
       "oktopk::expected_result::local_borderline", RangeOf<ExecSpace>(exec, 0, acc.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) {
-        const float a = acc(i);
-        flags(i) = (a != 0.0f && near_threshold(abs(a), threshold, tol)) ? 1.0f : 0.0f;
+        const Real a = acc(i);
+        flags(i) = (a != 0 && near_threshold(magnitude(a), threshold, tol)) ? 1 : 0;
       });
   mpi_allreduce_in_place(exec, comm, flags, MPI_SUM);
 }

@@ -21,10 +21,11 @@ namespace oktopk::impl {
 /// A dense call (the Dense method, or a warm-up call): the library's MPI path, an
 /// out-of-place SUM allreduce, then a division by P; slack for the ring's order, and for the
 /// roundings of a 16-bit wire.
-template <class ExecSpace>
-void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
-                    const OracleConstVector<ExecSpace>& acc,
-                    const OracleVector<ExecSpace>& expected, const OracleVector<ExecSpace>& bound) {
+template <class ExecSpace, class Value, class Real = arithmetic_t<Value>>
+void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
+                    const OracleConstVector<ExecSpace, Real>& acc,
+                    const OracleVector<ExecSpace, Real>& expected,
+                    const OracleVector<ExecSpace, Real>& bound) {
   const Communicator& comm = handle.communicator();
   const auto n = static_cast<std::size_t>(handle.size());
   const int P = comm.size();
@@ -46,8 +47,8 @@ void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
       "oktopk::expected_result::abs", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) { bound(i) = abs(acc(i)); });
   mpi_allreduce_in_place(exec, comm, bound, MPI_SUM);
-  float scale = 0.0f;
-  float floor = 0.0f;
+  Real scale = 0;
+  Real floor = 0;
   if (narrow_wire) {
     // Every term of a ring sum meets at most P roundings to the wire type (its own, those of
     // the P - 2 partial sums sent on, the average's; at P = 1 its own) and P in float (the
@@ -62,11 +63,11 @@ void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
     const double eta_wire = bf16 ? 0x1p-134 : 0x1p-25;
     const double u = static_cast<double>(float_roundoff);
     const double growth = std::pow((1.0 + u_wire) * (1.0 + u), P) - 1.0;
-    scale = static_cast<float>(2.0 * growth / P * std::pow(1.0 + u, P + 2));
-    floor = static_cast<float>(2.0 * 4.0 * P * (eta_wire + 0x1p-150));
+    scale = static_cast<Real>(2.0 * growth / P * std::pow(1.0 + u, P + 2));
+    floor = static_cast<Real>(2.0 * 4.0 * P * (eta_wire + 0x1p-150));
   } else {
-    // The ring adds the same P floats in another order: first-order bound, doubled.
-    scale = 2.0f * static_cast<float>(P - 1) * float_roundoff / static_cast<float>(P);
+    // The ring adds the same P values in another order: first-order bound, doubled.
+    scale = Real(2) * static_cast<Real>(P - 1) * roundoff_v<Real> / static_cast<Real>(P);
   }
   Kokkos::parallel_for(
       "oktopk::expected_result::ring_slack", RangeOf<ExecSpace>(exec, 0, n),

@@ -27,10 +27,10 @@
 namespace oktopk::impl {
 
 /// gTopk: the tree simulated on the host from everyone's local selection.
-template <class ExecSpace>
-void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
-                    const OracleConstVector<ExecSpace>& acc,
-                    const OracleVector<ExecSpace>& expected, float tol) {
+template <class ExecSpace, class Value, class Real = arithmetic_t<Value>>
+void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
+                    const OracleConstVector<ExecSpace, Real>& acc,
+                    const OracleVector<ExecSpace, Real>& expected, float tol) {
   constexpr const char* where = "oktopk::expected_result";
   using Memory = typename ExecSpace::memory_space;
   const Communicator& comm = handle.communicator();
@@ -43,7 +43,7 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
   Kokkos::View<index_type*, Memory> idx(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::expected_result::leaf_indices"),
       static_cast<std::size_t>(count));
-  OracleVector<ExecSpace> val(
+  OracleVector<ExecSpace, Real> val(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::expected_result::leaf_values"),
       static_cast<std::size_t>(count));
   count = select_above(exec, acc, local_threshold, idx, val);
@@ -62,11 +62,11 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
     total += counts[r];
   }
   std::vector<index_type> all_idx(static_cast<std::size_t>(total));
-  std::vector<float> all_val(static_cast<std::size_t>(total));
+  std::vector<Real> all_val(static_cast<std::size_t>(total));
   comm.allgatherv(host_idx.data(), count, all_idx.data(), int_counts.data(), displacements.data());
   comm.allgatherv(host_val.data(), count, all_val.data(), int_counts.data(), displacements.data());
 
-  using Set = std::vector<std::pair<index_type, float>>;
+  using Set = std::vector<std::pair<index_type, Real>>;
   std::vector<Set> sets(P);
   for (int r = 0; r < P; ++r) {
     for (std::int64_t j = displacements[r]; j < displacements[r] + counts[r]; ++j) {
@@ -95,12 +95,13 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
         merged.clear();
       } else if (k < static_cast<std::int64_t>(merged.size())) {
         magnitudes.resize(merged.size());
-        for (std::size_t m = 0; m < merged.size(); ++m) magnitudes[m] = std::abs(merged[m].second);
+        // Magnitudes as the method ranks them: rounded to float (magnitude()).
+        for (std::size_t m = 0; m < merged.size(); ++m) magnitudes[m] = magnitude(merged[m].second);
         std::nth_element(magnitudes.begin(), magnitudes.begin() + k, magnitudes.end(),
                          std::greater<float>());
         const float t = magnitudes[static_cast<std::size_t>(k)];
         merged.erase(std::remove_if(merged.begin(), merged.end(),
-                                    [t](const auto& e) { return !(std::abs(e.second) > t); }),
+                                    [t](const auto& e) { return !(magnitude(e.second) > t); }),
                      merged.end());
       }
       sets[r] = std::move(merged);
@@ -113,7 +114,7 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
   Kokkos::View<index_type*, Memory> result_idx(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::expected_result::tree_indices"),
       size);
-  OracleVector<ExecSpace> result_val(
+  OracleVector<ExecSpace, Real> result_val(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::expected_result::tree_values"),
       size);
   auto host_result_idx = Kokkos::create_mirror_view(Kokkos::HostSpace(), result_idx);
@@ -125,8 +126,8 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& han
   Kokkos::deep_copy(exec, result_idx, host_result_idx);
   Kokkos::deep_copy(exec, result_val, host_result_val);
 
-  const auto borderline = make_uninitialized<float>(exec, "oktopk::expected_result::borderline",
-                                                    static_cast<std::size_t>(handle.size()));
+  const auto borderline = make_uninitialized<Real>(exec, "oktopk::expected_result::borderline",
+                                                   static_cast<std::size_t>(handle.size()));
   local_borderline_counts(exec, comm, acc, local_threshold, tol, borderline);
   Kokkos::deep_copy(exec, expected, 0.0f);
   const auto ranks = static_cast<float>(P);

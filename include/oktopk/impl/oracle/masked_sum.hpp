@@ -19,29 +19,29 @@
 namespace oktopk::impl {
 
 /// Masked-sum methods (TopkA, TopkDSA, GaussianK, OkTopk): spec §6.1.
-template <class ExecSpace>
-void expected_masked_sum(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
-                         const OracleConstVector<ExecSpace>& acc,
-                         const OracleVector<ExecSpace>& expected,
-                         const OracleVector<ExecSpace>& slack, float tol) {
+template <class ExecSpace, class Value, class Real = arithmetic_t<Value>>
+void expected_masked_sum(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
+                         const OracleConstVector<ExecSpace, Real>& acc,
+                         const OracleVector<ExecSpace, Real>& expected,
+                         const OracleVector<ExecSpace, Real>& slack, float tol) {
   const Communicator& comm = handle.communicator();
   const ReduceStats& stats = handle.stats();
   const auto n = static_cast<std::size_t>(handle.size());
   // expected first holds R, the masked sum; beside it sum|terms| (in slack), the count of
   // non-zero terms, and the number of ranks on which the entry is locally borderline.
-  const auto terms = make_uninitialized<float>(exec, "oktopk::expected_result::terms", n);
-  const auto borderline = make_uninitialized<float>(exec, "oktopk::expected_result::borderline", n);
+  const auto terms = make_uninitialized<Real>(exec, "oktopk::expected_result::terms", n);
+  const auto borderline = make_uninitialized<Real>(exec, "oktopk::expected_result::borderline", n);
   const float local_threshold = stats.local_threshold;
   Kokkos::parallel_for(
       "oktopk::expected_result::mask", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
-        const float a = acc(i);
-        const float m = abs(a);
+        const Real a = acc(i);
+        const float m = magnitude(a);
         const bool selected = m > local_threshold;
-        expected(i) = selected ? a : 0.0f;
-        slack(i) = selected ? m : 0.0f;
-        terms(i) = (selected && a != 0.0f) ? 1.0f : 0.0f;
-        borderline(i) = (a != 0.0f && near_threshold(m, local_threshold, tol)) ? 1.0f : 0.0f;
+        expected(i) = selected ? a : Real(0);
+        slack(i) = selected ? abs(a) : Real(0);
+        terms(i) = (selected && a != 0) ? 1 : 0;
+        borderline(i) = (a != 0 && near_threshold(m, local_threshold, tol)) ? 1 : 0;
       });
   mpi_allreduce_in_place(exec, comm, expected, MPI_SUM);
   mpi_allreduce_in_place(exec, comm, slack, MPI_SUM);
@@ -50,21 +50,26 @@ void expected_masked_sum(const ExecSpace& exec, const SparseAllreduce<ExecSpace>
 
   const float global_threshold = stats.global_threshold;
   const auto ranks = static_cast<float>(comm.size());
+  const Real u = roundoff_v<Real>;
   Kokkos::parallel_for(
       "oktopk::expected_result::select", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
-        const float r = expected(i);
-        const float m = abs(r);
-        const float c = terms(i);
-        const float order = c > 2.0f ? 2.0f * (c - 1.0f) * float_roundoff * slack(i) : 0.0f;
+        const Real r = expected(i);
+        const float m = magnitude(r);
+        const Real c = terms(i);
+        const Real order = c > 2 ? Real(2) * (c - 1) * u * slack(i) : Real(0);
         const bool keep = m > global_threshold;
-        bool undecided = borderline(i) > 0.0f;
+        bool undecided = borderline(i) > 0;
         if (is_finite(global_threshold)) {
-          const float g = global_threshold;
-          if (abs(m - g) <= max_of(tol * max_of(m, abs(g)), order)) undecided = true;
+          const Real g = global_threshold;
+          const Real exact = abs(r);
+          if (abs(exact - g) <= max_of(Real(tol) * max_of(exact, abs(g)), order)) undecided = true;
+          // The selection compares |R| rounded to float (magnitude()): a double R that the
+          // summation order moves by `order` may round to either side of the threshold.
+          if ((magnitude(exact - order) > g) != (magnitude(exact + order) > g)) undecided = true;
         }
-        expected(i) = undecided ? quiet_nan() : (keep ? r / ranks : 0.0f);
-        slack(i) = keep ? order / ranks : 0.0f;
+        expected(i) = undecided ? Real(quiet_nan()) : (keep ? r / ranks : Real(0));
+        slack(i) = keep ? order / ranks : Real(0);
       });
 }
 

@@ -24,12 +24,13 @@
 
 namespace oktopk {
 
-template <class ExecSpace>
-void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
-                     const Kokkos::View<const float*, typename ExecSpace::memory_space>& acc,
-                     const Kokkos::View<float*, typename ExecSpace::memory_space>& expected,
-                     double rel_tol,
-                     const Kokkos::View<float*, typename ExecSpace::memory_space>& slack) {
+template <class ExecSpace, class Value>
+void expected_result(
+    const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
+    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& acc,
+    const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& expected,
+    double rel_tol, const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& slack) {
+  using Real = impl::arithmetic_t<Value>;
   constexpr const char* where = "oktopk::expected_result";
   impl::ScopedRegion region("oktopk::expected_result");
   const Communicator& comm = handle.communicator();
@@ -44,9 +45,9 @@ void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& ha
                  "the handle has not reduced anything yet");
   const auto tol = static_cast<float>(rel_tol);
   const auto n = static_cast<std::size_t>(handle.size());
-  const impl::OracleVector<ExecSpace> bound =
+  const impl::OracleVector<ExecSpace, Real> bound =
       slack_given ? slack
-                  : impl::make_uninitialized<float>(exec, "oktopk::expected_result::slack", n);
+                  : impl::make_uninitialized<Real>(exec, "oktopk::expected_result::slack", n);
 
   if (stats.dense || handle.algorithm() == Algorithm::Dense) {
     impl::expected_dense(exec, handle, acc, expected, bound);
@@ -60,7 +61,7 @@ void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& ha
         break;
       case Algorithm::GTopk:
         impl::expected_gtopk(exec, handle, acc, expected, tol);
-        Kokkos::deep_copy(exec, bound, 0.0f);
+        Kokkos::deep_copy(exec, bound, Real(0));
         break;
       case Algorithm::S2Reducer:
         impl::expected_s2(exec, handle, acc, expected, bound);
@@ -75,18 +76,21 @@ void expected_result(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& ha
     Kokkos::parallel_for(
         "oktopk::expected_result::order_sensitive", impl::RangeOf<ExecSpace>(exec, 0, n),
         KOKKOS_LAMBDA(std::int64_t i) {
-          if (bound(i) > 0.5f * tol * impl::abs(expected(i))) expected(i) = impl::quiet_nan();
+          if (bound(i) > Real(0.5) * Real(tol) * impl::abs(expected(i))) {
+            expected(i) = Real(impl::quiet_nan());
+          }
         });
   }
   impl::fence(exec, "oktopk::expected_result");
 }
 
-template <class ExecSpace>
+template <class ExecSpace, class Value>
 std::int64_t count_mismatches(
-    const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
-    const Kokkos::View<const float*, typename ExecSpace::memory_space>& expected,
-    const Kokkos::View<const float*, typename ExecSpace::memory_space>& out, double rel_tol,
-    const Kokkos::View<const float*, typename ExecSpace::memory_space>& slack) {
+    const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
+    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& expected,
+    const typename SparseAllreduce<ExecSpace, Value>::const_vector_type& out, double rel_tol,
+    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& slack) {
+  using Real = impl::arithmetic_t<Value>;
   constexpr const char* where = "oktopk::count_mismatches";
   impl::ScopedRegion region("oktopk::count_mismatches");
   const Communicator& comm = handle.communicator();
@@ -99,25 +103,25 @@ std::int64_t count_mismatches(
 
   // Rank 0's output, to hold every rank to the same answer.
   const auto reference =
-      impl::make_uninitialized<float>(exec, "oktopk::count_mismatches::rank0", n);
+      impl::make_uninitialized<Value>(exec, "oktopk::count_mismatches::rank0", n);
   Kokkos::deep_copy(exec, reference, out);
   {
     auto buffer = impl::mpi_send_view(exec, reference);
     comm.bcast(buffer.data(), static_cast<count_type>(n), 0);
     impl::mpi_received(exec, buffer, reference, 0, static_cast<std::int64_t>(n));
   }
-  const auto tol = static_cast<float>(rel_tol);
+  const auto tol = static_cast<Real>(rel_tol);
   std::int64_t wrong = 0;
   Kokkos::parallel_reduce(
       "oktopk::count_mismatches", impl::RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& bad) {
-        const float o = out(i);
-        const float e = expected(i);
+        const Real o = out(i);
+        const Real e = expected(i);
         bool mismatch = !impl::is_finite(o) || o != reference(i);
-        if (!mismatch && !impl::isnan(e)) {
-          const float allowed = impl::max_of(tol * impl::max_of(impl::abs(o), impl::abs(e)),
-                                             slack_given ? slack(i) : 0.0f);
-          mismatch = !(impl::abs(o - e) <= allowed + 1e-30f);
+        if (!mismatch && e == e) {
+          const Real allowed = impl::max_of(tol * impl::max_of(impl::abs(o), impl::abs(e)),
+                                            slack_given ? slack(i) : Real(0));
+          mismatch = !(impl::abs(o - e) <= allowed + Real(1e-30));
         }
         if (mismatch) ++bad;
       },

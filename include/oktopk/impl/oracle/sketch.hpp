@@ -27,12 +27,12 @@ namespace oktopk::impl {
 /// functions, and decoded on the union of every rank's non-zero rows, without a further /P. By
 /// linearity of the sketch this equals S2Reducer's output (same n and options, before error
 /// feedback changes acc) up to the order of float additions. Throws std::invalid_argument on
-/// every rank if any rank's Views do not have length n, or for options S2 cannot use.
-template <class ExecSpace>
+/// every rank if any rank's Views do not have length n, or for options S2 cannot use. Acc and
+/// Out: Views of float or double in ExecSpace's memory, computed in Out's type.
+template <class ExecSpace, class Acc, class Out>
 void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
-               const Options& options,
-               const Kokkos::View<const float*, typename ExecSpace::memory_space>& acc,
-               const Kokkos::View<float*, typename ExecSpace::memory_space>& out) {
+               const Options& options, const Acc& acc, const Out& out) {
+  using Real = typename Out::non_const_value_type;
   constexpr const char* where = "oktopk::impl::s2_oracle";
   const CountSketch sketch = CountSketch::make(where, n, options);
   ScopedRegion region("oktopk::expected_result::s2_oracle");
@@ -45,14 +45,14 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
                  "acc and out must have length " << n << " on every rank; rank " << bad_rank - 1
                                                  << " passed other lengths");
   // sketch_nonzeros zeroes both before it adds.
-  auto table = make_uninitialized<float>(exec, "oktopk::expected_result::s2_oracle_table",
-                                         static_cast<std::size_t>(sketch.cells()));
+  auto table = make_uninitialized<Real>(exec, "oktopk::expected_result::s2_oracle_table",
+                                        static_cast<std::size_t>(sketch.cells()));
   auto bitmap = make_uninitialized<unsigned char>(exec, "oktopk::expected_result::s2_oracle_bitmap",
                                                   static_cast<std::size_t>(sketch.rows));
   sketch_nonzeros(exec, sketch, acc, table, bitmap);  // for the rows it marks
   mpi_allreduce_in_place(exec, comm, bitmap, MPI_MAX);
-  auto mean = make_uninitialized<float>(exec, "oktopk::expected_result::s2_oracle_mean",
-                                        static_cast<std::size_t>(n));
+  auto mean = make_uninitialized<Real>(exec, "oktopk::expected_result::s2_oracle_mean",
+                                       static_cast<std::size_t>(n));
   Kokkos::deep_copy(exec, mean, acc);
   mpi_allreduce_in_place(exec, comm, mean, MPI_SUM);
   divide(exec, mean, mean, static_cast<float>(comm.size()));
@@ -66,15 +66,16 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
 /// The median of e[0, count) (sorted in place): the middle value, or for even counts the mean
 /// of the two middle ones. Written apart from CountSketch::estimate, so the oracle does not check
 /// the decode against itself.
-KOKKOS_INLINE_FUNCTION float oracle_median(float (&e)[max_sketch_rows], int count) {
+template <class Real>
+KOKKOS_INLINE_FUNCTION Real oracle_median(Real (&e)[max_sketch_rows], int count) {
   for (int a = 1; a < count; ++a) {
-    const float v = e[a];
+    const Real v = e[a];
     int b = a;
     for (; b > 0 && e[b - 1] > v; --b) e[b] = e[b - 1];
     e[b] = v;
   }
   const int mid = count / 2;
-  return count % 2 == 1 ? e[mid] : 0.5f * (e[mid - 1] + e[mid]);
+  return count % 2 == 1 ? e[mid] : Real(0.5) * (e[mid - 1] + e[mid]);
 }
 
 /// S2 with a layout, from the Layout itself rather than the method's segment map: Dense
@@ -82,11 +83,11 @@ KOKKOS_INLINE_FUNCTION float oracle_median(float (&e)[max_sketch_rows], int coun
 /// them in layout order (the sketch's keys), are sketched once as the mean over ranks with the
 /// method's hashes, and each row of them is decoded (median over sketch rows) where some rank
 /// has a non-zero in it, 0 elsewhere.
-template <class ExecSpace>
-void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
-                        const OracleConstVector<ExecSpace>& acc,
-                        const OracleVector<ExecSpace>& expected,
-                        const OracleVector<ExecSpace>& slack) {
+template <class ExecSpace, class Value, class Real = arithmetic_t<Value>>
+void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
+                        const OracleConstVector<ExecSpace, Real>& acc,
+                        const OracleVector<ExecSpace, Real>& expected,
+                        const OracleVector<ExecSpace, Real>& slack) {
   const Communicator& comm = handle.communicator();
   const int P = comm.size();
   const Layout& layout = handle.layout();
@@ -104,9 +105,9 @@ void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace>&
   mpi_allreduce_in_place(exec, comm, slack, MPI_SUM);
 
   const auto cells = static_cast<std::size_t>(s.cells());
-  const OracleVector<ExecSpace> table("oktopk::expected_result::s2_layout_table", cells);
-  const OracleVector<ExecSpace> mass("oktopk::expected_result::s2_layout_mass", cells);
-  const OracleVector<ExecSpace> load("oktopk::expected_result::s2_layout_load", cells);
+  const OracleVector<ExecSpace, Real> table("oktopk::expected_result::s2_layout_table", cells);
+  const OracleVector<ExecSpace, Real> mass("oktopk::expected_result::s2_layout_mass", cells);
+  const OracleVector<ExecSpace, Real> load("oktopk::expected_result::s2_layout_load", cells);
   std::int64_t first_key = 0;
   for (const Segment& segment : layout.segments()) {
     if (segment.kind != SegmentKind::SparseRows) continue;
@@ -115,23 +116,23 @@ void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace>&
     Kokkos::parallel_for(
         "oktopk::expected_result::s2_layout_sketch",
         RangeOf<ExecSpace>(exec, offset, offset + segment.length), KOKKOS_LAMBDA(std::int64_t i) {
-          const float v = expected(i);
-          const float a = slack(i);
-          if (a == 0.0f) return;  // zero on every rank
+          const Real v = expected(i);
+          const Real a = slack(i);
+          if (a == 0) return;  // zero on every rank
           s.for_each_cell(key_base + i, [&](int, std::int64_t c, float sign) {
             Kokkos::atomic_add(&table(c), sign * v);
             Kokkos::atomic_add(&mass(c), a);
-            Kokkos::atomic_add(&load(c), 1.0f);
+            Kokkos::atomic_add(&load(c), Real(1));
           });
         });
     first_key += segment.length;
   }
 
-  const auto ranks = static_cast<float>(P);
+  const auto ranks = static_cast<Real>(P);
+  const Real u = roundoff_v<Real>;
   // The MPI sums of the method's fused buffer and of the oracle's whole one may add in
   // different orders once there are three terms or more.
-  const float dense_order =
-      P > 2 ? 2.0f * static_cast<float>(P - 1) * float_roundoff / ranks : 0.0f;
+  const Real dense_order = P > 2 ? Real(2) * static_cast<Real>(P - 1) * u / ranks : Real(0);
   first_key = 0;
   for (const Segment& segment : layout.segments()) {
     const std::int64_t offset = segment.offset;
@@ -159,14 +160,14 @@ void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace>&
               slack(i) = 0.0f;
               continue;
             }
-            float e[max_sketch_rows] = {};
-            float worst = 0.0f;
+            Real e[max_sketch_rows] = {};
+            Real worst = 0;
             s.for_each_cell(key_base + i, [&](int q, std::int64_t c, float sign) {
               e[q] = sign * table(c);
               worst = max_of(worst, (load(c) + ranks) * mass(c));
             });
             expected(i) = oracle_median(e, s.sketch_rows);
-            slack(i) = 4.0f * float_roundoff * worst / ranks;
+            slack(i) = Real(4) * u * worst / ranks;
           }
         });
     first_key += segment.length;
@@ -174,10 +175,11 @@ void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace>&
 }
 
 /// S2: its own oracle for the values; the slack from every sketch cell's load and mass.
-template <class ExecSpace>
-void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle,
-                 const OracleConstVector<ExecSpace>& acc, const OracleVector<ExecSpace>& expected,
-                 const OracleVector<ExecSpace>& slack) {
+template <class ExecSpace, class Value, class Real = arithmetic_t<Value>>
+void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
+                 const OracleConstVector<ExecSpace, Real>& acc,
+                 const OracleVector<ExecSpace, Real>& expected,
+                 const OracleVector<ExecSpace, Real>& slack) {
   if (!handle.layout().empty()) {
     expected_s2_layout(exec, handle, acc, expected, slack);
     return;
@@ -193,27 +195,28 @@ void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace>& handle
       KOKKOS_LAMBDA(std::int64_t i) { slack(i) = abs(acc(i)); });
   mpi_allreduce_in_place(exec, comm, slack, MPI_SUM);
   const auto cells = static_cast<std::size_t>(s.cells());
-  const OracleVector<ExecSpace> mass("oktopk::expected_result::s2_mass", cells);
-  const OracleVector<ExecSpace> load("oktopk::expected_result::s2_load", cells);
+  const OracleVector<ExecSpace, Real> mass("oktopk::expected_result::s2_mass", cells);
+  const OracleVector<ExecSpace, Real> load("oktopk::expected_result::s2_load", cells);
   Kokkos::parallel_for(
       "oktopk::expected_result::s2_cells", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
-        const float a = slack(i);
-        if (a == 0.0f) return;
+        const Real a = slack(i);
+        if (a == 0) return;
         s.for_each_cell(i, [&](int, std::int64_t c, float) {
           Kokkos::atomic_add(&mass(c), a);
-          Kokkos::atomic_add(&load(c), 1.0f);
+          Kokkos::atomic_add(&load(c), Real(1));
         });
       });
-  const auto ranks = static_cast<float>(comm.size());
+  const auto ranks = static_cast<Real>(comm.size());
+  const Real u = roundoff_v<Real>;
   Kokkos::parallel_for(
       "oktopk::expected_result::s2_slack", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
-        float worst = 0.0f;
+        Real worst = 0;
         s.for_each_cell(i, [&](int, std::int64_t c, float) {
           worst = max_of(worst, (load(c) + ranks) * mass(c));
         });
-        slack(i) = 4.0f * float_roundoff * worst / ranks;
+        slack(i) = Real(4) * u * worst / ranks;
       });
 }
 

@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Gradients of type double through every method: each call against the library's oracle at a
+// tolerance only double arithmetic meets (a value rounded to float anywhere on the way is off
+// by about 1e-8 and fails it), the residual holding acc's doubles bit for bit, reduce_sparse
+// against reduce, finite doubles beyond float's range, checkpoints that carry the gradient
+// type, and the factory's checks of the type.
+#include "api_checks.hpp"
+#include "mpi/oracle_host.hpp"
+
+#include <oktopk/make_sparse_allreduce.hpp>
+#include <oktopk/oracle.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace oktopk::test;  // NOLINT(google-build-using-namespace)
+using oktopk::Algorithm;
+using oktopk::Options;
+using Exec = Kokkos::DefaultExecutionSpace;
+using DoubleHandle = oktopk::SparseAllreduce<Exec, double>;
+using FloatHandle = oktopk::SparseAllreduce<Exec, float>;
+using DoubleVector = DoubleHandle::vector_type;
+
+constexpr std::int64_t kN = 3001;  // odd: uneven regions and ring chunks
+/// Well above what double arithmetic errs by, far below what one rounding to float errs by.
+constexpr double kTolerance = 1e-12;
+
+/// Doubles of scales 2^-20 to 2^4 with full 53-bit mantissas (no float holds them), both signs,
+/// some zeros, and a part shared by every rank so that sums do not cancel to noise.
+/// Deterministic in (rank, call).
+std::vector<double> gradient(int rank, std::int64_t call, std::int64_t n) {
+  std::vector<double> g(static_cast<std::size_t>(n));
+  for (std::int64_t j = 0; j < n; ++j) {
+    const auto u = hash_key(91, 3, static_cast<std::uint64_t>(rank),
+                            static_cast<std::uint64_t>(call), static_cast<std::uint64_t>(j));
+    const auto shared =
+        hash_key(91, 4, 0, static_cast<std::uint64_t>(call), static_cast<std::uint64_t>(j));
+    const double mantissa = 1.0 + static_cast<double>(u >> 11) * 0x1p-53;
+    const int exponent = static_cast<int>(shared % 25) - 20;
+    const double sign = ((u ^ shared) & 1) != 0 ? -1.0 : 1.0;
+    g[static_cast<std::size_t>(j)] =
+        (u >> 5) % 16 == 0 ? 0.0 : sign * std::ldexp(mantissa, exponent);
+  }
+  return g;
+}
+
+DoubleVector to_device(const std::vector<double>& host, const char* label) {
+  DoubleVector device(std::string(label), host.size());
+  Kokkos::deep_copy(
+      device,
+      Kokkos::View<const double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+          host.data(), host.size()));
+  return device;
+}
+
+template <class V>
+std::vector<double> to_host(const V& device) {
+  std::vector<double> host(device.extent(0));
+  Kokkos::deep_copy(
+      Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+          host.data(), host.size()),
+      device);
+  return host;
+}
+
+bool holds_float(double x) { return static_cast<double>(static_cast<float>(x)) == x; }
+
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+Options options_for(Algorithm a) {
+  Options o;
+  o.set_density(0.02).set_warmup_iterations(1);
+  if (a == Algorithm::OkTopk) o.set_threshold_period(2).set_repartition_period(3);
+  return o;
+}
+
+std::string algorithm_name(const ::testing::TestParamInfo<Algorithm>& info) {
+  return oktopk::to_string(info.param);
+}
+
+std::unique_ptr<DoubleHandle> make_double(Algorithm a, std::int64_t n = kN) {
+  return oktopk::make_sparse_allreduce<Exec, double>(Exec(), a, oktopk::Communicator(), n,
+                                                     options_for(a));
+}
+
+class DoubleGradients : public ::testing::TestWithParam<Algorithm> {};
+
+// Every call (the dense warm-up and the method's own) matches the oracle to 1e-12 on every
+// rank, and the residual keeps acc's doubles exactly where it keeps anything.
+TEST_P(DoubleGradients, EveryCallMatchesTheOracleInDouble) {
+  const Algorithm a = GetParam();
+  const auto h = make_double(a);
+  Exec exec;
+  const bool feedback = a != Algorithm::Dense && a != Algorithm::S2Reducer;
+  std::int64_t kept_doubles = 0;  // residual entries that no float holds
+  for (std::int64_t call = 1; call <= 5; ++call) {
+    const std::vector<double> grad = gradient(world_rank(), call, kN);
+    const std::vector<double> residual_before = to_host(h->residual());
+    std::vector<double> acc(grad.size());
+    for (std::size_t j = 0; j < grad.size(); ++j) acc[j] = residual_before[j] + grad[j];
+    const DoubleVector g = to_device(grad, "test::grad");
+    DoubleVector out("test::out", kN);
+    h->reduce(exec, g, out);
+
+    const DoubleVector acc_device = to_device(acc, "test::acc");
+    DoubleVector expected("test::expected", kN);
+    DoubleVector slack("test::slack", kN);
+    oktopk::expected_result(exec, *h, acc_device, expected, kTolerance, slack);
+    EXPECT_EQ(oktopk::count_mismatches(exec, *h, expected, out, kTolerance, slack), 0)
+        << "call " << call;
+
+    // The check must be able to fail: most non-zero outputs are decided by the oracle (not
+    // NaN, "either answer"), and some of them no float holds.
+    const std::vector<double> e = to_host(expected);
+    const std::vector<double> o = to_host(out);
+    std::int64_t nonzero = 0;
+    std::int64_t checked = 0;
+    std::int64_t beyond_float = 0;
+    for (std::size_t j = 0; j < e.size(); ++j) {
+      if (o[j] == 0.0) continue;
+      ++nonzero;
+      checked += std::isnan(e[j]) ? 0 : 1;
+      beyond_float += holds_float(o[j]) ? 0 : 1;
+    }
+    EXPECT_GT(nonzero, 0) << "call " << call;
+    EXPECT_GE(2 * checked, nonzero) << "call " << call << ": most outputs undecided";
+    EXPECT_GT(beyond_float, 0) << "call " << call << ": every output is a float";
+
+    const std::vector<double> residual_after = to_host(h->residual());
+    std::int64_t other = 0;
+    for (std::size_t j = 0; j < acc.size(); ++j) {
+      const double r = residual_after[j];
+      if (r == 0.0) continue;
+      if (!same_bits(r, acc[j])) ++other;
+      kept_doubles += holds_float(r) ? 0 : 1;
+    }
+    EXPECT_EQ(other, 0) << "call " << call << ": residual entries other than 0 or acc";
+  }
+  if (feedback) {
+    EXPECT_GT(kept_doubles, 0) << "the residual never held a value beyond float";
+  }
+}
+
+// reduce_sparse returns the non-zeros of what reduce writes, as doubles, bit for bit.
+TEST_P(DoubleGradients, ReduceSparseMatchesReduce) {
+  const Algorithm a = GetParam();
+  const auto dense = make_double(a);
+  const auto sparse = make_double(a);
+  Exec exec;
+  oktopk::SparseResult<DoubleHandle::memory_space, double> result;
+  for (std::int64_t call = 1; call <= 3; ++call) {
+    const DoubleVector g = to_device(gradient(world_rank(), call, kN), "test::grad");
+    DoubleVector out("test::out", kN);
+    dense->reduce(exec, g, out);
+    sparse->reduce_sparse(exec, g, result);
+    exec.fence();
+    const std::vector<double> o = to_host(out);
+    std::vector<double> scattered(o.size(), 0.0);
+    const auto idx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), result.indices);
+    const auto val = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), result.values);
+    ASSERT_LE(result.size, static_cast<std::int64_t>(idx.extent(0)));
+    for (std::int64_t e = 0; e < result.size; ++e) {
+      ASSERT_TRUE(idx(e) >= 0 && idx(e) < kN && (e == 0 || idx(e) > idx(e - 1)));
+      scattered[static_cast<std::size_t>(idx(e))] = val(e);
+    }
+    std::int64_t differ = 0;
+    for (std::size_t j = 0; j < o.size(); ++j) differ += same_bits(o[j], scattered[j]) ? 0 : 1;
+    EXPECT_EQ(differ, 0) << "call " << call;
+  }
+}
+
+// A finite double beyond float's range is an input like any other (its magnitude ranks as
+// float's Inf for selection); an infinite one is refused on every rank, the handle unchanged.
+TEST_P(DoubleGradients, DoublesBeyondFloatRangeAreFiniteInfIsNot) {
+  const Algorithm a = GetParam();
+  const auto h = make_double(a);
+  Exec exec;
+  std::vector<double> grad = gradient(world_rank(), 1, kN);
+  grad[static_cast<std::size_t>(17 + world_rank())] = 1e300;
+  DoubleVector out("test::out", kN);
+  EXPECT_NO_THROW(h->reduce(exec, to_device(grad, "test::grad"), out));
+  const std::vector<double> o = to_host(out);
+  const double P = world_size();
+  // The warm-up call is dense: every rank's huge entry reaches the output.
+  EXPECT_EQ(o[static_cast<std::size_t>(17 + world_rank())], 1e300 / P);
+
+  grad[5] = world_rank() == world_size() - 1 ? std::numeric_limits<double>::infinity() : 1.0;
+  expect_invalid_argument([&] { h->reduce(exec, to_device(grad, "test::grad"), out); },
+                          "oktopk::SparseAllreduce::reduce: ");
+  EXPECT_EQ(h->stats().iteration, 1);
+}
+
+// A checkpoint says what it was written for: a double handle's restores into a double handle,
+// which then goes on exactly as the saved one; a float handle refuses it, and a double handle
+// a float one's, on every rank and with the same message. A float handle still writes the
+// format version older readers know.
+TEST_P(DoubleGradients, CheckpointsCarryTheGradientType) {
+  const Algorithm a = GetParam();
+  Exec exec;
+  const auto saved = make_double(a);
+  for (std::int64_t call = 1; call <= 3; ++call) {
+    DoubleVector out("test::out", kN);
+    saved->reduce(exec, to_device(gradient(world_rank(), call, kN), "test::grad"), out);
+  }
+  std::ostringstream blob;
+  saved->save_state(exec, blob);
+
+  const auto restored = make_double(a);
+  std::istringstream in(blob.str());
+  restored->restore_state(exec, in);
+  const DoubleVector g = to_device(gradient(world_rank(), 4, kN), "test::grad");
+  DoubleVector expected_out("test::expected_out", kN);
+  DoubleVector out("test::out", kN);
+  saved->reduce(exec, g, expected_out);
+  restored->reduce(exec, g, out);
+  const std::vector<double> e = to_host(expected_out);
+  const std::vector<double> o = to_host(out);
+  std::int64_t differ = 0;
+  for (std::size_t j = 0; j < o.size(); ++j) differ += same_bits(o[j], e[j]) ? 0 : 1;
+  EXPECT_EQ(differ, 0);
+
+  const auto as_float = oktopk::make_sparse_allreduce<Exec, float>(
+      Exec(), a, oktopk::Communicator(), kN, options_for(a));
+  const std::string message = expect_invalid_argument(
+      [&] {
+        std::istringstream is(blob.str());
+        as_float->restore_state(exec, is);
+      },
+      "oktopk::SparseAllreduce::restore_state: rank 0: checkpoint was written by a handle for "
+      "float64 gradients, this handle takes float32");
+
+  std::ostringstream float_blob;
+  as_float->save_state(exec, float_blob);
+  std::uint32_t version = 0;
+  std::memcpy(&version, float_blob.str().data() + 8, sizeof version);
+  EXPECT_EQ(version, 1u) << "a float handle without a layout writes format version 1";
+  expect_invalid_argument(
+      [&] {
+        std::istringstream is(float_blob.str());
+        restored->restore_state(exec, is);
+      },
+      "oktopk::SparseAllreduce::restore_state: rank 0: checkpoint was written by a handle for "
+      "float32 gradients, this handle takes float64");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllMethods, DoubleGradients,
+                         ::testing::ValuesIn(std::vector<Algorithm>(oktopk::all_algorithms.begin(),
+                                                                    oktopk::all_algorithms.end())),
+                         algorithm_name);
+
+// Ranks that make handles for different gradient types all learn of it, instead of mixing
+// floats and doubles on the wire.
+TEST(ValueTypes, FactoryRefusesMixedTypesOnEveryRank) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  const oktopk::Communicator comm;
+  const std::string message = expect_invalid_argument(
+      [&] {
+        if (world_rank() == 0) {
+          oktopk::make_sparse_allreduce<Exec, double>(Exec(), Algorithm::OkTopk, comm, 100);
+        } else {
+          oktopk::make_sparse_allreduce<Exec, float>(Exec(), Algorithm::OkTopk, comm, 100);
+        }
+      },
+      "oktopk::make_sparse_allreduce: ");
+  EXPECT_NE(message.find("gradient type"), std::string::npos) << message;
+}
+
+TEST(ValueTypes, NarrowWireForDoubleIsRefused) {
+  const oktopk::Communicator comm;
+  expect_invalid_argument(
+      [&] {
+        oktopk::make_sparse_allreduce<Exec, double>(Exec(), Algorithm::Dense, comm, 100,
+                                                    Options{}.set_wire(oktopk::Wire::BFloat16));
+      },
+      "oktopk::make_sparse_allreduce: wire=bf16 is implemented for float32 gradients only so "
+      "far; float64 gradients are sent as they are (wire=native)");
+}
+
+}  // namespace
