@@ -11,7 +11,6 @@ template <class ExecSpace, class Value>
 class DenseAllreduce final : public MethodBase<ExecSpace, Value> {
   using Base = MethodBase<ExecSpace, Value>;
   using real_vector_type = typename Base::real_vector_type;
-  using Real = typename Base::arithmetic_type;
 
  public:
   DenseAllreduce(const ExecSpace& exec, const Communicator& comm, std::int64_t n,

@@ -147,10 +147,13 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
 
   /// Stream-compacts {i : |x(i)| > threshold} into (indices, values), growing them if needed;
   /// returns the count. `known`: what the accumulate pass knows of x = acc at the threshold
-  /// (accumulated_.known_above()), so that fewer passes read x.
-  std::int64_t select_into(const ExecSpace& exec, const real_vector_type& x, float threshold,
-                           index_vector_type& indices, real_vector_type& values,
-                           const impl::KnownAbove<ExecSpace, arithmetic_type>& known = {});
+  /// (accumulated_.known_above()), so that fewer passes read x. X and Values: Views of the
+  /// arithmetic type, or of the gradient type (a dense output compacted into a SparseResult).
+  template <class X, class Values>
+  std::int64_t select_into(
+      const ExecSpace& exec, const X& x, float threshold, index_vector_type& indices,
+      Values& values,
+      const impl::KnownAbove<ExecSpace, typename X::non_const_value_type>& known = {});
 
   /// A phase factory for the shared collectives: timed(name) opens phase(exec, name).
   auto timed(const ExecSpace& exec) {
@@ -355,14 +358,7 @@ void MethodBase<ExecSpace, Value>::compact_nonzeros(const ExecSpace& exec, const
   size_result(exec, result,
               std::max<std::int64_t>(static_cast<std::int64_t>(result.indices.extent(0)),
                                      std::min(this->stats_.global_selected, this->n_)));
-  const auto capacity =
-      static_cast<std::int64_t>(std::min(result.indices.extent(0), result.values.extent(0)));
-  std::int64_t count = select_above(exec, x, 0.0f, result.indices, result.values);
-  if (count > capacity) {
-    size_result(exec, result, count);
-    count = select_above(exec, x, 0.0f, result.indices, result.values);
-  }
-  result.size = count;
+  result.size = select_into(exec, x, 0.0f, result.indices, result.values);
 }
 
 template <class ExecSpace, class Value>
@@ -481,9 +477,10 @@ std::int64_t MethodBase<ExecSpace, Value>::dense_step(const ExecSpace& exec, con
 }
 
 template <class ExecSpace, class Value>
+template <class X, class Values>
 std::int64_t MethodBase<ExecSpace, Value>::select_into(
-    const ExecSpace& exec, const real_vector_type& x, float threshold, index_vector_type& indices,
-    real_vector_type& values, const KnownAbove<ExecSpace, arithmetic_type>& known) {
+    const ExecSpace& exec, const X& x, float threshold, index_vector_type& indices, Values& values,
+    const KnownAbove<ExecSpace, typename X::non_const_value_type>& known) {
   std::int64_t count = select_known(exec, known, x, threshold, indices, values);
   if (count > static_cast<std::int64_t>(std::min(indices.extent(0), values.extent(0)))) {
     ensure_capacity(exec, indices, count);

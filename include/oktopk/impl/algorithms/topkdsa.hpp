@@ -88,8 +88,11 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
     for (const auto c : gather_.counts) total += c;
     stats.global_selected = total;
 
-    // Byte break-even: a sparse entry costs 8 bytes (index + value), a dense one 4.
-    const bool sparse = 2 * total < this->n_;
+    // Byte break-even: a sparse entry costs an index and a value, a dense one a value (for
+    // float 8 bytes against 4, for double 12 against 8).
+    constexpr auto value_bytes = static_cast<std::int64_t>(sizeof(Real));
+    const bool sparse = (static_cast<std::int64_t>(sizeof(index_type)) + value_bytes) * total <
+                        value_bytes * this->n_;
     stats.dense_switch = !sparse;
     if (sparse) {
       add_offset(exec, region_indices_, 0, nonzeros, offsets_[me]);
