@@ -121,7 +121,8 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
         const int levels_counted = oktopk::impl::runs_on_host_v<TypeParam> ? levels.count : 1;
         const auto counts = oktopk::impl::accumulate_counting(exec, residual_view, grad_view,
                                                               acc_view, levels, level_counts);
-        EXPECT_TRUE(same_entries(to_vector(exec, acc_view), acc));
+        // Computed sums: a NaN's payload is the hardware's (CUDA makes 0x7fffffff).
+        EXPECT_TRUE(same_values(to_vector(exec, acc_view), acc));
         const auto expected_nonfinite =
             std::count_if(acc.begin(), acc.end(), [](float v) { return !std::isfinite(v); });
         EXPECT_EQ(counts.nonfinite, expected_nonfinite);
