@@ -66,8 +66,10 @@ template <class ExecSpace, class Value = value_type,
 std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
     const ExecSpace& exec, Algorithm algorithm, const Communicator& comm, std::int64_t n,
     const Options& options, const Layout& layout) {
-  static_assert(impl::is_gradient_value_v<Value>,
-                "oktopk::make_sparse_allreduce: the gradient type must be float or double");
+  static_assert(
+      impl::is_gradient_value_v<Value>,
+      "oktopk::make_sparse_allreduce: the gradient type must be float, double, oktopk::bfloat16 or "
+      "oktopk::float16");
   constexpr const char* where = "oktopk::make_sparse_allreduce";
   impl::GpuAwareness gpu_aware = impl::GpuAwareness::Unknown;
   std::string gpu_query;
@@ -99,7 +101,10 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
   OKTOPK_REQUIRE(takes_float || options.wire == Wire::Native, std::invalid_argument, where,
                  "wire=" << options.wire << " is implemented for float32 gradients only so far; "
                          << impl::ValueTraits<Value>::name
-                         << " gradients are sent as they are (wire=native)");
+                         << (impl::is_half_v<Value>
+                                 ? " gradients go as they are in dense allreduces, and the sparse "
+                                   "methods send their sums as float32 (wire=native)"
+                                 : " gradients are sent as they are (wire=native)"));
   // After the agreement check: every rank has this layout, so every rank throws alike.
   layout.validate(n);
   const auto build = [&]() -> std::unique_ptr<SparseAllreduce<ExecSpace, Value>> {

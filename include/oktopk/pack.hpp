@@ -45,8 +45,8 @@ void scatter_add(const ExecSpace& exec, const IdxView& indices, const ValView& v
                  const DenseView& dense, count_type offset = 0) {
   constexpr const char* where = "oktopk::scatter_add";
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type, "oktopk::scatter_add: indices");
-  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, ValView, "oktopk::scatter_add: values");
-  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, DenseView, "oktopk::scatter_add: dense");
+  OKTOPK_STATIC_CHECK_SUMS(ExecSpace, ValView, "oktopk::scatter_add: values");
+  OKTOPK_STATIC_CHECK_SUMS(ExecSpace, DenseView, "oktopk::scatter_add: dense");
   OKTOPK_STATIC_CHECK_WRITABLE(DenseView, "oktopk::scatter_add: dense");
   OKTOPK_REQUIRE(indices.extent(0) == values.extent(0), std::invalid_argument, where,
                  indices.extent(0) << " indices but " << values.extent(0) << " values");
@@ -170,11 +170,11 @@ std::int64_t merge_sorted(const ExecSpace& exec, const AIdx& a_indices, const AV
                           const OutVal& out_values) {
   constexpr const char* where = "oktopk::merge_sorted";
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, AIdx, index_type, "oktopk::merge_sorted: a_indices");
-  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, AVal, "oktopk::merge_sorted: a_values");
+  OKTOPK_STATIC_CHECK_SUMS(ExecSpace, AVal, "oktopk::merge_sorted: a_values");
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, BIdx, index_type, "oktopk::merge_sorted: b_indices");
-  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, BVal, "oktopk::merge_sorted: b_values");
+  OKTOPK_STATIC_CHECK_SUMS(ExecSpace, BVal, "oktopk::merge_sorted: b_values");
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, OutIdx, index_type, "oktopk::merge_sorted: out_indices");
-  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, OutVal, "oktopk::merge_sorted: out_values");
+  OKTOPK_STATIC_CHECK_SUMS(ExecSpace, OutVal, "oktopk::merge_sorted: out_values");
   OKTOPK_STATIC_CHECK_WRITABLE(OutIdx, "oktopk::merge_sorted: out_indices");
   OKTOPK_STATIC_CHECK_WRITABLE(OutVal, "oktopk::merge_sorted: out_values");
   const auto na = static_cast<std::int64_t>(a_indices.extent(0));

@@ -15,14 +15,15 @@
 
 namespace oktopk {
 
-/// \brief acc(i) = residual(i) + scale·grad(i). `acc` may be the same View as `residual`.
+/// \brief acc(i) = residual(i) + scale·grad(i), in acc's type (float or double; grad may be
+/// a 16-bit type, widened exactly). `acc` may be the same View as `residual`.
 template <class ExecSpace, class ResidualView, class GradView, class AccView>
 void accumulate_residual(const ExecSpace& exec, const ResidualView& residual, const GradView& grad,
                          float scale, const AccView& acc) {
   constexpr const char* where = "oktopk::accumulate_residual";
-  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, ResidualView, "oktopk::accumulate_residual: residual");
+  OKTOPK_STATIC_CHECK_SUMS(ExecSpace, ResidualView, "oktopk::accumulate_residual: residual");
   OKTOPK_STATIC_CHECK_VALUES(ExecSpace, GradView, "oktopk::accumulate_residual: grad");
-  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, AccView, "oktopk::accumulate_residual: acc");
+  OKTOPK_STATIC_CHECK_SUMS(ExecSpace, AccView, "oktopk::accumulate_residual: acc");
   OKTOPK_STATIC_CHECK_WRITABLE(AccView, "oktopk::accumulate_residual: acc");
   OKTOPK_REQUIRE(residual.extent(0) == grad.extent(0) && acc.extent(0) == grad.extent(0),
                  std::invalid_argument, where,
@@ -31,7 +32,9 @@ void accumulate_residual(const ExecSpace& exec, const ResidualView& residual, co
   impl::ScopedRegion region("oktopk::accumulate_residual");
   Kokkos::parallel_for(
       "oktopk::accumulate_residual", impl::RangeOf<ExecSpace>(exec, 0, grad.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t i) { acc(i) = residual(i) + scale * grad(i); });
+      KOKKOS_LAMBDA(std::int64_t i) {
+        acc(i) = residual(i) + scale * impl::to_arithmetic(grad(i));
+      });
 }
 
 /// \brief v(indices(j) + offset) = 0 for every j: clears the residual where entries were
@@ -43,11 +46,12 @@ void clear_at(const ExecSpace& exec, const VectorView& v, const IdxView& indices
   OKTOPK_STATIC_CHECK_VALUES(ExecSpace, VectorView, "oktopk::clear_at: v");
   OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type, "oktopk::clear_at: indices");
   OKTOPK_STATIC_CHECK_WRITABLE(VectorView, "oktopk::clear_at: v");
+  using Stored = typename VectorView::non_const_value_type;
   impl::ScopedRegion region("oktopk::clear_at");
   const auto n = static_cast<std::int64_t>(v.extent(0));
   const std::int64_t outside = impl::scatter_in_range(
       exec, "oktopk::clear_at", indices, offset, n,
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t) { v(i) = 0.0f; });
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t) { v(i) = Stored{}; });
   OKTOPK_REQUIRE(outside == 0, std::invalid_argument, "oktopk::clear_at",
                  outside << " indices (after adding offset " << offset
                          << ") fall outside the vector of length " << n);

@@ -68,7 +68,7 @@ struct SelectAboveFunctor {
         if (impl::magnitude(xi) > threshold) {
           if (slot < capacity) {
             indices(slot) = static_cast<index_type>(i);
-            values(slot) = xi;
+            values(slot) = impl::value_cast<typename ValView::non_const_value_type>(xi);
           }
           ++slot;
         }

@@ -42,8 +42,8 @@ struct SparseResult {
   std::int64_t size = 0;
 };
 
-/// \brief A sparse allreduce handle for gradients of length n and type Value (float or double;
-/// made by make_sparse_allreduce).
+/// \brief A sparse allreduce handle for gradients of length n and type Value (float, double,
+/// bfloat16 or float16; made by make_sparse_allreduce).
 ///
 /// Owns the residual (error feedback), thresholds, region boundaries and reusable buffers, so
 /// one handle serves every iteration of a training run. Sums, averages and the residual are
@@ -51,8 +51,10 @@ struct SparseResult {
 /// magnitudes rounded to float (user guide, "Gradient types"). Not copyable; not thread-safe.
 template <class ExecSpace, class Value = value_type>
 class SparseAllreduce {
-  static_assert(impl::is_gradient_value_v<Value>,
-                "oktopk::SparseAllreduce: the gradient type must be float or double");
+  static_assert(
+      impl::is_gradient_value_v<Value>,
+      "oktopk::SparseAllreduce: the gradient type must be float, double, oktopk::bfloat16 or "
+      "oktopk::float16");
 
  public:
   using execution_space = ExecSpace;

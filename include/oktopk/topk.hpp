@@ -40,7 +40,8 @@ struct KthLargestWorkspace {
 /// as +Inf. If k == 0 or m == 0 the result is +Inf; if k > m, k is clamped to m (the smallest
 /// |x|). Ties need no special care: the result is a value, the same for any order of x. With
 /// strict selection (|x| > result) k-1 entries are selected when the k largest are distinct.
-/// Three read passes over x; only three small histograms cross to the host.
+/// Three read passes over x (two for the 16-bit types); only as many small histograms cross to
+/// the host.
 template <class ExecSpace, class XView>
 float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k,
                       KthLargestWorkspace<ExecSpace>& workspace) {
@@ -51,9 +52,13 @@ float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k,
   constexpr float infinity = std::numeric_limits<float>::infinity();
   if (k == 0 || x.extent(0) == 0) return infinity;
 
+  // A 16-bit value's key is a float's with at least the 13 low bits zero: the last pass, over
+  // the 9 lowest bits, would find every candidate at digit 0, so it is skipped.
+  constexpr bool half = impl::is_half_v<typename XView::non_const_value_type>;
+  constexpr int passes = half ? impl::radix_passes - 1 : impl::radix_passes;
   std::uint32_t prefix = 0;
   std::int64_t remaining = k;  // rank of the wanted key among keys matching `prefix`
-  for (int pass = 0; pass < impl::radix_passes; ++pass) {
+  for (int pass = 0; pass < passes; ++pass) {
     impl::radix_histogram(exec, x, pass, prefix, workspace.histogram);
     const int bins = 1 << impl::radix_bits[pass];
     Kokkos::deep_copy(exec, workspace.histogram_host, workspace.histogram);
@@ -73,6 +78,7 @@ float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k,
     }
     prefix = (prefix << impl::radix_bits[pass]) | static_cast<std::uint32_t>(digit);
   }
+  if constexpr (half) prefix <<= impl::radix_bits[impl::radix_passes - 1];
   return impl::bits_to_float(prefix);
 }
 
@@ -139,7 +145,8 @@ float estimate_threshold_gaussian(const ExecSpace& exec, const XView& x, std::in
       KOKKOS_LAMBDA(std::int64_t c, double& s) {
         const std::int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
         double local = 0.0;
-        for (std::int64_t i = c * chunk; i < end; ++i) local += static_cast<double>(x(i));
+        for (std::int64_t i = c * chunk; i < end; ++i)
+          local += static_cast<double>(impl::to_arithmetic(x(i)));
         s += local;
       },
       sum);
@@ -152,7 +159,7 @@ float estimate_threshold_gaussian(const ExecSpace& exec, const XView& x, std::in
         const std::int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
         double local = 0.0;
         for (std::int64_t i = c * chunk; i < end; ++i) {
-          const double d = static_cast<double>(x(i)) - mean;
+          const double d = static_cast<double>(impl::to_arithmetic(x(i))) - mean;
           local += d * d;
         }
         s += local;

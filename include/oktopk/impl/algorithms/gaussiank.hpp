@@ -68,7 +68,7 @@ class GaussianK final : public MethodBase<ExecSpace, Value> {
     stats.global_selected = gather_.total;
     {
       auto timer = this->phase(exec, "reduce");
-      average_gathered(exec, gather_, out, this->comm_.size());
+      average_gathered(exec, gather_, this->sums_for(exec, out), out, this->comm_.size());
     }
     {
       auto timer = this->phase(exec, "residual");

@@ -169,7 +169,7 @@ class GTopk final : public MethodBase<ExecSpace, Value> {
 
     {
       auto timer = this->phase(exec, "reduce");
-      Kokkos::deep_copy(exec, out, 0.0f);
+      Kokkos::deep_copy(exec, out, typename Base::gradient_type{});
       scatter_divided(exec, set_indices_, set_values_, size, out, static_cast<float>(P));
     }
     {

@@ -25,6 +25,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <exception>
 #include <limits>
@@ -87,6 +88,11 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
   /// only). None (the default): nothing counted. Asked before the call counter moves, so the
   /// call it is for is iteration_ + 1.
   virtual impl::CountLevels accumulate_count_levels() const { return {}; }
+
+  /// Whether an output entry can be larger than every rank's |acc| at it (S2's sketch estimates
+  /// add up colliding entries). For float16 gradients the driver then checks the output for
+  /// entries that rounded to Inf; the other methods' averages cannot (see fits_value).
+  virtual bool output_may_exceed_inputs() const { return false; }
 
   /// Whether every call is a dense average of the gradient as it is (the Dense method): the
   /// driver then reduces `grad` straight into `out`, without reduce_step and without a copy,
@@ -160,6 +166,22 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
     return [this, exec](const char* name) { return phase(exec, name); };
   }
 
+  /// Where a method sums an average before it divides: `out` itself when the gradient type is
+  /// the arithmetic type, else a scratch vector of n arithmetic values (allocated at its first
+  /// use), so that a 16-bit output is rounded once, from the finished average.
+  auto sums_for(const ExecSpace& exec, const vector_type& out) {
+    if constexpr (std::is_same_v<Value, arithmetic_type>) {
+      return out;
+    } else {
+      if (sums_scratch_.extent(0) == 0) {
+        sums_scratch_ = real_vector_type(
+            Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::SparseAllreduce::sums"),
+            static_cast<std::size_t>(this->n_));
+      }
+      return sums_scratch_;
+    }
+  }
+
   /// result = the non-zeros of x (|x(i)| > 0), growing its Views if needed.
   template <class X>
   void compact_nonzeros(const ExecSpace& exec, const X& x, sparse_result_type& result);
@@ -190,6 +212,8 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
   real_vector_type acc_;
   /// The dense output that reduce_step_sparse's default compacts (allocated at its first use).
   vector_type sparse_scratch_;
+  /// sums_for()'s scratch, for 16-bit gradients.
+  real_vector_type sums_scratch_;
   RingBuffers<arithmetic_type, memory_space> ring_native_;
   RingBuffers<bfloat16, memory_space> ring_bfloat16_;
   RingBuffers<float16, memory_space> ring_float16_;
@@ -255,14 +279,19 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
                                                    std::to_string(out.extent(0))));
   OKTOPK_REQUIRE(
       bad_rank[1] == 0, std::invalid_argument, where,
-      "the gradient (plus residual) holds NaN or Inf on rank "
-          << bad_rank[1] - 1
+      "the gradient (plus residual) holds NaN or Inf"
+          << (is_half_v<Value>
+                  ? std::string(", or values that round to Inf as ") + ValueTraits<Value>::name
+                  : std::string())
+          << " on rank " << bad_rank[1] - 1
           << (this->comm_.rank() + 1 == bad_rank[1] ? " (" + std::to_string(nonfinite) + " entries)"
                                                     : std::string()));
 
   // Non-finite averages of an as-is call, counted over all ranks: NaN or Inf in some rank's
   // gradient, or a sum that overflows. The same on every rank, so all throw below.
   std::int64_t nonfinite_averages = 0;
+  // float16 output entries that rounded to Inf although every input fit (S2 only).
+  std::int64_t overflowed = 0;
   run_or_abort(call, [&] {
     ++this->iteration_;
     this->stats_.iteration = this->iteration_;
@@ -273,20 +302,27 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
       auto timer = phase(exec, "check");
       // MPI_Allreduce leaves every rank the whole average, the ring each rank its own chunk.
       this->comm_.allreduce_in_place(&nonfinite_averages, 1,
-                                     dense_on_ring(this->options_) ? MPI_SUM : MPI_MAX);
+                                     dense_on_ring<Value>(this->options_) ? MPI_SUM : MPI_MAX);
       if (sparse != nullptr && nonfinite_averages == 0) {
         auto output = phase(exec, "output");
         compact_nonzeros(exec, acc_, *sparse);
       }
     } else if (this->iteration_ <= this->options_.warmup_iterations) {
-      if (sparse != nullptr) {
-        // In place: the next call's accumulate pass overwrites acc_ anyway.
-        dense_step(exec, acc_, acc_, false);
-        compact_nonzeros(exec, acc_, *sparse);
-      } else {
-        dense_step(exec, acc_, out, false);
+      // Inputs are finite, but a 16-bit wire's partial sums can still overflow: count them
+      // then, as the Dense method does, so that every rank rejects the call.
+      const Wire wire = dense_wire<Value>(this->options_);
+      const bool narrow = wire == Wire::BFloat16 || wire == Wire::Float16;
+      // In place for a sparse result: the next call's accumulate pass overwrites acc_ anyway.
+      nonfinite_averages = sparse != nullptr ? dense_step(exec, acc_, acc_, narrow)
+                                             : dense_step(exec, acc_, out, narrow);
+      if (narrow) {
+        auto timer = phase(exec, "check");
+        this->comm_.allreduce_in_place(&nonfinite_averages, 1, MPI_SUM);
       }
-      Kokkos::deep_copy(exec, this->residual_, arithmetic_type(0));
+      if (nonfinite_averages == 0) {
+        if (sparse != nullptr) compact_nonzeros(exec, acc_, *sparse);
+        Kokkos::deep_copy(exec, this->residual_, arithmetic_type(0));
+      }
     } else {
       if (sparse != nullptr) {
         reduce_step_sparse(exec, acc_, *sparse);
@@ -294,6 +330,18 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
         reduce_step(exec, acc_, out);
       }
       if (uses_error_feedback()) std::swap(this->residual_, acc_);
+      if constexpr (std::is_same_v<Value, float16>) {
+        if (output_may_exceed_inputs()) {
+          auto timer = phase(exec, "check");
+          overflowed =
+              sparse != nullptr
+                  ? count_nonfinite(
+                        exec, Kokkos::subview(sparse->values,
+                                              Kokkos::make_pair(std::int64_t{0}, sparse->size)))
+                  : count_nonfinite(exec, out);
+          this->comm_.allreduce_in_place(&overflowed, 1, MPI_MAX);
+        }
+      }
     }
     for (const auto& [name, traffic] : this->comm_.traffic())
       this->stats_.phases[name].traffic = traffic;
@@ -325,15 +373,21 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
     OKTOPK_REQUIRE(false, std::invalid_argument, where,
                    "the sum over ranks overflows to Inf at "
                        << nonfinite_averages << " entries (every gradient is finite"
-                       << (this->options_.wire == Wire::Float16
-                               ? "; with wire=fp16, every value and partial sum sent must stay "
-                                 "within float16's 65504"
+                       << (dense_wire<Value>(this->options_) == Wire::Float16
+                               ? "; with float16 on the wire, every value and partial sum sent "
+                                 "must stay within float16's 65504"
                                : "")
                        << ")");
   }
   this->last_out_ = out;
   this->last_sparse_ = sparse != nullptr ? *sparse : sparse_result_type();
   this->last_was_sparse_ = sparse != nullptr;
+  OKTOPK_REQUIRE(overflowed == 0, std::runtime_error, where,
+                 overflowed << " entries of the average are beyond float16's 65504 and were "
+                            << "stored as Inf: " << this->algorithm_
+                            << "'s sketch estimates add up the entries that share a cell, so "
+                            << "they can exceed every input. The call took effect (the "
+                            << "residual and the handle's state moved on)");
 }
 
 template <class ExecSpace, class Value>
@@ -431,37 +485,44 @@ template <class ExecSpace, class Value>
 template <class In, class Out>
 std::int64_t MethodBase<ExecSpace, Value>::dense_average(const ExecSpace& exec, const In& in,
                                                          const Out& out, bool count_nonfinite) {
-  if (dense_on_ring(this->options_)) {
+  if (dense_on_ring<Value>(this->options_)) {
     // The ring's count rides on a pass it makes anyway.
     std::int64_t nonfinite = 0;
-    // A 16-bit wire carries float gradients only (make_sparse_allreduce refuses the others).
+    // A 16-bit wire carries float and 16-bit gradients only (make_sparse_allreduce refuses
+    // the others), whose arithmetic is float.
     constexpr bool float_values = std::is_same_v<arithmetic_type, float>;
-    if (float_values && this->options_.wire == Wire::BFloat16) {
+    const Wire wire = dense_wire<Value>(this->options_);
+    if (float_values && wire == Wire::BFloat16) {
       if constexpr (float_values) {
         nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_bfloat16_);
       }
-    } else if (float_values && this->options_.wire == Wire::Float16) {
+    } else if (float_values && wire == Wire::Float16) {
       if constexpr (float_values) {
         nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_float16_);
       }
-    } else {
+    } else if constexpr (!is_half_v<Value>) {
       nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_native_);
     }
     return count_nonfinite ? nonfinite : 0;
   }
-  if (in.data() == out.data()) {
-    mpi_allreduce_in_place(exec, this->comm_, out, MPI_SUM);
+  if constexpr (is_half_v<Value>) {
+    assert(false && "a 16-bit gradient's dense allreduce runs on the ring");
+    return 0;
   } else {
-    // Out of place: MPI reads `in` where it lies, no copy into `out` first.
-    const auto send = mpi_send_view(exec, in);
-    auto receive = mpi_receive_view(exec, out);
-    this->comm_.allreduce(send.data(), receive.data(), this->n_, MPI_SUM);
-    mpi_received(exec, receive, out, 0, this->n_);
+    if (in.data() == out.data()) {
+      mpi_allreduce_in_place(exec, this->comm_, out, MPI_SUM);
+    } else {
+      // Out of place: MPI reads `in` where it lies, no copy into `out` first.
+      const auto send = mpi_send_view(exec, in);
+      auto receive = mpi_receive_view(exec, out);
+      this->comm_.allreduce(send.data(), receive.data(), this->n_, MPI_SUM);
+      mpi_received(exec, receive, out, 0, this->n_);
+    }
+    const auto P = static_cast<float>(this->comm_.size());
+    if (count_nonfinite) return divide_counting_nonfinite(exec, out, out, P);
+    divide(exec, out, out, P);
+    return 0;
   }
-  const auto P = static_cast<float>(this->comm_.size());
-  if (count_nonfinite) return divide_counting_nonfinite(exec, out, out, P);
-  divide(exec, out, out, P);
-  return 0;
 }
 
 template <class ExecSpace, class Value>

@@ -124,6 +124,7 @@ class S2Reducer final : public MethodBase<ExecSpace, Value> {
 
  protected:
   bool uses_error_feedback() const override { return this->options_.s2_error_feedback; }
+  bool output_may_exceed_inputs() const override { return true; }
 
   void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
                    const vector_type& out) override {

@@ -37,7 +37,7 @@ class TopkAllgather final : public MethodBase<ExecSpace, Value> {
                       this->timed(exec));
     {
       auto timer = this->phase(exec, "reduce");
-      average_gathered(exec, gather_, out, this->comm_.size());
+      average_gathered(exec, gather_, this->sums_for(exec, out), out, this->comm_.size());
     }
     stats.global_threshold = -std::numeric_limits<float>::infinity();
     stats.global_selected = gather_.total;

@@ -99,10 +99,11 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
       sparse_allgatherv_counted(exec, comm, region_indices_, region_values_, Balancing::Off, 1.0,
                                 gather_, this->timed(exec));
       auto timer = this->phase(exec, "reduce");
-      Kokkos::deep_copy(exec, out, 0.0f);
+      Kokkos::deep_copy(exec, out, typename Base::gradient_type{});
       // Regions are disjoint, so the gathered global indices are distinct.
       scatter_divided(exec, gather_.indices, gather_.values, total, out, static_cast<float>(P));
     } else {
+      const auto sums = this->sums_for(exec, out);
       {
         auto timer = this->phase(exec, "allgatherv");
         std::vector<std::int64_t> sizes(P);
@@ -110,13 +111,13 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
         const auto region_counts = to_int_counts("oktopk::TopkDSA::reduce", sizes);
         const auto displacements = displacements_of(region_counts);
         const auto send = mpi_send_view(exec, state_.region);
-        auto receive = mpi_receive_view(exec, out);
+        auto receive = mpi_receive_view(exec, sums);
         comm.allgatherv(send.data(), sizes[me], receive.data(), region_counts.data(),
                         displacements.data());
-        mpi_received(exec, receive, out, 0, this->n_);
+        mpi_received(exec, receive, sums, 0, this->n_);
       }
       auto timer = this->phase(exec, "reduce");
-      divide(exec, out, out, static_cast<float>(P));
+      divide(exec, sums, out, static_cast<float>(P));
     }
   }
 

@@ -9,6 +9,7 @@
 // enabled later, a user-defined space) still work, by implicit instantiation.
 #pragma once
 
+#include <oktopk/impl/base/half_types.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -48,12 +49,16 @@
   OKTOPK_IMPL_ON_SERIAL(M, Class)
 
 /// Each class is a template on the execution space and the gradient type (ValueTraits).
-#define OKTOPK_IMPL_EXTERN_TEMPLATE(Class, Space) \
-  extern template class Class<Space, float>;      \
-  extern template class Class<Space, double>;
+#define OKTOPK_IMPL_EXTERN_TEMPLATE(Class, Space)         \
+  extern template class Class<Space, float>;              \
+  extern template class Class<Space, double>;             \
+  extern template class Class<Space, ::oktopk::bfloat16>; \
+  extern template class Class<Space, ::oktopk::float16>;
 #define OKTOPK_IMPL_INSTANTIATE_TEMPLATE(Class, Space) \
   template class Class<Space, float>;                  \
-  template class Class<Space, double>;
+  template class Class<Space, double>;                 \
+  template class Class<Space, ::oktopk::bfloat16>;     \
+  template class Class<Space, ::oktopk::float16>;
 
 /// Declares Class<Space, Value> instantiated in liboktopk, for every space of the list and every
 /// gradient type. A build of

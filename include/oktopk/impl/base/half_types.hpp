@@ -34,22 +34,38 @@ KOKKOS_INLINE_FUNCTION float to_float(bfloat16 x) {
   return impl::bits_to_float(static_cast<std::uint32_t>(x.bits) << 16);
 }
 
-/// The float `x` stands for: exact (every binary16 value is a float).
+/// The float `x` stands for: exact (every binary16 value is a float). Branch-free, so that
+/// loops over float16 Views vectorize: all three readings are formed and one is selected, and
+/// none of them computes with a subnormal float (which flush-to-zero modes would read as 0).
 KOKKOS_INLINE_FUNCTION float to_float(float16 x) {
   const std::uint32_t sign = static_cast<std::uint32_t>(x.bits & 0x8000u) << 16;
   const std::uint32_t exponent = (x.bits >> 10) & 0x1fu;
   const std::uint32_t fraction = x.bits & 0x3ffu;
-  if (exponent == 0x1fu) return impl::bits_to_float(sign | 0x7f800000u | (fraction << 13));
-  if (exponent != 0) {
-    // Rebias from 15 to 127.
-    return impl::bits_to_float(sign | ((exponent + 112u) << 23) | (fraction << 13));
-  }
-  // Zero or subnormal: fraction * 2^-24, a product by a power of two, so exact.
-  const float magnitude = static_cast<float>(fraction) * 5.9604644775390625e-8f;
-  return impl::bits_to_float(sign | impl::float_to_bits(magnitude));
+  // Normal: rebias the exponent from 15 to 127. Inf and NaN: all ones, payload kept.
+  const std::uint32_t normal = ((exponent + 112u) << 23) | (fraction << 13);
+  const std::uint32_t special = 0x7f800000u | (fraction << 13);
+  // Zero or subnormal: fraction * 2^-24, a normal float (or zero) times a power of two: exact.
+  const std::uint32_t subnormal =
+      impl::float_to_bits(static_cast<float>(static_cast<std::int32_t>(fraction)) * 0x1p-24f);
+  // Masks rather than conditionals: compilers keep those out of the loop's control flow.
+  const std::uint32_t is_subnormal = 0u - static_cast<std::uint32_t>(exponent == 0);
+  const std::uint32_t is_special = 0u - static_cast<std::uint32_t>(exponent == 0x1fu);
+  const std::uint32_t magnitude =
+      (subnormal & is_subnormal) | (special & is_special) | (normal & ~(is_subnormal | is_special));
+  return impl::bits_to_float(sign | magnitude);
 }
 
 KOKKOS_INLINE_FUNCTION constexpr float to_float(float x) { return x; }
+
+namespace impl {
+/// |x| as a float, as selections compare it (kokkos_compat.hpp): exact for the 16-bit types.
+KOKKOS_INLINE_FUNCTION float magnitude(bfloat16 x) {
+  return bits_to_float(static_cast<std::uint32_t>(x.bits & 0x7fffu) << 16);
+}
+KOKKOS_INLINE_FUNCTION float magnitude(float16 x) {
+  return to_float(float16{static_cast<std::uint16_t>(x.bits & 0x7fffu)});
+}
+}  // namespace impl
 
 /// \brief `x` rounded to T (float, bfloat16 or float16): to nearest, ties to even.
 template <class T>

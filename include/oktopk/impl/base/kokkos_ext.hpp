@@ -3,6 +3,8 @@
 // allocation on an execution space, and the host/device trait used to pick kernel shapes.
 #pragma once
 
+#include <oktopk/impl/base/value_traits.hpp>
+
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
@@ -90,8 +92,19 @@ KOKKOS_INLINE_FUNCTION std::int64_t upper_bound(const View& sorted, std::int64_t
   static_assert(::oktopk::impl::accessible_from_v<ExecSpace, View>,                             \
                 what " must be accessible from the execution space")
 
-/// OKTOPK_STATIC_CHECK_VIEW for a View of values: float or double.
-#define OKTOPK_STATIC_CHECK_VALUES(ExecSpace, View, what)                                        \
+/// OKTOPK_STATIC_CHECK_VIEW for a View of values: float, double, bfloat16 or float16.
+#define OKTOPK_STATIC_CHECK_VALUES(ExecSpace, View, what)                                  \
+  static_assert(Kokkos::is_view<View>::value, what " must be a Kokkos::View");             \
+  static_assert(View::rank == 1, what " must be a rank-1 View");                           \
+  static_assert(                                                                           \
+      ::oktopk::impl::is_gradient_value_v<std::remove_const_t<typename View::value_type>>, \
+      what " must hold float, double, oktopk::bfloat16 or oktopk::float16");               \
+  static_assert(::oktopk::impl::accessible_from_v<ExecSpace, View>,                        \
+                what " must be accessible from the execution space")
+
+/// OKTOPK_STATIC_CHECK_VIEW for a View that sums are formed in: float or double (a 16-bit type
+/// would round at every addition).
+#define OKTOPK_STATIC_CHECK_SUMS(ExecSpace, View, what)                                          \
   static_assert(Kokkos::is_view<View>::value, what " must be a Kokkos::View");                   \
   static_assert(View::rank == 1, what " must be a rank-1 View");                                 \
   static_assert(std::is_same<std::remove_const_t<typename View::value_type>, float>::value ||    \

@@ -11,6 +11,7 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/impl/base/half_types.hpp>
+#include <oktopk/impl/base/value_traits.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
@@ -22,11 +23,26 @@
 
 namespace oktopk::impl {
 
-/// Whether dense allreduces run on the ring: when asked to, and with a 16-bit wire, since MPI
-/// has no 16-bit floating type to sum.
-inline bool dense_on_ring(const Options& options) {
-  return options.dense_allreduce == DenseAlgorithm::Ring || options.wire == Wire::BFloat16 ||
-         options.wire == Wire::Float16;
+/// What a handle for gradients of type Value sends in its dense allreduces: a 16-bit gradient
+/// goes as itself, float and double as options.wire says (native and fp32 alike for float).
+template <class Value>
+Wire dense_wire(const Options& options) {
+  if constexpr (std::is_same_v<Value, bfloat16>) {
+    return Wire::BFloat16;
+  } else if constexpr (std::is_same_v<Value, float16>) {
+    return Wire::Float16;
+  } else {
+    return options.wire;
+  }
+}
+
+/// Whether a handle for Value gradients runs its dense allreduces on the ring: when asked to,
+/// and with a 16-bit wire, since MPI has no 16-bit floating type to sum.
+template <class Value>
+bool dense_on_ring(const Options& options) {
+  const Wire wire = dense_wire<Value>(options);
+  return options.dense_allreduce == DenseAlgorithm::Ring || wire == Wire::BFloat16 ||
+         wire == Wire::Float16;
 }
 
 /// First entry of chunk c when n entries are cut into P chunks (chunk P ends at n).
@@ -52,12 +68,12 @@ KOKKOS_INLINE_FUNCTION float as_sent(float x) {
 /// partial[begin, begin + count) = in[...] as sent + received[0, count): for a 16-bit wire
 /// summed in float and stored as the wire type (a partial sum is only ever sent on, so it is
 /// rounded once, where it is made); otherwise summed in the arithmetic type (float or double).
+/// `in` holds the gradient's type or the arithmetic type.
 template <class W, class ExecSpace, class In, class Partial, class Received>
 void ring_add(const ExecSpace& exec, const In& in, const Partial& partial, const Received& received,
               std::int64_t begin, std::int64_t count) {
   using Stored = typename Partial::non_const_value_type;
-  if constexpr (std::is_same_v<W, Stored> && !std::is_same_v<W, bfloat16> &&
-                !std::is_same_v<W, float16>) {
+  if constexpr (std::is_same_v<W, Stored> && !is_half_v<W>) {
     // The wire is the arithmetic type (float or double): a plain sum.
     Kokkos::parallel_for(
         "oktopk::ring_allreduce::add", RangeOf<ExecSpace>(exec, 0, count),
@@ -66,7 +82,8 @@ void ring_add(const ExecSpace& exec, const In& in, const Partial& partial, const
     Kokkos::parallel_for(
         "oktopk::ring_allreduce::add", RangeOf<ExecSpace>(exec, 0, count),
         KOKKOS_LAMBDA(std::int64_t i) {
-          partial(begin + i) = round_to<Stored>(as_sent<W>(in(begin + i)) + to_float(received(i)));
+          partial(begin + i) =
+              round_to<Stored>(as_sent<W>(to_arithmetic(in(begin + i))) + to_float(received(i)));
         });
   }
 }
@@ -91,23 +108,24 @@ std::int64_t ring_add_average(const ExecSpace& exec, const In& in, const Out& ou
 }
 
 /// ring_add_average for a narrow wire (`in` as sent): each average is rounded to the wire's
-/// type, which goes into wire[begin, begin + count) for the allgather and, widened back, into
-/// out; counts the results that are not finite (an input, partial sum or average beyond the
-/// wire type's range among them).
+/// type, which goes into wire[begin, begin + count) for the allgather and, converted, into
+/// out (of the gradient's or the arithmetic type); counts the results that are not finite (an
+/// input, partial sum or average beyond the wire type's range among them).
 template <class ExecSpace, class In, class Out, class Received, class WireView>
 std::int64_t ring_add_average_rounded(const ExecSpace& exec, const In& in, const Out& out,
                                       const Received& received, const WireView& wire,
                                       std::int64_t begin, std::int64_t count, float divisor) {
   using W = typename WireView::non_const_value_type;
+  using Stored = typename Out::non_const_value_type;
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "oktopk::ring_allreduce::add_average_rounded", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& nonfinite) {
-        const W rounded =
-            round_to<W>((as_sent<W>(in(begin + i)) + to_float(received(i))) / divisor);
+        const W rounded = round_to<W>(
+            (as_sent<W>(to_arithmetic(in(begin + i))) + to_float(received(i))) / divisor);
         const float average = to_float(rounded);
         wire(begin + i) = rounded;
-        out(begin + i) = average;
+        out(begin + i) = value_cast<Stored>(average);
         if (!is_finite(average)) ++nonfinite;
       },
       bad);
@@ -117,13 +135,14 @@ std::int64_t ring_add_average_rounded(const ExecSpace& exec, const In& in, const
 /// out = in as sent (rounded to W and back), returning how many results are not finite.
 template <class W, class ExecSpace, class In, class Out>
 std::int64_t round_counting_nonfinite(const ExecSpace& exec, const In& in, const Out& out) {
+  using Stored = typename Out::non_const_value_type;
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "oktopk::ring_allreduce::round_counting_nonfinite",
       RangeOf<ExecSpace>(exec, 0, out.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& nonfinite) {
-        const float x = as_sent<W>(in(i));
-        out(i) = x;
+        const float x = as_sent<W>(to_arithmetic(in(i)));
+        out(i) = value_cast<Stored>(x);
         if (!is_finite(x)) ++nonfinite;
       },
       bad);
@@ -137,16 +156,17 @@ void ring_round(const ExecSpace& exec, const X& x, const WireView& wire, std::in
   using W = typename WireView::non_const_value_type;
   Kokkos::parallel_for(
       "oktopk::ring_allreduce::round", RangeOf<ExecSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(std::int64_t i) { wire(begin + i) = round_to<W>(x(begin + i)); });
+      KOKKOS_LAMBDA(std::int64_t i) { wire(begin + i) = value_cast<W>(x(begin + i)); });
 }
 
-/// out[begin, begin + count) = wire[...] as floats.
+/// out[begin, begin + count) = wire[...] as out's type (exact: out is float or the wire's type).
 template <class ExecSpace, class WireView, class Out>
 void ring_widen(const ExecSpace& exec, const WireView& wire, const Out& out, std::int64_t begin,
                 std::int64_t count) {
+  using Stored = typename Out::non_const_value_type;
   Kokkos::parallel_for(
       "oktopk::ring_allreduce::widen", RangeOf<ExecSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(std::int64_t i) { out(begin + i) = to_float(wire(begin + i)); });
+      KOKKOS_LAMBDA(std::int64_t i) { out(begin + i) = value_cast<Stored>(wire(begin + i)); });
 }
 
 /// \brief Collective. out = (sum over ranks of in) / P, bit-identical on every rank: each chunk
@@ -168,7 +188,8 @@ template <class W, class ExecSpace, class In, class Out>
 std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& comm, const In& in,
                                     const Out& out,
                                     RingBuffers<W, typename ExecSpace::memory_space>& buffers) {
-  constexpr bool narrow = !std::is_same_v<W, typename Out::non_const_value_type>;
+  // A 16-bit wire: `in` and `out` hold floats or W, and the values sent live in buffers.wire.
+  constexpr bool narrow = is_half_v<W>;
   const auto n = static_cast<std::int64_t>(out.extent(0));
   const int P = comm.size();
   const int me = comm.rank();

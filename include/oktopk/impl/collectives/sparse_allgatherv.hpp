@@ -263,21 +263,22 @@ void sparse_allgatherv(const ExecSpace& exec, const Communicator& comm, const Id
                             timed);
 }
 
-/// out = (sum of the gathered entries) / P, adding rank by rank so the sum has the same order
-/// on every rank and every run (within one rank's block indices are distinct, so the atomic
-/// adds do not race). Entries of different ranks may share an index.
-template <class ExecSpace, class Real, class Out>
+/// out = (sum of the gathered entries) / P, adding rank by rank into `sums` (of n values of
+/// type Real; out itself when it holds Real) so the sum has the same order on every rank and
+/// every run (within one rank's block indices are distinct, so the atomic adds do not race),
+/// then dividing into out, rounded once. Entries of different ranks may share an index.
+template <class ExecSpace, class Real, class Sums, class Out>
 void average_gathered(const ExecSpace& exec, const SparseGather<ExecSpace, Real>& gather,
-                      const Out& out, int ranks) {
-  Kokkos::deep_copy(exec, out, typename Out::non_const_value_type(0));
+                      const Sums& sums, const Out& out, int ranks) {
+  Kokkos::deep_copy(exec, sums, Real(0));
   std::int64_t begin = 0;
   for (const std::int64_t count : gather.counts) {
     const auto block = Kokkos::make_pair(begin, begin + count);
     scatter_add_unchecked(exec, Kokkos::subview(gather.indices, block),
-                          Kokkos::subview(gather.values, block), out);
+                          Kokkos::subview(gather.values, block), sums);
     begin += count;
   }
-  divide(exec, out, out, static_cast<float>(ranks));
+  divide(exec, sums, out, static_cast<float>(ranks));
 }
 
 }  // namespace oktopk::impl

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 namespace oktopk::impl {
 
@@ -75,9 +76,9 @@ KOKKOS_INLINE_FUNCTION std::int64_t accumulate_chunk(const Real* KOKKOS_RESTRICT
     const std::int64_t g_end = g + group < length ? g + group : length;
     int h = 0;
     for (std::int64_t i = g; i < g_end; ++i) {
-      const Real a = residual[i] + grad[i];
+      const Real a = residual[i] + to_arithmetic(grad[i]);
       acc[i] = a;
-      bad += is_finite(a) ? 0 : 1;
+      bad += fits_value<std::remove_const_t<Grad>>(a) ? 0 : 1;
       h += magnitude(a) > first ? 1 : 0;
     }
     hits[g / group] = static_cast<unsigned char>(h);
@@ -214,7 +215,7 @@ std::int64_t select_candidates(
           if (!(magnitude(v) > threshold)) continue;
           if (slot < capacity) {
             indices(slot) = kept_indices(j);
-            values(slot) = v;
+            values(slot) = value_cast<typename ValView::non_const_value_type>(v);
           }
           ++slot;
         }

@@ -198,16 +198,17 @@ template <class ExecSpace, class Table, class Bitmap, class Out>
 std::int64_t decode_marked_rows(const ExecSpace& exec, const CountSketch& sketch,
                                 const Table& table, const Bitmap& bitmap, const Out& out,
                                 float divisor) {
+  using Stored = typename Out::non_const_value_type;
   const CountSketch s = sketch;
   std::int64_t covered = 0;
   Kokkos::parallel_reduce(
       "oktopk::count_sketch::decode", RangeOf<ExecSpace>(exec, 0, s.n),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
         if (bitmap(i / s.row_width) != 0) {
-          out(i) = s.estimate(table, i) / divisor;
+          out(i) = value_cast<Stored>(s.estimate(table, i) / divisor);
           ++count;
         } else {
-          out(i) = 0.0f;
+          out(i) = Stored{};
         }
       },
       covered);

@@ -30,6 +30,9 @@ inline constexpr int radix_bits[radix_passes] = {11, 11, 9};
 KOKKOS_INLINE_FUNCTION std::uint32_t abs_key(float x) { return float_to_bits(x) & 0x7fffffffu; }
 /// A double's key is its magnitude's (magnitude()): the rounding keeps the order.
 KOKKOS_INLINE_FUNCTION std::uint32_t abs_key(double x) { return abs_key(static_cast<float>(x)); }
+/// A 16-bit value's key is its float's: exact, so keys of every type compare alike.
+KOKKOS_INLINE_FUNCTION std::uint32_t abs_key(bfloat16 x) { return abs_key(magnitude(x)); }
+KOKKOS_INLINE_FUNCTION std::uint32_t abs_key(float16 x) { return abs_key(magnitude(x)); }
 
 /// What one histogram pass needs to know about the digit it counts.
 struct RadixDigit {

@@ -75,10 +75,13 @@ void pack_dense_segments(const ExecSpace& exec, const Map& map, const Acc& acc, 
 template <class ExecSpace, class Map, class Dense, class Out>
 void unpack_dense_segments(const ExecSpace& exec, const Map& map, const Dense& dense,
                            const Out& out, float divisor) {
+  using Stored = typename Out::non_const_value_type;
   const Map m = map;
   Kokkos::parallel_for(
       "oktopk::count_sketch::unpack_dense", RangeOf<ExecSpace>(exec, 0, m.dense_entries),
-      KOKKOS_LAMBDA(std::int64_t d) { out(m.dense_position(d)) = dense(d) / divisor; });
+      KOKKOS_LAMBDA(std::int64_t d) {
+        out(m.dense_position(d)) = value_cast<Stored>(dense(d) / divisor);
+      });
 }
 
 /// Decodes the SparseRows segments into `out`: estimate(table, e) / divisor on the rows the
@@ -89,6 +92,7 @@ template <class ExecSpace, class Map, class Table, class Bitmap, class Out, clas
 std::int64_t decode_segments(const ExecSpace& exec, const CountSketch& sketch, const Map& map,
                              const Table& table, const Bitmap& bitmap, const Out& out,
                              float divisor, const Rows& union_rows, const Rows& union_entry_begin) {
+  using Stored = typename Out::non_const_value_type;
   const CountSketch s = sketch;
   const Map m = map;
   const std::int64_t rows = m.sparse_rows;
@@ -118,7 +122,7 @@ std::int64_t decode_segments(const ExecSpace& exec, const CountSketch& sketch, c
       KOKKOS_LAMBDA(std::int64_t e) {
         std::int64_t row = 0;
         const std::int64_t i = m.sparse_position(e, row);
-        if (bitmap(row) == 0.0f) out(i) = 0.0f;
+        if (bitmap(row) == 0.0f) out(i) = Stored{};
       });
   Kokkos::parallel_for(
       "oktopk::count_sketch::decode_segments", RangeOf<ExecSpace>(exec, 0, decoded),
@@ -128,7 +132,7 @@ std::int64_t decode_segments(const ExecSpace& exec, const CountSketch& sketch, c
         const std::int64_t e =
             m.row_entries(union_rows(slot), entries) + u - union_entry_begin(slot);
         std::int64_t row = 0;
-        out(m.sparse_position(e, row)) = s.estimate(table, e) / divisor;
+        out(m.sparse_position(e, row)) = value_cast<Stored>(s.estimate(table, e) / divisor);
       });
   return decoded;
 }

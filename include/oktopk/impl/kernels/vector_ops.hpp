@@ -6,6 +6,7 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/base/value_traits.hpp>
 #include <oktopk/impl/kernels/count_levels.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -21,6 +22,21 @@ KOKKOS_INLINE_FUNCTION bool is_finite(float x) {
 KOKKOS_INLINE_FUNCTION bool is_finite(double x) {
   constexpr std::uint64_t exponent = 0x7ff0000000000000u;
   return (double_to_bits(x) & exponent) != exponent;
+}
+KOKKOS_INLINE_FUNCTION bool is_finite(bfloat16 x) { return (x.bits & 0x7f80u) != 0x7f80u; }
+KOKKOS_INLINE_FUNCTION bool is_finite(float16 x) { return (x.bits & 0x7c00u) != 0x7c00u; }
+
+/// Whether a call takes x = residual + gradient, for gradients of type Value: x is finite and,
+/// for a 16-bit type, does not round to Inf in it. An average of such values cannot either
+/// (it is no larger than the largest of them), so a 16-bit output stays finite.
+template <class Value, class Real>
+KOKKOS_INLINE_FUNCTION bool fits_value(Real x) {
+  if constexpr (is_half_v<Value>) {
+    // NaN fails the comparison, as it should.
+    return magnitude(x) < rounds_to_inf_v<Value>;
+  } else {
+    return is_finite(x);
+  }
 }
 
 /// What accumulate_counting() found in acc.
@@ -63,9 +79,9 @@ AccumulateCounts accumulate_counting(const ExecSpace& exec, const Residual& resi
         const std::int64_t end = begin + chunk < n ? begin + chunk : n;
         std::int64_t bad = 0;
         for (std::int64_t i = begin; i < end; ++i) {
-          const typename Acc::non_const_value_type a = residual(i) + grad(i);
+          const typename Acc::non_const_value_type a = residual(i) + to_arithmetic(grad(i));
           acc(i) = a;
-          bad += is_finite(a) ? 0 : 1;
+          bad += fits_value<typename Grad::non_const_value_type>(a) ? 0 : 1;
         }
         std::int64_t above[max_count_levels] = {};
         count_levels_in(acc, thresholds, begin, end, above);
@@ -111,14 +127,16 @@ std::int64_t count_above_by_chunk(const ExecSpace& exec, const X& x, float thres
   return total;
 }
 
-/// to = from, returning how many entries are not finite (one pass; from may be to).
+/// to = from (converted to to's type: value_cast), returning how many entries are not finite
+/// (one pass; from may be to).
 template <class ExecSpace, class From, class To>
 std::int64_t copy_counting_nonfinite(const ExecSpace& exec, const From& from, const To& to) {
+  using Stored = typename To::non_const_value_type;
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "oktopk::copy_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, from.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
-        const typename To::non_const_value_type x = from(i);
+        const Stored x = value_cast<Stored>(from(i));
         to(i) = x;
         if (!is_finite(x)) ++count;
       },
@@ -144,11 +162,12 @@ std::int64_t count_nonfinite(const ExecSpace& exec, const X& x) {
 template <class ExecSpace, class In, class Out>
 std::int64_t divide_counting_nonfinite(const ExecSpace& exec, const In& in, const Out& out,
                                        float divisor) {
+  using Stored = typename Out::non_const_value_type;
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "oktopk::divide_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, out.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
-        const typename Out::non_const_value_type average = in(i) / divisor;
+        const Stored average = value_cast<Stored>(to_arithmetic(in(i)) / divisor);
         out(i) = average;
         if (!is_finite(average)) ++count;
       },
@@ -157,21 +176,26 @@ std::int64_t divide_counting_nonfinite(const ExecSpace& exec, const In& in, cons
 }
 
 /// out = in / divisor (a division, not a multiplication by 1/divisor, so that every method
-/// rounds its average exactly like the dense reference).
+/// rounds its average exactly like the dense reference), computed in in's arithmetic type and
+/// stored as out's (value_cast).
 template <class ExecSpace, class In, class Out>
 void divide(const ExecSpace& exec, const In& in, const Out& out, float divisor) {
+  using Stored = typename Out::non_const_value_type;
   Kokkos::parallel_for(
-      "oktopk::divide", RangeOf<ExecSpace>(exec, 0, out.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t i) { out(i) = in(i) / divisor; });
+      "oktopk::divide", RangeOf<ExecSpace>(exec, 0, out.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+        out(i) = value_cast<Stored>(to_arithmetic(in(i)) / divisor);
+      });
 }
 
 /// out(indices(j) + offset) = values(j) / divisor for j < count; indices must be distinct.
 template <class ExecSpace, class Idx, class Val, class Out>
 void scatter_divided(const ExecSpace& exec, const Idx& indices, const Val& values,
                      std::int64_t count, const Out& out, float divisor, std::int64_t offset = 0) {
+  using Stored = typename Out::non_const_value_type;
   Kokkos::parallel_for(
-      "oktopk::scatter_divided", RangeOf<ExecSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(std::int64_t j) { out(indices(j) + offset) = values(j) / divisor; });
+      "oktopk::scatter_divided", RangeOf<ExecSpace>(exec, 0, count), KOKKOS_LAMBDA(std::int64_t j) {
+        out(indices(j) + offset) = value_cast<Stored>(to_arithmetic(values(j)) / divisor);
+      });
 }
 
 /// \brief A sparse result written as a dense average, with its error feedback in the same pass:
@@ -187,6 +211,7 @@ template <class ExecSpace, class Idx, class Val, class Out, class Acc>
 void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val& values,
                             std::int64_t count, const Out& out, float divisor, const Acc& acc,
                             float cleared_above) {
+  using Stored = typename Out::non_const_value_type;
   if constexpr (runs_on_host_v<ExecSpace>) {
     const auto n = static_cast<std::int64_t>(out.extent(0));
     const std::int64_t chunk = chunk_length_v<ExecSpace>;
@@ -195,21 +220,21 @@ void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val
         KOKKOS_LAMBDA(std::int64_t c) {
           const std::int64_t begin = c * chunk;
           const std::int64_t end = begin + chunk < n ? begin + chunk : n;
-          for (std::int64_t i = begin; i < end; ++i) out(i) = 0.0f;
+          for (std::int64_t i = begin; i < end; ++i) out(i) = Stored{};
           for (std::int64_t j = lower_bound(indices, count, begin); j < count && indices(j) < end;
                ++j) {
             const std::int64_t i = indices(j);
-            out(i) = values(j) / divisor;
+            out(i) = value_cast<Stored>(to_arithmetic(values(j)) / divisor);
             if (magnitude(acc(i)) > cleared_above) acc(i) = 0.0f;
           }
         });
   } else {
-    Kokkos::deep_copy(exec, out, 0.0f);
+    Kokkos::deep_copy(exec, out, Stored{});
     Kokkos::parallel_for(
         "oktopk::write_average_clearing", RangeOf<ExecSpace>(exec, 0, count),
         KOKKOS_LAMBDA(std::int64_t j) {
           const std::int64_t i = indices(j);
-          out(i) = values(j) / divisor;
+          out(i) = value_cast<Stored>(to_arithmetic(values(j)) / divisor);
           if (magnitude(acc(i)) > cleared_above) acc(i) = 0.0f;
         });
   }
@@ -223,12 +248,13 @@ template <class ExecSpace, class Idx, class Val, class OutIdx, class OutVal, cla
 void copy_average_clearing(const ExecSpace& exec, const Idx& indices, const Val& values,
                            std::int64_t count, const OutIdx& out_indices, const OutVal& out_values,
                            float divisor, const Acc& acc, float cleared_above) {
+  using Stored = typename OutVal::non_const_value_type;
   Kokkos::parallel_for(
       "oktopk::copy_average_clearing", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(std::int64_t j) {
         const auto i = indices(j);
         out_indices(j) = i;
-        out_values(j) = values(j) / divisor;
+        out_values(j) = value_cast<Stored>(to_arithmetic(values(j)) / divisor);
         if (magnitude(acc(i)) > cleared_above) acc(i) = 0.0f;
       });
 }
@@ -258,7 +284,7 @@ std::int64_t select_pairs_above(const ExecSpace& exec, const Idx& indices, const
         if (magnitude(v) > threshold) {
           if (final && slot < capacity) {
             out_indices(slot) = indices(j);
-            out_values(slot) = v;
+            out_values(slot) = value_cast<typename OutVal::non_const_value_type>(v);
           }
           ++slot;
         }

@@ -32,6 +32,24 @@ inline constexpr float float_roundoff = 5.9604645e-8f;
 template <class Real>
 inline constexpr Real roundoff_v = std::is_same_v<Real, double> ? 0x1p-53 : 0x1p-24;
 
+/// What storing an average as Value may add to its error: nothing for the arithmetic types;
+/// for the 16-bit types their unit roundoff (relative) and half their smallest subnormal.
+template <class Value>
+struct OutputRounding {
+  static constexpr double unit = 0.0;
+  static constexpr double subnormal = 0.0;
+};
+template <>
+struct OutputRounding<bfloat16> {
+  static constexpr double unit = 0x1p-8;
+  static constexpr double subnormal = 0x1p-134;
+};
+template <>
+struct OutputRounding<float16> {
+  static constexpr double unit = 0x1p-11;
+  static constexpr double subnormal = 0x1p-25;
+};
+
 KOKKOS_INLINE_FUNCTION float quiet_nan() { return bits_to_float(0x7fc00000u); }
 
 template <class Real>

@@ -36,9 +36,9 @@ void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Valu
     mpi_received(exec, receive, expected, 0, static_cast<std::int64_t>(n));
   }
   divide(exec, expected, expected, static_cast<float>(P));
-  const Wire wire = handle.options().wire;
+  const Wire wire = dense_wire<Value>(handle.options());
   const bool narrow_wire = wire == Wire::BFloat16 || wire == Wire::Float16;
-  if (!narrow_wire && !(dense_on_ring(handle.options()) && P > 2)) {
+  if (!narrow_wire && !(dense_on_ring<Value>(handle.options()) && P > 2)) {
     Kokkos::deep_copy(exec, bound, 0.0f);
     return;
   }

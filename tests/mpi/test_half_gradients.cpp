@@ -1,0 +1,417 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Gradients of type bfloat16 and float16 through every method. Their arithmetic is float, so
+// a 16-bit handle must compute exactly what a float handle computes from the same (widened)
+// inputs and round only the output: every output bit for bit the float handle's rounded once,
+// every residual bit for bit the float handle's. Also: every call against the oracle with the
+// 16-bit output's own tolerance, reduce_sparse against reduce, NaN, Inf and float16's range
+// refused on every rank, checkpoints that carry the type, and the factory's checks.
+#include "api_checks.hpp"
+#include "mpi/oracle_host.hpp"
+
+#include <oktopk/make_sparse_allreduce.hpp>
+#include <oktopk/oracle.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using namespace oktopk::test;  // NOLINT(google-build-using-namespace)
+using oktopk::Algorithm;
+using oktopk::bfloat16;
+using oktopk::float16;
+using oktopk::Options;
+using Exec = Kokkos::DefaultExecutionSpace;
+using FloatVector = oktopk::SparseAllreduce<Exec, float>::vector_type;
+
+constexpr std::int64_t kN = 3001;  // odd: uneven regions and ring chunks
+
+template <class V>
+constexpr const char* type_name = std::is_same_v<V, bfloat16> ? "bfloat16" : "float16";
+
+template <class V>
+constexpr oktopk::Wire wire_of =
+    std::is_same_v<V, bfloat16> ? oktopk::Wire::BFloat16 : oktopk::Wire::Float16;
+
+/// 16-bit values of scales 2^-20 to 2^4 (float16 subnormals among them: below 2^-14), both
+/// signs, some zeros, and a part shared by every rank. Deterministic in (rank, call).
+template <class V>
+std::vector<V> gradient(int rank, std::int64_t call, std::int64_t n) {
+  std::vector<V> g(static_cast<std::size_t>(n));
+  for (std::int64_t j = 0; j < n; ++j) {
+    const auto u = hash_key(93, 3, static_cast<std::uint64_t>(rank),
+                            static_cast<std::uint64_t>(call), static_cast<std::uint64_t>(j));
+    const auto shared =
+        hash_key(93, 4, 0, static_cast<std::uint64_t>(call), static_cast<std::uint64_t>(j));
+    const float mantissa = 1.0f + static_cast<float>(u >> 40) * 0x1p-24f;
+    const int exponent = static_cast<int>(shared % 25) - 20;
+    const float sign = ((u ^ shared) & 1) != 0 ? -1.0f : 1.0f;
+    const float x = (u >> 5) % 16 == 0 ? 0.0f : sign * std::ldexp(mantissa, exponent);
+    g[static_cast<std::size_t>(j)] = oktopk::round_to<V>(x);
+  }
+  return g;
+}
+
+template <class T>
+Kokkos::View<T*, Exec::memory_space> to_device(const std::vector<T>& host, const char* label) {
+  Kokkos::View<T*, Exec::memory_space> device(std::string(label), host.size());
+  Kokkos::deep_copy(
+      device, Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                  host.data(), host.size()));
+  return device;
+}
+
+template <class View>
+std::vector<typename View::non_const_value_type> to_host(const View& device) {
+  std::vector<typename View::non_const_value_type> host(device.extent(0));
+  Kokkos::deep_copy(Kokkos::View<typename View::non_const_value_type*, Kokkos::HostSpace,
+                                 Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(), host.size()),
+                    device);
+  return host;
+}
+
+template <class V>
+std::vector<float> widened(const std::vector<V>& values) {
+  std::vector<float> f(values.size());
+  for (std::size_t j = 0; j < values.size(); ++j) f[j] = oktopk::to_float(values[j]);
+  return f;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+Options options_for(Algorithm a, std::int64_t warmup) {
+  Options o;
+  o.set_density(0.02).set_warmup_iterations(warmup);
+  if (a == Algorithm::OkTopk) o.set_threshold_period(2).set_repartition_period(3);
+  return o;
+}
+
+template <class V>
+std::unique_ptr<oktopk::SparseAllreduce<Exec, V>> make_half(Algorithm a, std::int64_t warmup = 1,
+                                                            std::int64_t n = kN) {
+  return oktopk::make_sparse_allreduce<Exec, V>(Exec(), a, oktopk::Communicator(), n,
+                                                options_for(a, warmup));
+}
+
+std::string algorithm_name(const ::testing::TestParamInfo<Algorithm>& info) {
+  return oktopk::to_string(info.param);
+}
+
+// A 16-bit handle and a float handle fed the same values (the float one their widening) make
+// the same selections and sums: the 16-bit output is the float output rounded once, and the
+// residuals are equal, bit for bit, call after call. The float handle's dense calls send the
+// 16-bit type as well (wire=bf16 or fp16), as a 16-bit gradient's do; the sparse methods start
+// without warm-up, since a float handle's sparse methods take no 16-bit wire.
+template <class V>
+void check_rounded_float_handle(Algorithm a) {
+  Exec exec;
+  const bool dense = a == Algorithm::Dense;
+  const std::int64_t warmup = 0;
+  const auto half = make_half<V>(a, warmup);
+  Options float_options = options_for(a, warmup);
+  if (dense) float_options.set_wire(wire_of<V>);
+  const auto single = oktopk::make_sparse_allreduce<Exec, float>(exec, a, oktopk::Communicator(),
+                                                                 kN, float_options);
+  std::int64_t nonzero = 0;
+  std::int64_t inexact = 0;  // float outputs the 16-bit type does not hold
+  for (std::int64_t call = 1; call <= 4; ++call) {
+    const std::vector<V> grad = gradient<V>(world_rank(), call, kN);
+    Kokkos::View<V*, Exec::memory_space> out("test::out", kN);
+    FloatVector float_out("test::float_out", kN);
+    half->reduce(exec, to_device(grad, "test::grad"), out);
+    single->reduce(exec, to_device(widened(grad), "test::float_grad"), float_out);
+    const std::vector<V> o = to_host(out);
+    const std::vector<float> f = to_host(float_out);
+    std::int64_t differ = 0;
+    for (std::size_t j = 0; j < o.size(); ++j) {
+      differ += o[j].bits == oktopk::round_to<V>(f[j]).bits ? 0 : 1;
+      nonzero += f[j] != 0.0f ? 1 : 0;
+      inexact += oktopk::to_float(oktopk::round_to<V>(f[j])) != f[j] ? 1 : 0;
+    }
+    EXPECT_EQ(differ, 0) << type_name<V> << " call " << call;
+    EXPECT_EQ(half->stats().global_selected, single->stats().global_selected) << "call " << call;
+
+    const std::vector<float> r = to_host(half->residual());
+    const std::vector<float> s = to_host(single->residual());
+    std::int64_t residual_differ = 0;
+    for (std::size_t j = 0; j < r.size(); ++j) residual_differ += same_bits(r[j], s[j]) ? 0 : 1;
+    EXPECT_EQ(residual_differ, 0) << type_name<V> << " call " << call;
+  }
+  EXPECT_GT(nonzero, 0);
+  // Otherwise the comparison could not tell a rounded output from an unrounded one.
+  if (!dense) {
+    EXPECT_GT(inexact, 0) << "every float output was already a " << type_name<V>;
+  }
+}
+
+// Every call, the dense warm-up among them, matches the oracle on every rank, within what the
+// 16-bit output's rounding adds (count_mismatches allows for it); the residual holds acc's
+// floats, bit for bit, where it holds anything.
+template <class V>
+void check_oracle(Algorithm a) {
+  Exec exec;
+  const auto h = make_half<V>(a);
+  using Handle = oktopk::SparseAllreduce<Exec, V>;
+  for (std::int64_t call = 1; call <= 4; ++call) {
+    const std::vector<V> grad = gradient<V>(world_rank(), call, kN);
+    const std::vector<float> residual_before = to_host(h->residual());
+    std::vector<float> acc(grad.size());
+    for (std::size_t j = 0; j < grad.size(); ++j) {
+      acc[j] = residual_before[j] + oktopk::to_float(grad[j]);
+    }
+    typename Handle::vector_type out("test::out", kN);
+    h->reduce(exec, to_device(grad, "test::grad"), out);
+
+    const typename Handle::residual_vector_type acc_device = to_device(acc, "test::acc");
+    typename Handle::residual_vector_type expected("test::expected", kN);
+    typename Handle::residual_vector_type slack("test::slack", kN);
+    oktopk::expected_result(exec, *h, acc_device, expected, oktopk::default_oracle_tolerance,
+                            slack);
+    EXPECT_EQ(
+        oktopk::count_mismatches(exec, *h, expected, out, oktopk::default_oracle_tolerance, slack),
+        0)
+        << type_name<V> << " call " << call;
+
+    // The check must be able to fail: most non-zero outputs are decided by the oracle.
+    const std::vector<float> e = to_host(expected);
+    const std::vector<V> o = to_host(out);
+    std::int64_t nonzero = 0;
+    std::int64_t checked = 0;
+    for (std::size_t j = 0; j < e.size(); ++j) {
+      if (oktopk::to_float(o[j]) == 0.0f) continue;
+      ++nonzero;
+      checked += std::isnan(e[j]) ? 0 : 1;
+    }
+    EXPECT_GT(nonzero, 0) << "call " << call;
+    EXPECT_GE(2 * checked, nonzero) << "call " << call << ": most outputs undecided";
+
+    const std::vector<float> residual_after = to_host(h->residual());
+    std::int64_t other = 0;
+    for (std::size_t j = 0; j < acc.size(); ++j) {
+      if (residual_after[j] != 0.0f && !same_bits(residual_after[j], acc[j])) ++other;
+    }
+    EXPECT_EQ(other, 0) << "call " << call << ": residual entries other than 0 or acc";
+  }
+}
+
+// reduce_sparse returns the non-zeros of what reduce writes.
+template <class V>
+void check_reduce_sparse(Algorithm a) {
+  Exec exec;
+  const auto dense = make_half<V>(a);
+  const auto sparse = make_half<V>(a);
+  oktopk::SparseResult<Exec::memory_space, V> result;
+  for (std::int64_t call = 1; call <= 3; ++call) {
+    const auto g = to_device(gradient<V>(world_rank(), call, kN), "test::grad");
+    Kokkos::View<V*, Exec::memory_space> out("test::out", kN);
+    dense->reduce(exec, g, out);
+    sparse->reduce_sparse(exec, g, result);
+    exec.fence();
+    const std::vector<V> o = to_host(out);
+    std::vector<V> scattered(o.size(), V{0});
+    const auto idx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), result.indices);
+    const auto val = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), result.values);
+    ASSERT_LE(result.size, static_cast<std::int64_t>(idx.extent(0)));
+    for (std::int64_t e = 0; e < result.size; ++e) {
+      ASSERT_TRUE(idx(e) >= 0 && idx(e) < kN && (e == 0 || idx(e) > idx(e - 1)));
+      scattered[static_cast<std::size_t>(idx(e))] = val(e);
+    }
+    std::int64_t differ = 0;
+    // Compared as numbers: an average that rounds to -0 in float16 is a zero of the dense
+    // output, which the sparse form leaves out; every other value is equal bit for bit.
+    for (std::size_t j = 0; j < o.size(); ++j) {
+      differ += oktopk::to_float(o[j]) == oktopk::to_float(scattered[j]) ? 0 : 1;
+    }
+    EXPECT_EQ(differ, 0) << type_name<V> << " call " << call;
+  }
+}
+
+// A checkpoint of a 16-bit handle restores into a handle of its type, which goes on exactly as
+// the saved one; a float handle refuses it, on every rank, naming both types.
+template <class V>
+void check_checkpoint(Algorithm a) {
+  Exec exec;
+  const auto saved = make_half<V>(a);
+  for (std::int64_t call = 1; call <= 3; ++call) {
+    Kokkos::View<V*, Exec::memory_space> out("test::out", kN);
+    saved->reduce(exec, to_device(gradient<V>(world_rank(), call, kN), "test::grad"), out);
+  }
+  std::ostringstream blob;
+  saved->save_state(exec, blob);
+  std::uint32_t version = 0;
+  std::memcpy(&version, blob.str().data() + 8, sizeof version);
+  EXPECT_EQ(version, 3u) << "a typed checkpoint";
+
+  const auto restored = make_half<V>(a);
+  std::istringstream in(blob.str());
+  restored->restore_state(exec, in);
+  const auto g = to_device(gradient<V>(world_rank(), 4, kN), "test::grad");
+  Kokkos::View<V*, Exec::memory_space> expected_out("test::expected_out", kN);
+  Kokkos::View<V*, Exec::memory_space> out("test::out", kN);
+  saved->reduce(exec, g, expected_out);
+  restored->reduce(exec, g, out);
+  const std::vector<V> e = to_host(expected_out);
+  const std::vector<V> o = to_host(out);
+  std::int64_t differ = 0;
+  for (std::size_t j = 0; j < o.size(); ++j) differ += o[j].bits == e[j].bits ? 0 : 1;
+  EXPECT_EQ(differ, 0);
+
+  const auto as_float = oktopk::make_sparse_allreduce<Exec, float>(
+      Exec(), a, oktopk::Communicator(), kN, options_for(a, 1));
+  expect_invalid_argument(
+      [&] {
+        std::istringstream is(blob.str());
+        as_float->restore_state(exec, is);
+      },
+      std::string("oktopk::SparseAllreduce::restore_state: rank 0: checkpoint was written by a "
+                  "handle for ") +
+          type_name<V> + " gradients, this handle takes float32");
+}
+
+class BFloat16Gradients : public ::testing::TestWithParam<Algorithm> {};
+class Float16Gradients : public ::testing::TestWithParam<Algorithm> {};
+
+TEST_P(BFloat16Gradients, OutputIsTheFloatHandlesRoundedOnce) {
+  check_rounded_float_handle<bfloat16>(GetParam());
+}
+TEST_P(BFloat16Gradients, EveryCallMatchesTheOracle) { check_oracle<bfloat16>(GetParam()); }
+TEST_P(BFloat16Gradients, ReduceSparseMatchesReduce) { check_reduce_sparse<bfloat16>(GetParam()); }
+TEST_P(BFloat16Gradients, CheckpointsCarryTheGradientType) {
+  check_checkpoint<bfloat16>(GetParam());
+}
+
+TEST_P(Float16Gradients, OutputIsTheFloatHandlesRoundedOnce) {
+  check_rounded_float_handle<float16>(GetParam());
+}
+TEST_P(Float16Gradients, EveryCallMatchesTheOracle) { check_oracle<float16>(GetParam()); }
+TEST_P(Float16Gradients, ReduceSparseMatchesReduce) { check_reduce_sparse<float16>(GetParam()); }
+TEST_P(Float16Gradients, CheckpointsCarryTheGradientType) { check_checkpoint<float16>(GetParam()); }
+
+const std::vector<Algorithm> every_method(oktopk::all_algorithms.begin(),
+                                          oktopk::all_algorithms.end());
+INSTANTIATE_TEST_SUITE_P(AllMethods, BFloat16Gradients, ::testing::ValuesIn(every_method),
+                         algorithm_name);
+INSTANTIATE_TEST_SUITE_P(AllMethods, Float16Gradients, ::testing::ValuesIn(every_method),
+                         algorithm_name);
+
+std::string reduce_error(Algorithm a, std::int64_t warmup, const std::vector<float16>& first,
+                         const std::vector<float16>& second) {
+  Exec exec;
+  const auto h = make_half<float16>(a, warmup, static_cast<std::int64_t>(first.size()));
+  Kokkos::View<float16*, Exec::memory_space> out("test::out", first.size());
+  h->reduce(exec, to_device(first, "test::grad"), out);
+  const std::int64_t calls = h->stats().iteration;
+  const std::string message =
+      expect_invalid_argument([&] { h->reduce(exec, to_device(second, "test::grad"), out); },
+                              "oktopk::SparseAllreduce::reduce: ");
+  EXPECT_EQ(h->stats().iteration, calls) << "a refused call leaves the handle as it was";
+  return message;
+}
+
+// NaN on one rank, and a gradient plus residual beyond float16's range (its residual grows past
+// 65504 on entries the call does not send), are refused on every rank with the same words.
+TEST(HalfGradients, NaNAndFloat16RangeAreRefusedOnEveryRank) {
+  constexpr std::int64_t n = 100;
+  std::vector<float16> ordinary(n, oktopk::round_to<float16>(0.5f));
+  std::vector<float16> nan = ordinary;
+  if (world_rank() == world_size() - 1) nan[7] = float16{0x7e00};
+  const std::string nan_message = reduce_error(Algorithm::OkTopk, 0, ordinary, nan);
+  EXPECT_NE(nan_message.find("holds NaN or Inf, or values that round to Inf as float16 on rank " +
+                             std::to_string(world_size() - 1)),
+            std::string::npos)
+      << nan_message;
+
+  // All equal: a tie at the threshold, so TopkA sends none of them and keeps them all (on every
+  // rank; the message names the highest).
+  const std::vector<float16> largest(n, oktopk::round_to<float16>(65504.0f));
+  const std::string range_message = reduce_error(Algorithm::TopkA, 0, largest, largest);
+  const int last = world_size() - 1;
+  EXPECT_NE(range_message.find(
+                "round to Inf as float16 on rank " + std::to_string(last) +
+                (world_rank() == last ? " (" + std::to_string(n) + " entries)" : std::string())),
+            std::string::npos)
+      << range_message;
+}
+
+// A ring partial sum beyond 65504 cannot be sent as float16: the Dense method and a warm-up
+// call count it and every rank refuses the call (at P = 2 the only sum is the final average,
+// which is formed in float, so nothing overflows).
+TEST(HalfGradients, Float16RingSumsThatOverflowAreRefusedOnEveryRank) {
+  if (world_size() < 3) GTEST_SKIP() << "needs a partial sum: three ranks";
+  constexpr std::int64_t n = 100;
+  const std::vector<float16> ordinary(n, oktopk::round_to<float16>(0.5f));
+  std::vector<float16> large = ordinary;
+  large[3] = oktopk::round_to<float16>(40000.0f);
+  for (const Algorithm a : {Algorithm::Dense, Algorithm::OkTopk}) {
+    const std::string message = reduce_error(a, 2, ordinary, large);
+    EXPECT_NE(message.find("the sum over ranks overflows to Inf at 1 entries"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("with float16 on the wire"), std::string::npos) << message;
+  }
+}
+
+// S2's estimates add up the entries that share a sketch cell: with every entry near float16's
+// limit and a sketch far smaller than n, some estimates exceed it. The call then throws
+// std::runtime_error on every rank, and the handle has taken it.
+TEST(HalfGradients, Float16SketchEstimatesBeyondRangeAreReportedOnEveryRank) {
+  constexpr std::int64_t n = 4000;
+  Exec exec;
+  const auto h = oktopk::make_sparse_allreduce<Exec, float16>(
+      exec, Algorithm::S2Reducer, oktopk::Communicator(), n,
+      Options{}.set_density(0.01).set_warmup_iterations(0));
+  const std::vector<float16> grad(n, oktopk::round_to<float16>(60000.0f));
+  Kokkos::View<float16*, Exec::memory_space> out("test::out", n);
+  std::string message;
+  try {
+    h->reduce(exec, to_device(grad, "test::grad"), out);
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  EXPECT_TRUE(starts_with(message, "oktopk::SparseAllreduce::reduce: ")) << message;
+  EXPECT_NE(message.find("of the average are beyond float16's 65504 and were stored as Inf"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(h->stats().iteration, 1) << "the call took effect";
+  std::int64_t infinite = 0;
+  for (const float16 x : to_host(out))
+    infinite += oktopk::to_float(x) == 0.0f || std::isfinite(oktopk::to_float(x)) ? 0 : 1;
+  EXPECT_GT(infinite, 0);
+}
+
+TEST(HalfGradients, FactoryRefusesMixedTypesAndOtherWires) {
+  const oktopk::Communicator comm;
+  if (world_size() >= 2) {
+    const std::string message = expect_invalid_argument(
+        [&] {
+          if (world_rank() == 0) {
+            oktopk::make_sparse_allreduce<Exec, bfloat16>(Exec(), Algorithm::OkTopk, comm, 100);
+          } else {
+            oktopk::make_sparse_allreduce<Exec, float16>(Exec(), Algorithm::OkTopk, comm, 100);
+          }
+        },
+        "oktopk::make_sparse_allreduce: ");
+    EXPECT_NE(message.find("gradient type"), std::string::npos) << message;
+  }
+  expect_invalid_argument(
+      [&] {
+        oktopk::make_sparse_allreduce<Exec, bfloat16>(Exec(), Algorithm::Dense, comm, 100,
+                                                      Options{}.set_wire(oktopk::Wire::Float32));
+      },
+      "oktopk::make_sparse_allreduce: wire=fp32 is implemented for float32 gradients only so "
+      "far; bfloat16 gradients go as they are in dense allreduces, and the sparse methods send "
+      "their sums as float32 (wire=native)");
+}
+
+}  // namespace
