@@ -24,6 +24,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -31,9 +32,11 @@ namespace {
 constexpr const char* usage = R"(Usage: oktopk-kernel-bench [options] [--kokkos-... flags]
 
 Times OkTopk's kernels on one process (default execution space) and prints one row per kernel:
-  kernel,n,k,time_s_med,gb_per_s
+  kernel,n,k,time_s_med,gb_per_s,dtype
 time_s_med is the median over the repetitions (each fenced); gb_per_s is the bytes a minimal
-implementation must move (listed in docs/benchmarks.md) divided by that time.
+implementation must move (listed in docs/benchmarks.md) divided by that time. The gradient x
+holds --dtype values; the kernels that form sums (residual_update's residual, scatter_add,
+merge_sorted) work in its arithmetic type (float for the 16-bit types).
 
 Options:
   --n N          gradient length, 1 <= N <= 2^31-1           (default 67108864 = 2^26)
@@ -41,6 +44,8 @@ Options:
   --reps R       timed repetitions per kernel, R >= 1          (default 10)
   --seed S       seed of the normal(0,1) test data             (default 42)
   --format F     csv or table                                  (default csv)
+  --dtype T      the gradient's type: float32, float64, bfloat16 or float16
+                                                               (default float32)
   --help         print this text
 )";
 
@@ -50,6 +55,7 @@ struct Options {
   int reps = 10;
   std::uint64_t seed = 42;
   std::string format = "csv";
+  std::string dtype = "float32";
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -87,6 +93,8 @@ Options parse(int argc, char* argv[]) {
       o.seed = parse_number<std::uint64_t>(flag, value);
     } else if (flag == "--format") {
       o.format = value;
+    } else if (flag == "--dtype") {
+      o.dtype = value;
     } else {
       fail("unknown option " + flag);
     }
@@ -95,6 +103,10 @@ Options parse(int argc, char* argv[]) {
   if (!(o.density > 0.0 && o.density <= 1.0)) fail("--density must be in (0, 1]");
   if (o.reps < 1) fail("--reps must be at least 1");
   if (o.format != "csv" && o.format != "table") fail("--format must be csv or table");
+  if (o.dtype != "float32" && o.dtype != "float64" && o.dtype != "bfloat16" &&
+      o.dtype != "float16") {
+    fail("--dtype must be float32, float64, bfloat16 or float16, got '" + o.dtype + "'");
+  }
   return o;
 }
 
@@ -125,9 +137,51 @@ double median_seconds(
   return m % 2 == 1 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
 }
 
-template <class ExecSpace>
+/// |x| as a float, as the library ranks it: a 16-bit value widened exactly, a double rounded.
+template <class Value>
+KOKKOS_INLINE_FUNCTION float magnitude_of(Value x) {
+  float f = 0.0f;
+  if constexpr (std::is_same_v<Value, oktopk::bfloat16> || std::is_same_v<Value, oktopk::float16>) {
+    f = oktopk::to_float(x);
+  } else {
+    f = static_cast<float>(x);
+  }
+  return f < 0.0f ? -f : f;
+}
+
+/// f as a Value (rounded to nearest even for the 16-bit types). A function, not a branch in
+/// the kernel: nvcc refuses `if constexpr` around a device lambda's first use of a capture.
+template <class Value>
+KOKKOS_INLINE_FUNCTION Value from_float(float f) {
+  if constexpr (std::is_same_v<Value, oktopk::bfloat16> || std::is_same_v<Value, oktopk::float16>) {
+    return oktopk::round_to<Value>(f);
+  } else {
+    return static_cast<Value>(f);
+  }
+}
+
+/// Rounds normal(0, 1) draws into x: the same draws whatever x's type.
+template <class ExecSpace, class Values>
+void fill_normal(const ExecSpace& exec, const Values& x, std::uint64_t seed) {
+  using Value = typename Values::non_const_value_type;
+  Kokkos::Random_XorShift64_Pool<ExecSpace> pool(seed);
+  Kokkos::parallel_for(
+      "oktopk::kernel_bench::fill_normal",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, x.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        auto gen = pool.get_state();
+        const auto draw = static_cast<float>(gen.normal());
+        pool.free_state(gen);
+        x(i) = from_float<Value>(draw);
+      });
+}
+
+/// The kernels on a gradient of type Value, with sums in Real.
+template <class ExecSpace, class Value, class Real>
 std::vector<Row> run(const Options& o) {
   using Memory = typename ExecSpace::memory_space;
+  using Values = Kokkos::View<Value*, Memory>;
+  using Reals = Kokkos::View<Real*, Memory>;
   using Floats = Kokkos::View<float*, Memory>;
   using Indices = Kokkos::View<std::int32_t*, Memory>;
   ExecSpace exec;
@@ -135,33 +189,28 @@ std::vector<Row> run(const Options& o) {
   const auto k = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(o.density * n)));
   const auto size = static_cast<std::size_t>(n);
 
-  Floats x("oktopk::kernel_bench::x", size), y("oktopk::kernel_bench::y", size),
-      residual("oktopk::kernel_bench::residual", size);
-  {
-    Kokkos::Random_XorShift64_Pool<ExecSpace> pool(o.seed);
-    Kokkos::parallel_for(
-        "oktopk::kernel_bench::fill_normal",
-        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-        KOKKOS_LAMBDA(std::int64_t i) {
-          auto gen = pool.get_state();
-          x(i) = static_cast<float>(gen.normal());
-          pool.free_state(gen);
-        });
-  }
+  Values x("oktopk::kernel_bench::x", size), y("oktopk::kernel_bench::y", size);
+  Reals residual("oktopk::kernel_bench::residual", size), sums("oktopk::kernel_bench::sums", size);
+  fill_normal(exec, x, o.seed);
   oktopk::KthLargestWorkspace<ExecSpace> workspace(exec);
   const float threshold = oktopk::kth_largest_abs(exec, x, k, workspace);
   // Room for the k-1 strictly-above entries plus ties at the threshold.
   const auto capacity = static_cast<std::size_t>(oktopk::count_above(exec, x, threshold) + 1);
   Indices indices("oktopk::kernel_bench::indices", capacity);
-  Floats values("oktopk::kernel_bench::values", capacity);
+  Values values("oktopk::kernel_bench::values", capacity);
   const std::int64_t selected = oktopk::select_above(exec, x, threshold, indices, values);
+  // The pair kernels that sum take the selection in the arithmetic type.
+  Reals real_values("oktopk::kernel_bench::real_values", capacity);
+  oktopk::select_above(exec, x, threshold, indices, real_values);
   const auto selected_range = std::make_pair(std::int64_t{0}, selected);
   const auto sel_idx = Kokkos::subview(indices, selected_range);
-  const auto sel_val = Kokkos::subview(values, selected_range);
+  const auto sel_val = Kokkos::subview(real_values, selected_range);
 
   std::vector<Row> rows;
-  const double fb = sizeof(float);
-  const double pair_bytes = sizeof(float) + sizeof(std::int32_t);
+  const double fb = sizeof(Value);
+  const double rb = sizeof(Real);
+  const double pair_bytes = sizeof(Value) + sizeof(std::int32_t);
+  const double real_pair_bytes = sizeof(Real) + sizeof(std::int32_t);
   auto add_with_setup = [&](const std::string& name, double bytes,
                             const std::function<void()>& body, const std::function<void()>& setup) {
     rows.push_back({name, k, median_seconds(exec, o.reps, body, setup), bytes});
@@ -184,16 +233,22 @@ std::vector<Row> run(const Options& o) {
       "oktopk::kernel_bench::offsets", Kokkos::RangePolicy<ExecSpace>(exec, 0, regions + 1),
       KOKKOS_LAMBDA(int r) { offsets(r) = n * r / regions; });
   Indices region_idx("oktopk::kernel_bench::region_indices", capacity);
-  Floats region_val("oktopk::kernel_bench::region_values", capacity);
+  Values region_val("oktopk::kernel_bench::region_values", capacity);
   add("select_by_region", fb * n + pair_bytes * selected, [&] {
     oktopk::select_above_by_region(exec, x, threshold, offsets, region_idx, region_val, counts);
   });
 
   add("exact_kth", fb * n, [&] { oktopk::kth_largest_abs(exec, x, k, workspace); });
   {
-    auto host_x = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
+    // The host reference ranks floats whatever the type: |x| widened, as the library ranks it.
+    Floats widened("oktopk::kernel_bench::widened", size);
+    Kokkos::parallel_for(
+        "oktopk::kernel_bench::widen",
+        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+        KOKKOS_LAMBDA(std::int64_t i) { widened(i) = magnitude_of(x(i)); });
+    auto host_x = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), widened);
     std::vector<float> magnitudes(size), work(size);
-    for (std::size_t i = 0; i < size; ++i) magnitudes[i] = std::fabs(host_x(i));
+    for (std::size_t i = 0; i < size; ++i) magnitudes[i] = host_x(i);
     add_with_setup(
         "nth_element", fb * n,
         [&] {
@@ -208,7 +263,7 @@ std::vector<Row> run(const Options& o) {
     Kokkos::parallel_for(
         "oktopk::kernel_bench::magnitudes",
         Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-        KOKKOS_LAMBDA(std::int64_t i) { magnitudes(i) = x(i) < 0.0f ? -x(i) : x(i); });
+        KOKKOS_LAMBDA(std::int64_t i) { magnitudes(i) = magnitude_of(x(i)); });
     add_with_setup(
         "sort_abs", fb * n, [&] { oktopk::apps::sort_ascending(exec, sorted); },
         [&] { Kokkos::deep_copy(exec, sorted, magnitudes); });
@@ -217,13 +272,13 @@ std::vector<Row> run(const Options& o) {
   add("sampled_threshold", fb * samples,
       [&] { oktopk::estimate_threshold_sampled(exec, x, k, samples, 7); });
   add("gaussian_threshold", 2 * fb * n, [&] { oktopk::estimate_threshold_gaussian(exec, x, k); });
-  add("residual_update", 3 * fb * n,
+  add("residual_update", (2 * rb + fb) * n,
       [&] { oktopk::accumulate_residual(exec, residual, x, 1.0f, residual); });
-  add("scatter_add", 2 * pair_bytes * selected,
-      [&] { oktopk::scatter_add(exec, sel_idx, sel_val, y); });
+  add("scatter_add", 2 * real_pair_bytes * selected,
+      [&] { oktopk::scatter_add(exec, sel_idx, sel_val, sums); });
   Indices merged_idx("oktopk::kernel_bench::merged_indices", 2 * capacity);
-  Floats merged_val("oktopk::kernel_bench::merged_values", 2 * capacity);
-  add("merge_sorted", 4 * pair_bytes * selected, [&] {
+  Reals merged_val("oktopk::kernel_bench::merged_values", 2 * capacity);
+  add("merge_sorted", 4 * real_pair_bytes * selected, [&] {
     oktopk::merge_sorted(exec, sel_idx, sel_val, sel_idx, sel_val, merged_idx, merged_val);
   });
   add("intersect_sorted", 3 * sizeof(std::int32_t) * double(selected),
@@ -234,16 +289,16 @@ std::vector<Row> run(const Options& o) {
 void print(const Options& o, const std::vector<Row>& rows) {
   auto rate = [](const Row& r) { return r.bytes > 0 ? r.bytes / r.seconds / 1e9 : 0.0; };
   if (o.format == "csv") {
-    std::printf("kernel,n,k,time_s_med,gb_per_s\n");
+    std::printf("kernel,n,k,time_s_med,gb_per_s,dtype\n");
     for (const auto& r : rows) {
-      std::printf("%s,%lld,%lld,%.6e,%.3f\n", r.kernel.c_str(), static_cast<long long>(o.n),
-                  static_cast<long long>(r.k), r.seconds, rate(r));
+      std::printf("%s,%lld,%lld,%.6e,%.3f,%s\n", r.kernel.c_str(), static_cast<long long>(o.n),
+                  static_cast<long long>(r.k), r.seconds, rate(r), o.dtype.c_str());
     }
     return;
   }
-  std::printf("# oktopk-kernel-bench: %s, concurrency %d, n = %lld, density %g, %d reps\n",
+  std::printf("# oktopk-kernel-bench: %s, concurrency %d, n = %lld, density %g, %d reps, %s\n",
               Kokkos::DefaultExecutionSpace::name(), Kokkos::DefaultExecutionSpace().concurrency(),
-              static_cast<long long>(o.n), o.density, o.reps);
+              static_cast<long long>(o.n), o.density, o.reps, o.dtype.c_str());
   const double copy_seconds = rows.front().seconds;
   std::printf("%-20s %12s %12s %10s %10s\n", "kernel", "k", "time_s_med", "gb_per_s", "x_copy");
   for (const auto& r : rows) {
@@ -259,7 +314,16 @@ int main(int argc, char* argv[]) {
   const Options options = parse(argc, argv);
   Kokkos::ScopeGuard kokkos(argc, argv);
   try {
-    print(options, run<Kokkos::DefaultExecutionSpace>(options));
+    using Exec = Kokkos::DefaultExecutionSpace;
+    if (options.dtype == "float64") {
+      print(options, run<Exec, double, double>(options));
+    } else if (options.dtype == "bfloat16") {
+      print(options, run<Exec, oktopk::bfloat16, float>(options));
+    } else if (options.dtype == "float16") {
+      print(options, run<Exec, oktopk::float16, float>(options));
+    } else {
+      print(options, run<Exec, float, float>(options));
+    }
   } catch (const std::exception& e) {
     std::cerr << "oktopk-kernel-bench: " << e.what() << "\n";
     return 1;
