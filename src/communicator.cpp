@@ -216,6 +216,10 @@ MPI_Datatype mpi_datatype<std::int64_t>() {
   return MPI_INT64_T;
 }
 template <>
+MPI_Datatype mpi_datatype<std::uint16_t>() {
+  return MPI_UINT16_T;
+}
+template <>
 MPI_Datatype mpi_datatype<std::uint32_t>() {
   return MPI_UINT32_T;
 }

@@ -100,9 +100,10 @@ Method options (oktopk::Options, defaults are the library's):
      << d.dense_allreduce << R"()
   --wire W               the values' type on the wire: native (the gradient's, float), fp32,
                          bf16 or fp16; bf16 and fp16 round every value sent and sum in
-                         float, on the ring (MPI has no 16-bit floating type), with method
-                         dense only so far: --algo dense --wire bf16 is the 16-bit dense
-                         baseline, as DDP's bf16_compress_hook ()"
+                         float (dense on the ring: MPI has no 16-bit floating type), so
+                         --algo dense --wire bf16 is the 16-bit dense baseline, as DDP's
+                         bf16_compress_hook; the sparse methods keep each rounding error
+                         in the residual (not gtopk and s2 so far) ()"
      << d.wire << R"()
   --threshold-period N   Ok-Topk: thresholds recomputed exactly every N calls ()"
      << d.threshold_period << R"()
@@ -328,9 +329,10 @@ Args parse(int argc, char* argv[]) {
   const bool narrow_wire =
       a.options.wire == oktopk::Wire::BFloat16 || a.options.wire == oktopk::Wire::Float16;
   for (const oktopk::Algorithm algorithm : a.algorithms) {
-    if (narrow_wire && algorithm != oktopk::Algorithm::Dense) {
+    if (narrow_wire && !oktopk::takes_narrow_wire(algorithm)) {
       std::ostringstream os;
-      os << "--wire " << a.options.wire << " works with --algo dense only so far, not "
+      os << "--wire " << a.options.wire
+         << " works with --algo dense, topka, topkdsa, gaussiank and oktopk so far, not "
          << algorithm;
       throw UsageError(os.str());
     }

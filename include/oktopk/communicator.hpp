@@ -264,6 +264,8 @@ MPI_Datatype mpi_datatype<std::int32_t>();
 template <>
 MPI_Datatype mpi_datatype<std::int64_t>();
 template <>
+MPI_Datatype mpi_datatype<std::uint16_t>();
+template <>
 MPI_Datatype mpi_datatype<std::uint32_t>();
 template <>
 MPI_Datatype mpi_datatype<std::uint64_t>();

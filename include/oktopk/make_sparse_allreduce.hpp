@@ -92,11 +92,13 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
   OKTOPK_REQUIRE(n >= 0 && n <= std::numeric_limits<index_type>::max(), std::invalid_argument,
                  where, "n must be in [0, 2^31 - 1], got " << n);
   options.validate();
-  OKTOPK_REQUIRE(algorithm == Algorithm::Dense || options.wire == Wire::Native ||
-                     options.wire == Wire::Float32,
-                 std::invalid_argument, where,
-                 "wire=" << options.wire << " is implemented for method dense only so far; "
-                         << algorithm << " sends its values as float (wire=native)");
+  OKTOPK_REQUIRE(
+      takes_narrow_wire(algorithm) || options.wire == Wire::Native || options.wire == Wire::Float32,
+      std::invalid_argument, where,
+      "wire=" << options.wire
+              << " is implemented for methods dense, topka, topkdsa, gaussiank and "
+                 "oktopk so far; "
+              << algorithm << " sends its values as float (wire=native)");
   constexpr bool takes_float = std::is_same_v<Value, float>;
   OKTOPK_REQUIRE(takes_float || options.wire == Wire::Native, std::invalid_argument, where,
                  "wire=" << options.wire << " is implemented for float32 gradients only so far; "

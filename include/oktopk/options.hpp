@@ -46,9 +46,10 @@ struct Options {
   DenseAlgorithm dense_allreduce = DenseAlgorithm::Mpi;
   /// The type of the values on the wire. A 16-bit wire rounds each value to it when sending;
   /// the ranks' sums are still formed in float. MPI has no 16-bit floating type, so dense
-  /// allreduces with a 16-bit wire run on OkTopk's ring whatever dense_allreduce says.
-  /// Method dense takes every wire; the sparse methods take native and fp32 only, so far
-  /// (make_sparse_allreduce says so).
+  /// allreduces with a 16-bit wire run on OkTopk's ring whatever dense_allreduce says. The
+  /// sparse methods keep each sent value's rounding error in the sender's residual. Methods
+  /// dense, topka, topkdsa, gaussiank and oktopk take every wire for float32 gradients;
+  /// gtopk and s2 take native and fp32 only, so far (make_sparse_allreduce says so).
   Wire wire = Wire::Native;
 
   // ---- Ok-Topk

@@ -458,8 +458,9 @@ def test_wire():
     if size == 1:
         check(np.array_equal(out, bfloat16_rounded(grad)), "wire=bf16 at one rank: the rounding")
     h.close()
-    e = raises(ValueError, oktopk.Handle, comm, "oktopk", n, wire="bf16")
-    check(e is not None and "method dense only" in str(e), f"oktopk with wire=bf16: {e}")
+    e = raises(ValueError, oktopk.Handle, comm, "gtopk", n, wire="bf16")
+    check(e is not None and "methods dense, topka, topkdsa, gaussiank and oktopk" in str(e),
+          f"gtopk with wire=bf16: {e}")
 
 
 def main():

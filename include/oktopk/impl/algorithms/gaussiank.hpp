@@ -9,6 +9,7 @@
 #include <oktopk/topk.hpp>
 #include <oktopk/impl/algorithms/method_base.hpp>
 #include <oktopk/impl/collectives/sparse_allgatherv.hpp>
+#include <oktopk/impl/collectives/wire_values.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -28,12 +29,15 @@ class GaussianK final : public MethodBase<ExecSpace, Value> {
  public:
   GaussianK(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options,
             const Layout& layout = Layout())
-      : Base(exec, Algorithm::GaussianK, comm, n, options, layout) {}
+      : Base(exec, Algorithm::GaussianK, comm, n, options, layout) {
+    gather_.wire = wire_;
+  }
 
  protected:
   void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
                    const vector_type& out) override {
     auto& stats = this->stats_;
+    gather_.overflowed = 0;
     const Options& options = this->options_;
     const std::int64_t k = this->k_;
     std::int64_t selected = 0;
@@ -72,12 +76,16 @@ class GaussianK final : public MethodBase<ExecSpace, Value> {
     }
     {
       auto timer = this->phase(exec, "residual");
-      clear_at_unchecked(exec, acc,
-                         Kokkos::subview(indices_, Kokkos::make_pair(std::int64_t{0}, selected)));
+      // What the others received leaves the residual; a narrower wire's rounding error stays.
+      keep_wire_error_at(exec, acc, indices_, selected, wire_);
     }
   }
 
+  std::int64_t wire_overflows() const override { return gather_.overflowed; }
+
  private:
+  /// The type the values travel in (sparse_wire()).
+  const Wire wire_ = sparse_wire<Value>(this->options_);
   typename Base::index_vector_type indices_{"oktopk::GaussianK::indices", 0};
   real_vector_type values_{"oktopk::GaussianK::values", 0};
   SparseGather<ExecSpace, Real> gather_;

@@ -14,6 +14,7 @@
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/collectives/ring_allreduce.hpp>
+#include <oktopk/impl/collectives/wire_values.hpp>
 #include <oktopk/impl/comm/failure.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
@@ -93,6 +94,11 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
   /// add up colliding entries). For float16 gradients the driver then checks the output for
   /// entries that rounded to Inf; the other methods' averages cannot (see fits_value).
   virtual bool output_may_exceed_inputs() const { return false; }
+
+  /// How many values this rank sent in this call's step that rounded to Inf on a wire narrower
+  /// than the arithmetic type (sparse_wire()): beyond float16's 65504, say. The driver then
+  /// rejects the call on every rank.
+  virtual std::int64_t wire_overflows() const { return 0; }
 
   /// Whether every call is a dense average of the gradient as it is (the Dense method): the
   /// driver then reduces `grad` straight into `out`, without reduce_step and without a copy,
@@ -292,6 +298,8 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
   std::int64_t nonfinite_averages = 0;
   // float16 output entries that rounded to Inf although every input fit (S2 only).
   std::int64_t overflowed = 0;
+  // {rank + 1 of a rank whose values overflowed the sparse wire, how many there}, by MPI_MAX.
+  std::int64_t wire_overflow[2] = {0, 0};
   run_or_abort(call, [&] {
     ++this->iteration_;
     this->stats_.iteration = this->iteration_;
@@ -329,7 +337,15 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
       } else {
         reduce_step(exec, acc_, out);
       }
-      if (uses_error_feedback()) std::swap(this->residual_, acc_);
+      if (sparse_wire<Value>(this->options_) != Wire::Native) {
+        auto timer = phase(exec, "check");
+        const std::int64_t mine = wire_overflows();
+        wire_overflow[0] = mine > 0 ? this->comm_.rank() + 1 : 0;
+        wire_overflow[1] = mine;
+        this->comm_.allreduce_in_place(wire_overflow, 2, MPI_MAX);
+      }
+      // A rejected call leaves the residual as it was (acc_ is scratch).
+      if (uses_error_feedback() && wire_overflow[0] == 0) std::swap(this->residual_, acc_);
       if constexpr (std::is_same_v<Value, float16>) {
         if (output_may_exceed_inputs()) {
           auto timer = phase(exec, "check");
@@ -378,6 +394,19 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
                                  "must stay within float16's 65504"
                                : "")
                        << ")");
+  }
+  if (wire_overflow[0] != 0) {
+    --this->iteration_;
+    this->stats_ = previous_stats;
+    OKTOPK_REQUIRE(false, std::invalid_argument, where,
+                   "values sent as " << this->options_.wire << " round to Inf beyond "
+                                     << (this->options_.wire == Wire::Float16 ? "float16's 65504"
+                                                                              : "the wire type's "
+                                                                                "range")
+                                     << " on rank " << wire_overflow[0] - 1 << " (up to "
+                                     << wire_overflow[1] << " on one rank): scale the gradient "
+                                     << "down, or send wire=bf16 or native; the call was "
+                                     << "rejected and the residual is as it was");
   }
   this->last_out_ = out;
   this->last_sparse_ = sparse != nullptr ? *sparse : sparse_result_type();

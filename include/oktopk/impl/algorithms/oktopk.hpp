@@ -87,7 +87,9 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
       : Base(exec, Algorithm::OkTopk, comm, n, options, layout),
         offsets_(comm.size() + 1, 0),
         offsets_device_(Kokkos::view_alloc(exec, "oktopk::oktopk::region_offsets"),
-                        comm.size() + 1) {}
+                        comm.size() + 1) {
+    split_.wire = gather_.wire = wire_;
+  }
 
  protected:
   // State between calls: both thresholds (reused and nudged between exact recomputations),
@@ -177,7 +179,8 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     // cleared where the result carries an entry this rank selected (§2.8).
     auto timer = this->phase(exec, "output");
     write_average_clearing(exec, gather_.indices, gather_.values, gather_.total, out,
-                           static_cast<float>(this->comm_.size()), acc, selected_above);
+                           static_cast<float>(this->comm_.size()), acc, selected_above, wire_);
+    add_wire_error(exec, acc, global_indices_, global_values_, global_selected_, wire_);
   }
 
   /// The gathered entries are the result already: regions ascend with the rank and each
@@ -190,16 +193,21 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     this->size_result(exec, result, gather_.total);
     copy_average_clearing(exec, gather_.indices, gather_.values, gather_.total, result.indices,
                           result.values, static_cast<float>(this->comm_.size()), acc,
-                          selected_above);
+                          selected_above, wire_);
+    add_wire_error(exec, acc, global_indices_, global_values_, global_selected_, wire_);
   }
+
+  std::int64_t wire_overflows() const override { return split_.overflowed + gather_.overflowed; }
 
  private:
   /// Everything of a call up to the output: the thresholds, the split and reduce of the
   /// regions, the global selection and the gather of its entries into gather_ (indices
   /// ascending). Returns the threshold of this call's local selection, above which the
-  /// output phase clears acc.
+  /// output phase clears acc. On a narrower wire, the output phase then adds to acc the
+  /// rounding errors of the sums this rank sent (global_values_, which stay unrounded).
   float select_and_gather(const ExecSpace& exec, const real_vector_type& acc) {
     const Options& o = this->options_;
+    split_.overflowed = gather_.overflowed = 0;
     auto& stats = this->stats_;
     const std::int64_t k = this->k_;
     // Calls since the warm-up ended, from 0: the schedules of tau' and tau count from there.
@@ -260,6 +268,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
       OKTOPK_ASSERT(!counted || selected == gather_.counts[me]);
       add_offset(exec, global_indices_, 0, selected, offsets_[me]);
     }
+    global_selected_ = selected;
     stats.global_threshold = global_threshold_;
     stats.global_threshold_exact = global_exact;
 
@@ -429,6 +438,8 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     fence(exec, "oktopk::oktopk: region offsets");  // `host` goes out of scope
   }
 
+  /// The type the values travel in (sparse_wire()).
+  const Wire wire_ = sparse_wire<Value>(this->options_);
   float local_threshold_ = 0.0f;
   float global_threshold_ = 0.0f;
   ThresholdLadder local_ladder_;
@@ -441,6 +452,8 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
   real_vector_type repartition_values_{"oktopk::oktopk::repartition_values", 0};
   index_vector_type global_indices_{"oktopk::oktopk::global_indices", 0};
   real_vector_type global_values_{"oktopk::oktopk::global_values", 0};
+  /// This rank's entries of the last global selection (in global_indices_ and global_values_).
+  std::int64_t global_selected_ = 0;
 };
 
 }  // namespace oktopk::impl

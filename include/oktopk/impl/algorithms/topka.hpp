@@ -6,6 +6,7 @@
 #include <oktopk/residual.hpp>
 #include <oktopk/impl/algorithms/method_base.hpp>
 #include <oktopk/impl/collectives/sparse_allgatherv.hpp>
+#include <oktopk/impl/collectives/wire_values.hpp>
 
 namespace oktopk::impl {
 
@@ -19,12 +20,15 @@ class TopkAllgather final : public MethodBase<ExecSpace, Value> {
  public:
   TopkAllgather(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
                 const Options& options, const Layout& layout = Layout())
-      : Base(exec, Algorithm::TopkA, comm, n, options, layout) {}
+      : Base(exec, Algorithm::TopkA, comm, n, options, layout) {
+    gather_.wire = wire_;
+  }
 
  protected:
   void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
                    const vector_type& out) override {
     auto& stats = this->stats_;
+    gather_.overflowed = 0;
     std::int64_t selected = 0;
     {
       auto timer = this->phase(exec, "select");
@@ -43,12 +47,16 @@ class TopkAllgather final : public MethodBase<ExecSpace, Value> {
     stats.global_selected = gather_.total;
     {
       auto timer = this->phase(exec, "residual");
-      clear_at_unchecked(exec, acc,
-                         Kokkos::subview(indices_, Kokkos::make_pair(std::int64_t{0}, selected)));
+      // What the others received leaves the residual; a narrower wire's rounding error stays.
+      keep_wire_error_at(exec, acc, indices_, selected, wire_);
     }
   }
 
+  std::int64_t wire_overflows() const override { return gather_.overflowed; }
+
  private:
+  /// The type the values travel in (sparse_wire()).
+  const Wire wire_ = sparse_wire<Value>(this->options_);
   typename Base::index_vector_type indices_{"oktopk::TopkA::indices", 0};
   real_vector_type values_{"oktopk::TopkA::values", 0};
   SparseGather<ExecSpace, Real> gather_;

@@ -8,6 +8,7 @@
 #include <oktopk/impl/algorithms/method_base.hpp>
 #include <oktopk/impl/collectives/sparse_allgatherv.hpp>
 #include <oktopk/impl/collectives/split_and_reduce.hpp>
+#include <oktopk/impl/collectives/wire_values.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 
@@ -45,6 +46,7 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
     for (int r = 0; r <= P; ++r) host(r) = offsets_[r];
     Kokkos::deep_copy(exec, offsets_device_, host);
     fence(exec, "oktopk::TopkDSA: region offsets");  // `host` goes out of scope
+    state_.wire = gather_.wire = wire_;
   }
 
  protected:
@@ -54,6 +56,7 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
     const Communicator& comm = this->comm_;
     const int P = comm.size();
     const int me = comm.rank();
+    state_.overflowed = gather_.overflowed = dense_overflowed_ = 0;
     {
       auto timer = this->phase(exec, "select");
       stats.local_threshold = this->topk_threshold(exec, acc, this->k_);
@@ -67,9 +70,8 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
       auto timer = this->phase(exec, "residual");
       ensure_capacity(exec, selected_indices_, state_.selected);
       selected_global_indices(exec, state_, offsets_device_, selected_indices_);
-      clear_at_unchecked(
-          exec, acc,
-          Kokkos::subview(selected_indices_, Kokkos::make_pair(std::int64_t{0}, state_.selected)));
+      // What the others received leaves the residual; a narrower wire's rounding error stays.
+      keep_wire_error_at(exec, acc, selected_indices_, state_.selected, wire_);
     }
 
     // My reduced region's non-zeros, with region-relative indices.
@@ -89,8 +91,8 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
     stats.global_selected = total;
 
     // Byte break-even: a sparse entry costs an index and a value, a dense one a value (for
-    // float 8 bytes against 4, for double 12 against 8).
-    constexpr auto value_bytes = static_cast<std::int64_t>(sizeof(Real));
+    // float 8 bytes against 4, for double 12 against 8, for a 16-bit wire 6 against 2).
+    const std::int64_t value_bytes = 2 * wire_words<Real>(wire_);
     const bool sparse = (static_cast<std::int64_t>(sizeof(index_type)) + value_bytes) * total <
                         value_bytes * this->n_;
     stats.dense_switch = !sparse;
@@ -99,6 +101,8 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
       sparse_allgatherv_counted(exec, comm, region_indices_, region_values_, Balancing::Off, 1.0,
                                 gather_, this->timed(exec));
       auto timer = this->phase(exec, "reduce");
+      // The sums this rank sent for all: their rounding errors stay in its residual.
+      add_wire_error(exec, acc, region_indices_, region_values_, nonzeros, wire_);
       Kokkos::deep_copy(exec, out, typename Base::gradient_type{});
       // Regions are disjoint, so the gathered global indices are distinct.
       scatter_divided(exec, gather_.indices, gather_.values, total, out, static_cast<float>(P));
@@ -108,20 +112,60 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
         auto timer = this->phase(exec, "allgatherv");
         std::vector<std::int64_t> sizes(P);
         for (int r = 0; r < P; ++r) sizes[r] = offsets_[r + 1] - offsets_[r];
-        const auto region_counts = to_int_counts("oktopk::TopkDSA::reduce", sizes);
-        const auto displacements = displacements_of(region_counts);
-        const auto send = mpi_send_view(exec, state_.region);
-        auto receive = mpi_receive_view(exec, sums);
-        comm.allgatherv(send.data(), sizes[me], receive.data(), region_counts.data(),
-                        displacements.data());
-        mpi_received(exec, receive, sums, 0, this->n_);
+        if (wire_ == Wire::Native) {
+          const auto region_counts = to_int_counts("oktopk::TopkDSA::reduce", sizes);
+          const auto displacements = displacements_of(region_counts);
+          const auto send = mpi_send_view(exec, state_.region);
+          auto receive = mpi_receive_view(exec, sums);
+          comm.allgatherv(send.data(), sizes[me], receive.data(), region_counts.data(),
+                          displacements.data());
+          mpi_received(exec, receive, sums, 0, this->n_);
+        } else {
+          allgather_region_words(exec, acc, sizes, sums);
+        }
       }
       auto timer = this->phase(exec, "reduce");
       divide(exec, sums, out, static_cast<float>(P));
     }
   }
 
+  std::int64_t wire_overflows() const override {
+    return state_.overflowed + gather_.overflowed + dense_overflowed_;
+  }
+
  private:
+  /// The dense switch on a narrower wire: every rank's region as words, decoded into `sums`;
+  /// the rounding errors of this rank's region stay in acc.
+  template <class Sums>
+  void allgather_region_words(const ExecSpace& exec, const real_vector_type& acc,
+                              const std::vector<std::int64_t>& sizes, const Sums& sums) {
+    const int P = this->comm_.size();
+    const int me = this->comm_.rank();
+    const std::int64_t width = wire_words<Real>(wire_);
+    const auto range = [](std::int64_t b, std::int64_t e) { return Kokkos::make_pair(b, e); };
+    std::vector<std::int64_t> word_sizes(P);
+    for (int r = 0; r < P; ++r) word_sizes[r] = width * sizes[r];
+    const auto word_counts = to_int_counts("oktopk::TopkDSA::reduce", word_sizes);
+    const auto displacements = displacements_of(word_counts);
+    const std::int64_t mine = sizes[me];
+    // Before encode_values rounds the region in place.
+    add_wire_error_dense(exec, acc, state_.region, offsets_[me], wire_);
+    ensure_capacity(exec, send_words_, width * mine);
+    ensure_capacity(exec, words_, width * this->n_);
+    dense_overflowed_ += encode_values(exec, state_.region, mine, send_words_, wire_);
+    const auto send = mpi_send_view(exec, Kokkos::subview(send_words_, range(0, width * mine)));
+    auto receive = mpi_receive_view(exec, Kokkos::subview(words_, range(0, width * this->n_)));
+    this->comm_.allgatherv(send.data(), width * mine, receive.data(), word_counts.data(),
+                           displacements.data());
+    mpi_received(exec, receive, words_, 0, width * this->n_);
+    decode_values(exec, words_, 0, this->n_, sums, wire_);
+  }
+
+  /// The type the values travel in (sparse_wire()).
+  const Wire wire_ = sparse_wire<Value>(this->options_);
+  Kokkos::View<std::uint16_t*, memory_space> send_words_{"oktopk::TopkDSA::send_words", 0};
+  Kokkos::View<std::uint16_t*, memory_space> words_{"oktopk::TopkDSA::words", 0};
+  std::int64_t dense_overflowed_ = 0;
   std::vector<std::int64_t> offsets_;
   Kokkos::View<count_type*, memory_space> offsets_device_;
   SplitReduce<ExecSpace, Real> state_;

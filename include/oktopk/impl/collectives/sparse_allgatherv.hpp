@@ -8,6 +8,7 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/pack.hpp>
+#include <oktopk/impl/collectives/wire_values.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
@@ -35,10 +36,14 @@ struct SparseGather {
   // Staging for the balancing step.
   Kokkos::View<index_type*, Memory> balanced_indices{"oktopk::SparseGather::balanced_indices", 0};
   Kokkos::View<Real*, Memory> balanced_values{"oktopk::SparseGather::balanced_values", 0};
-  // (index, value bits) pairs as 32-bit words, sent and received by the one allgatherv
+  // (index, value) pairs as 16-bit words, sent and received by the one allgatherv
   // (gather_pairs).
-  Kokkos::View<std::uint32_t*, Memory> send_pairs{"oktopk::SparseGather::send_pairs", 0};
-  Kokkos::View<std::uint32_t*, Memory> pairs{"oktopk::SparseGather::pairs", 0};
+  Kokkos::View<std::uint16_t*, Memory> send_pairs{"oktopk::SparseGather::send_pairs", 0};
+  Kokkos::View<std::uint16_t*, Memory> pairs{"oktopk::SparseGather::pairs", 0};
+  /// The type the values travel in (sparse_wire(); the method sets it), and how many values
+  /// this rank sent that rounded to Inf in it, over the calls since the method reset it.
+  Wire wire = Wire::Native;
+  std::int64_t overflowed = 0;
 };
 
 /// Rank r's block when `total` items are split into P nearly equal blocks, the first
@@ -73,73 +78,63 @@ inline std::vector<int> displacements_of(const std::vector<int>& counts) {
   return displacements;
 }
 
-/// 32-bit words one gathered entry takes: its index, then its value's bits (low word first).
+/// 16-bit words one gathered entry takes: its index (two), then its value on `wire`.
 template <class Real>
-inline constexpr std::int64_t pair_words = 1 + static_cast<std::int64_t>(sizeof(Real) / 4);
-
-/// words(at...) = the bits of v, in pair_words<Real> - 1 words.
-template <class Words>
-KOKKOS_INLINE_FUNCTION void put_value_words(const Words& words, std::int64_t at, float v) {
-  words(at) = float_to_bits(v);
-}
-template <class Words>
-KOKKOS_INLINE_FUNCTION void put_value_words(const Words& words, std::int64_t at, double v) {
-  const std::uint64_t bits = double_to_bits(v);
-  words(at) = static_cast<std::uint32_t>(bits);
-  words(at + 1) = static_cast<std::uint32_t>(bits >> 32);
-}
-/// The value put_value_words stored at `at`.
-template <class Words>
-KOKKOS_INLINE_FUNCTION void get_value_words(const Words& words, std::int64_t at, float& v) {
-  v = bits_to_float(words(at));
-}
-template <class Words>
-KOKKOS_INLINE_FUNCTION void get_value_words(const Words& words, std::int64_t at, double& v) {
-  v = bits_to_double(static_cast<std::uint64_t>(words(at)) |
-                     (static_cast<std::uint64_t>(words(at + 1)) << 32));
+constexpr std::int64_t pair_words(Wire wire) {
+  return 2 + wire_words<Real>(wire);
 }
 
-/// Entry j as words [w·j, w·(j + 1)), w = pair_words: indices(j), then the bits of values(j),
-/// for j < count. A free function: CUDA forbids device lambdas in private member functions.
+/// Entry j as words [w·j, w·(j + 1)), w = pair_words: indices(j) (low half first), then
+/// values(j) as `wire` carries it, for j < count. Returns how many values rounded to Inf or
+/// NaN on the wire. A free function: CUDA forbids device lambdas in private member functions.
 template <class ExecSpace, class Idx, class Val, class Pairs>
-void pack_pairs(const ExecSpace& exec, const Idx& indices, const Val& values, std::int64_t count,
-                const Pairs& pairs) {
-  constexpr std::int64_t words = pair_words<typename Val::non_const_value_type>;
-  Kokkos::parallel_for(
+std::int64_t pack_pairs(const ExecSpace& exec, const Idx& indices, const Val& values,
+                        std::int64_t count, const Pairs& pairs, Wire wire) {
+  using Real = typename Val::non_const_value_type;
+  const std::int64_t words = pair_words<Real>(wire);
+  std::int64_t overflowed = 0;
+  Kokkos::parallel_reduce(
       "oktopk::sparse_allgatherv::pack", RangeOf<ExecSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(const std::int64_t j) {
-        pairs(words * j) = static_cast<std::uint32_t>(indices(j));
-        put_value_words(pairs, words * j + 1, values(j));
-      });
+      KOKKOS_LAMBDA(const std::int64_t j, std::int64_t& bad) {
+        const auto index = static_cast<std::uint32_t>(indices(j));
+        pairs(words * j) = static_cast<std::uint16_t>(index);
+        pairs(words * j + 1) = static_cast<std::uint16_t>(index >> 16);
+        if (!is_finite(put_wire_value(pairs, words * j + 2, values(j), wire))) ++bad;
+      },
+      overflowed);
+  return overflowed;
 }
 
 /// The inverse of pack_pairs for `count` pairs.
 template <class ExecSpace, class Pairs, class Idx, class Val>
 void unpack_pairs(const ExecSpace& exec, const Pairs& pairs, std::int64_t count, const Idx& indices,
-                  const Val& values) {
+                  const Val& values, Wire wire) {
   using Real = typename Val::non_const_value_type;
-  constexpr std::int64_t words = pair_words<Real>;
+  const std::int64_t words = pair_words<Real>(wire);
   Kokkos::parallel_for(
       "oktopk::sparse_allgatherv::unpack", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(const std::int64_t j) {
-        indices(j) = static_cast<index_type>(pairs(words * j));
+        indices(j) =
+            static_cast<index_type>(static_cast<std::uint32_t>(pairs(words * j)) |
+                                    (static_cast<std::uint32_t>(pairs(words * j + 1)) << 16));
         Real v;
-        get_value_words(pairs, words * j + 1, v);
+        get_wire_value(pairs, words * j + 2, wire, v);
         values(j) = v;
       });
 }
 
 /// \brief Collective. Gathers `count` (index, value) entries of every rank (counts[r] from
 /// rank r, identical on every rank) into gather.indices and gather.values, in rank order, by
-/// one allgatherv of (index, value bits) pairs rather than one each for indices and values:
-/// the same bytes in half the collectives, whose rounds' latency is what a call pays on
-/// links. The packing passes touch the few gathered entries, not n.
+/// one allgatherv of (index, value) pairs rather than one each for indices and values: the
+/// same bytes in half the collectives, whose rounds' latency is what a call pays on links.
+/// The values travel as gather.wire says (rounded to it; gather.overflowed counts those that
+/// round to Inf). The packing passes touch the few gathered entries, not n.
 template <class ExecSpace, class Real, class Idx, class Val>
 void gather_pairs(const ExecSpace& exec, const Communicator& comm, const Idx& indices,
                   const Val& values, std::int64_t count, const std::vector<std::int64_t>& counts,
                   std::int64_t total, SparseGather<ExecSpace, Real>& gather) {
   const auto range = [](std::int64_t b, std::int64_t e) { return Kokkos::make_pair(b, e); };
-  constexpr std::int64_t words = pair_words<Real>;
+  const std::int64_t words = pair_words<Real>(gather.wire);
   std::vector<int> word_counts(counts.size());
   for (std::size_t r = 0; r < counts.size(); ++r) {
     OKTOPK_REQUIRE(counts[r] >= 0 && counts[r] <= INT_MAX / words, std::runtime_error,
@@ -153,14 +148,14 @@ void gather_pairs(const ExecSpace& exec, const Communicator& comm, const Idx& in
   const auto displacements = displacements_of(word_counts);
   ensure_capacity(exec, gather.send_pairs, words * count);
   ensure_capacity(exec, gather.pairs, words * total);
-  pack_pairs(exec, indices, values, count, gather.send_pairs);
+  gather.overflowed += pack_pairs(exec, indices, values, count, gather.send_pairs, gather.wire);
   const auto send =
       mpi_send_view(exec, Kokkos::subview(gather.send_pairs, range(0, words * count)));
   auto receive = mpi_receive_view(exec, Kokkos::subview(gather.pairs, range(0, words * total)));
   comm.allgatherv(send.data(), words * count, receive.data(), word_counts.data(),
                   displacements.data());
   mpi_received(exec, receive, gather.pairs, 0, words * total);
-  unpack_pairs(exec, gather.pairs, total, gather.indices, gather.values);
+  unpack_pairs(exec, gather.pairs, total, gather.indices, gather.values, gather.wire);
 }
 
 /// \brief Collective. sparse_allgatherv for callers that already hold every rank's count in

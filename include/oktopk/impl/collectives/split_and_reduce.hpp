@@ -8,6 +8,7 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/pack.hpp>
 #include <oktopk/select.hpp>
+#include <oktopk/impl/collectives/wire_values.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/candidates.hpp>
@@ -47,6 +48,14 @@ struct SplitReduce {
   Kokkos::View<Real*, Memory> region_storage{"oktopk::SplitReduce::region", 0};
   /// Entries this rank selected (the sum of send_counts).
   std::int64_t selected = 0;
+  /// The type the values travel in (sparse_wire(); the method sets it). For a wire narrower
+  /// than Real, the values go as 16-bit words, and send_values holds them rounded as sent.
+  Wire wire = Wire::Native;
+  Kokkos::View<std::uint16_t*, Memory> send_words{"oktopk::SplitReduce::send_words", 0};
+  Kokkos::View<std::uint16_t*, Memory> recv_words{"oktopk::SplitReduce::recv_words", 0};
+  /// How many values this rank sent that rounded to Inf on the wire, over the calls since the
+  /// method reset it.
+  std::int64_t overflowed = 0;
 };
 
 /// offsets(0) = 0, offsets(r + 1) = counts(0) + ... + counts(r), computed on the device by one
@@ -119,6 +128,15 @@ void split_and_reduce(
   }
 
   auto timer = timed("split_reduce");
+  // A narrower wire sends words; send_values then holds what they carry, which my own part
+  // adds as the others add theirs.
+  const bool narrow = state.wire != Wire::Native;
+  const std::int64_t width = wire_words<Real>(state.wire);
+  if (narrow) {
+    ensure_capacity(exec, state.send_words, width * state.selected);
+    state.overflowed +=
+        encode_values(exec, state.send_values, state.selected, state.send_words, state.wire);
+  }
   state.recv_counts.assign(P, 0);
   comm.alltoall(state.send_counts.data(), state.recv_counts.data(), 1);
   state.recv_offsets.assign(P + 1, 0);
@@ -126,6 +144,7 @@ void split_and_reduce(
     state.recv_offsets[r + 1] = state.recv_offsets[r] + state.recv_counts[r];
   ensure_capacity(exec, state.recv_indices, state.recv_offsets[P]);
   ensure_capacity(exec, state.recv_values, state.recv_offsets[P]);
+  if (narrow) ensure_capacity(exec, state.recv_words, width * state.recv_offsets[P]);
   auto range = [](std::int64_t b, std::int64_t e) { return Kokkos::make_pair(b, e); };
   const std::int64_t region_size = offsets[me + 1] - offsets[me];
   ensure_capacity(exec, state.region_storage, region_size);
@@ -145,9 +164,34 @@ void split_and_reduce(
   const std::int64_t sent = state.send_offsets[P];
   const std::int64_t received = state.recv_offsets[P];
   const auto send_idx = mpi_send_view(exec, Kokkos::subview(state.send_indices, range(0, sent)));
-  const auto send_val = mpi_send_view(exec, Kokkos::subview(state.send_values, range(0, sent)));
+  // The values' messages: Real values, or `width` words each on a narrower wire.
+  const auto send_val =
+      mpi_send_view(exec, Kokkos::subview(state.send_values, range(0, narrow ? 0 : sent)));
+  const auto send_wire =
+      mpi_send_view(exec, Kokkos::subview(state.send_words, range(0, narrow ? width * sent : 0)));
   auto recv_idx = mpi_receive_view(exec, Kokkos::subview(state.recv_indices, range(0, received)));
-  auto recv_val = mpi_receive_view(exec, Kokkos::subview(state.recv_values, range(0, received)));
+  auto recv_val =
+      mpi_receive_view(exec, Kokkos::subview(state.recv_values, range(0, narrow ? 0 : received)));
+  auto recv_wire = mpi_receive_view(
+      exec, Kokkos::subview(state.recv_words, range(0, narrow ? width * received : 0)));
+  const auto send_values_of = [&](int dst, Communicator::Requests& requests) {
+    const std::int64_t at = state.send_offsets[dst];
+    const std::int64_t count = state.send_counts[dst];
+    if (narrow) {
+      comm.isend(send_wire.data() + width * at, width * count, dst, 2, requests);
+    } else {
+      comm.isend(send_val.data() + at, count, dst, 2, requests);
+    }
+  };
+  const auto receive_values_of = [&](int src, Communicator::Requests& requests) {
+    const std::int64_t at = state.recv_offsets[src];
+    const std::int64_t count = state.recv_counts[src];
+    if (narrow) {
+      comm.irecv(recv_wire.data() + width * at, width * count, src, 2, requests);
+    } else {
+      comm.irecv(recv_val.data() + at, count, src, 2, requests);
+    }
+  };
   const int group = std::max(1, std::min(throttle, P - 1));
   int pending_first = 1, pending_last = 0;  // steps received but not yet added
   for (int first = 1; first < P; first += group) {
@@ -159,14 +203,12 @@ void split_and_reduce(
       if (state.recv_counts[src] > 0) {
         comm.irecv(recv_idx.data() + state.recv_offsets[src], state.recv_counts[src], src, 1,
                    requests);
-        comm.irecv(recv_val.data() + state.recv_offsets[src], state.recv_counts[src], src, 2,
-                   requests);
+        receive_values_of(src, requests);
       }
       if (state.send_counts[dst] > 0) {
         comm.isend(send_idx.data() + state.send_offsets[dst], state.send_counts[dst], dst, 1,
                    requests);
-        comm.isend(send_val.data() + state.send_offsets[dst], state.send_counts[dst], dst, 2,
-                   requests);
+        send_values_of(dst, requests);
       }
     }
     OKTOPK_FAULT_POINT(comm, "posted");
@@ -181,8 +223,15 @@ void split_and_reduce(
       const int src = (me - s + P) % P;
       mpi_received(exec, recv_idx, state.recv_indices, state.recv_offsets[src],
                    state.recv_offsets[src + 1]);
-      mpi_received(exec, recv_val, state.recv_values, state.recv_offsets[src],
-                   state.recv_offsets[src + 1]);
+      if (narrow) {
+        mpi_received(exec, recv_wire, state.recv_words, width * state.recv_offsets[src],
+                     width * state.recv_offsets[src + 1]);
+        decode_values(exec, state.recv_words, state.recv_offsets[src], state.recv_offsets[src + 1],
+                      state.recv_values, state.wire);
+      } else {
+        mpi_received(exec, recv_val, state.recv_values, state.recv_offsets[src],
+                     state.recv_offsets[src + 1]);
+      }
     }
     pending_first = first;
     pending_last = last;

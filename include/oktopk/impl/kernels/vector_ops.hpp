@@ -7,6 +7,7 @@
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/base/value_traits.hpp>
+#include <oktopk/impl/base/wire_rounding.hpp>
 #include <oktopk/impl/kernels/count_levels.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -201,8 +202,9 @@ void scatter_divided(const ExecSpace& exec, const Idx& indices, const Val& value
 /// \brief A sparse result written as a dense average, with its error feedback in the same pass:
 /// out = 0 except out(indices(j)) = values(j) / divisor for j < count, and at those positions
 /// acc(i) = 0 where |acc(i)| > cleared_above, i.e. where this rank selected the entry (strict,
-/// as the selection is), so the residual keeps what the result did not carry. Indices rise
-/// strictly.
+/// as the selection is), so the residual keeps what the result did not carry; with a narrower
+/// `wire`, acc(i) keeps the rounding error of what this rank sent, acc(i) - wire_rounded(acc(i)).
+/// Indices rise strictly.
 ///
 /// On the host, out is written once, in order, by chunks: each chunk is zeroed and then filled
 /// from its run of indices (a binary search for the run's start), where a zeroing pass and a
@@ -210,7 +212,7 @@ void scatter_divided(const ExecSpace& exec, const Idx& indices, const Val& value
 template <class ExecSpace, class Idx, class Val, class Out, class Acc>
 void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val& values,
                             std::int64_t count, const Out& out, float divisor, const Acc& acc,
-                            float cleared_above) {
+                            float cleared_above, Wire wire) {
   using Stored = typename Out::non_const_value_type;
   if constexpr (runs_on_host_v<ExecSpace>) {
     const auto n = static_cast<std::int64_t>(out.extent(0));
@@ -225,7 +227,7 @@ void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val
                ++j) {
             const std::int64_t i = indices(j);
             out(i) = value_cast<Stored>(to_arithmetic(values(j)) / divisor);
-            if (magnitude(acc(i)) > cleared_above) acc(i) = 0.0f;
+            if (magnitude(acc(i)) > cleared_above) acc(i) -= wire_rounded(acc(i), wire);
           }
         });
   } else {
@@ -235,19 +237,19 @@ void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val
         KOKKOS_LAMBDA(std::int64_t j) {
           const std::int64_t i = indices(j);
           out(i) = value_cast<Stored>(to_arithmetic(values(j)) / divisor);
-          if (magnitude(acc(i)) > cleared_above) acc(i) = 0.0f;
+          if (magnitude(acc(i)) > cleared_above) acc(i) -= wire_rounded(acc(i), wire);
         });
   }
 }
 
 /// \brief A sparse result written as it is, with its error feedback: out_indices(j) =
 /// indices(j) and out_values(j) = values(j) / divisor for j < count, and acc(indices(j)) = 0
-/// where |acc| > cleared_above (as write_average_clearing does), without touching the other
-/// n - count entries of anything.
+/// (or its rounding error on `wire`) where |acc| > cleared_above, as write_average_clearing
+/// does, without touching the other n - count entries of anything.
 template <class ExecSpace, class Idx, class Val, class OutIdx, class OutVal, class Acc>
 void copy_average_clearing(const ExecSpace& exec, const Idx& indices, const Val& values,
                            std::int64_t count, const OutIdx& out_indices, const OutVal& out_values,
-                           float divisor, const Acc& acc, float cleared_above) {
+                           float divisor, const Acc& acc, float cleared_above, Wire wire) {
   using Stored = typename OutVal::non_const_value_type;
   Kokkos::parallel_for(
       "oktopk::copy_average_clearing", RangeOf<ExecSpace>(exec, 0, count),
@@ -255,7 +257,7 @@ void copy_average_clearing(const ExecSpace& exec, const Idx& indices, const Val&
         const auto i = indices(j);
         out_indices(j) = i;
         out_values(j) = value_cast<Stored>(to_arithmetic(values(j)) / divisor);
-        if (magnitude(acc(i)) > cleared_above) acc(i) = 0.0f;
+        if (magnitude(acc(i)) > cleared_above) acc(i) -= wire_rounded(acc(i), wire);
       });
 }
 

@@ -5,6 +5,7 @@
 
 #include <oktopk/communicator.hpp>
 #include <oktopk/error.hpp>
+#include <oktopk/options.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
@@ -49,6 +50,20 @@ struct OutputRounding<float16> {
   static constexpr double unit = 0x1p-11;
   static constexpr double subnormal = 0x1p-25;
 };
+
+/// What sending a value as the 16-bit type of OutputRounding<W> may change it by (the same
+/// unit and subnormal terms), for a wire w; zero for a wire as wide as the arithmetic type.
+struct WireRounding {
+  double unit = 0.0;
+  double subnormal = 0.0;
+};
+inline WireRounding wire_rounding(Wire w) {
+  if (w == Wire::BFloat16)
+    return {OutputRounding<bfloat16>::unit, OutputRounding<bfloat16>::subnormal};
+  if (w == Wire::Float16)
+    return {OutputRounding<float16>::unit, OutputRounding<float16>::subnormal};
+  return {};
+}
 
 KOKKOS_INLINE_FUNCTION float quiet_nan() { return bits_to_float(0x7fc00000u); }
 

@@ -8,6 +8,7 @@
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/collectives/wire_values.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 #include <oktopk/impl/oracle/common.hpp>
@@ -51,13 +52,24 @@ void expected_masked_sum(const ExecSpace& exec, const SparseAllreduce<ExecSpace,
   const float global_threshold = stats.global_threshold;
   const auto ranks = static_cast<float>(comm.size());
   const Real u = roundoff_v<Real>;
+  // A narrower wire (sparse_wire()) rounds each term as it is sent, by at most
+  // u_w·|a| + eta_w, and the methods that send sums (TopkDSA, Ok-Topk) round the sum R' of the
+  // rounded terms once more, by at most u_w·|R'| + eta_w <= u_w(1 + u_w)·sum|a| + u_w·c·eta_w +
+  // eta_w: together (2u_w + u_w^2)·sum|a| + (c + 1)(1 + u_w)·eta_w, doubled for safety.
+  const WireRounding wire = wire_rounding(sparse_wire<Value>(handle.options()));
+  const auto wire_unit = static_cast<Real>(wire.unit);
+  const auto wire_subnormal = static_cast<Real>(wire.subnormal);
   Kokkos::parallel_for(
       "oktopk::expected_result::select", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
         const Real r = expected(i);
         const float m = magnitude(r);
         const Real c = terms(i);
-        const Real order = c > 2 ? Real(2) * (c - 1) * u * slack(i) : Real(0);
+        const Real rounded =
+            c > 0 ? Real(2) * ((Real(2) * wire_unit + wire_unit * wire_unit) * slack(i) +
+                               (c + 1) * (1 + wire_unit) * wire_subnormal)
+                  : Real(0);
+        const Real order = (c > 2 ? Real(2) * (c - 1) * u * slack(i) : Real(0)) + rounded;
         const bool keep = m > global_threshold;
         bool undecided = borderline(i) > 0;
         if (is_finite(global_threshold)) {
