@@ -55,15 +55,18 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 ///   order bounds, doubled for safety, in units of the output, i.e. after / P):
 ///   masked-sum methods: 2(c-1)·u·sum|terms| / P for the c >= 3 non-zero terms of R (0 for c <= 2:
 ///   a + b == b + a exactly; u = the unit roundoff of the arithmetic type, 2^-24 for float
-///   and 2^-53 for double); S2: per sketch cell of load L (entries with a non-zero
-///   on some rank) and mass M (sum over them and over ranks of |acc|), both ways of summing
-///   are within (L + P)·u·M of the exact cell, and the median moves no more than its inputs, so
-///   4·max over the entry's cells of (L + P)·u·M / P (rows outside the union: 0; with a layout,
-///   Dense segments: as for the ring below, since the method sums them inside a larger
-///   allreduce whose order MPI may choose otherwise); dense calls with dense_allreduce = ring
-///   (which sums in ring order): 2(P-1)·u·sum over ranks of |acc| / P for P >= 3; other dense
-///   calls and gTopk: 0 (the same MPI_Allreduce as the library's dense path; the same a + b
-///   additions as the tree).
+///   and 2^-53 for double), plus, with a 16-bit wire (Options::wire bf16 or fp16), twice what
+///   rounding the terms and the sum to it may change: 2((2u_w + u_w^2)·sum|terms| +
+///   (c + 1)(1 + u_w)·eta_w) / P (u_w = 2^-8 and eta_w = 2^-134 for bf16, 2^-11 and 2^-25 for
+///   fp16; the same amount widens the band around the global threshold);
+///   S2: per sketch cell of load L (entries with a non-zero on some rank) and mass M (sum
+///   over them and over ranks of |acc|), both ways of summing are within (L + P)·u·M of the
+///   exact cell, and the median moves no more than its inputs, so 4·max over the entry's cells
+///   of (L + P)·u·M / P (rows outside the union: 0; with a layout, Dense segments: as for the
+///   ring below, since the method sums them inside a larger allreduce whose order MPI may
+///   choose otherwise); dense calls with dense_allreduce = ring (which sums in ring order):
+///   2(P-1)·u·sum over ranks of |acc| / P for P >= 3; other dense calls and gTopk: 0 (the same
+///   MPI_Allreduce as the library's dense path; the same a + b additions as the tree).
 ///   Without `slack`, entries whose slack exceeds rel_tol·|expected| / 2 are set to NaN instead
 ///   (they cannot be checked to rel_tol), which for S2 is most of them.
 ///
