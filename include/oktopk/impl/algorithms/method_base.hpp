@@ -405,8 +405,10 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
                                                                                 "range")
                                      << " on rank " << wire_overflow[0] - 1 << " (up to "
                                      << wire_overflow[1] << " on one rank): scale the gradient "
-                                     << "down, or send wire=bf16 or native; the call was "
-                                     << "rejected and the residual is as it was");
+                                     << (this->options_.wire == Wire::Float16
+                                             ? "down, or send wire=bf16 or native"
+                                             : "down, or send wire=native")
+                                     << "; the call was rejected and the residual is as it was");
   }
   this->last_out_ = out;
   this->last_sparse_ = sparse != nullptr ? *sparse : sparse_result_type();
