@@ -9,9 +9,9 @@
 #
 # The portability tests are those whose outcome can depend on the Kokkos version: the kernel
 # unit tests, every MPI suite and the bindings at P = 1 and 2 (the method suite and Ok-Topk's
-# schedule also at P = 4), and the apps' runs at P <= 2. Larger and odd rank counts, host
-# staging, fault injection and the training fidelity checks exercise OkTopk's own MPI code,
-# which does not change with Kokkos: scripts/test.sh runs them with Kokkos 3.4.
+# schedule also at P = 4), the apps' runs at P <= 2 and the package consumer. Larger and odd
+# rank counts, host staging, fault injection and the training fidelity checks exercise OkTopk's
+# own MPI code, which does not change with Kokkos: scripts/test.sh runs them with Kokkos 3.4.
 #
 #   scripts/portability.sh [CONFIG...]    CONFIG: openmp-4.6 openmp-develop hip cuda (default: all)
 #

@@ -3,10 +3,10 @@
 # Sanitizer check, run by CI: builds OkTopk's tests with AddressSanitizer and
 # UndefinedBehaviorSanitizer (GCC; Kokkos 3.4.01 from scripts/common.sh, itself not
 # instrumented) into build-sanitizers/, then runs the kernel and API unit tests, every MPI suite
-# and the C and Fortran bindings at P = 2, and at P = 3 the suites whose code differs at an odd
-# rank count (the communicator, every method, the Ok-Topk schedule) and MPI staging through
-# separate host copies. Any report fails the run: UBSan stops at its first finding, ASan always
-# does. The other rank counts run the same code on other sizes: scripts/test.sh has them.
+# and the C and Fortran bindings at P = 2 and 3, and MPI staging and the method suite with every
+# buffer staged through a separate host copy at P = 3. Any report fails the run: UBSan stops at
+# its first finding, ASan always does. The other host-staging suites (each of them compiles the
+# methods again, about a minute instrumented) and the other rank counts run in scripts/test.sh.
 #
 #   scripts/sanitizers.sh [CTEST ARGS...]     e.g. -R communicator to run fewer tests
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -27,17 +27,23 @@ cmake -S "$OKTOPK_SOURCE_DIR" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDeb
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 # Only the programs the tests below run: an instrumented compile takes about twice as long.
+suites=(communicator distributed_kth factory methods oktopk_schedule dense_allreduce s2 layout
+        baselines mpi_staging checkpoint async sparse_result wire sparse_wire value_types
+        half_gradients)
+staged=(mpi_staging methods)
 targets=(oktopk_unit_tests oktopk_unit_api_tests oktopk_test_c_api)
-for t in communicator distributed_kth factory methods oktopk_schedule dense_allreduce s2 layout \
-    baselines mpi_staging checkpoint async sparse_result wire sparse_wire value_types half_gradients \
-    mpi_staging_host_staging methods_host_staging; do
-  targets+=("oktopk_test_$t")
-done
+for t in "${suites[@]}"; do targets+=("oktopk_test_$t"); done
+for t in "${staged[@]}"; do targets+=("oktopk_test_${t}_host_staging"); done
+bindings='c_api|c_api_single'
 # The Fortran program exists where CMake found a Fortran compiler and MPI's Fortran bindings.
 if ninja -C "$build" -t query oktopk_test_fortran >/dev/null 2>&1; then
   targets+=(oktopk_test_fortran)
+  bindings+='|fortran'
 fi
 cmake --build "$build" -j "$OKTOPK_JOBS" --target "${targets[@]}"
+join() { local IFS='|'; echo "$*"; }
+tests="^unit_kernels\$|^unit_api\$|^($(join "${suites[@]}")|$bindings)_np[23]\$"
+tests+="|^($(join "${staged[@]}"))_host_staging_np3\$"
 
 # Leak checking is off: Open MPI and the OpenMP runtime keep allocations until exit on purpose,
 # and LeakSanitizer reports them as leaks. Everything else ASan checks stays on.
@@ -47,9 +53,7 @@ log="$build/sanitizers.log"
 status=0
 (cd "$build" &&
  ctest -j "$OKTOPK_JOBS" --output-on-failure \
-   -R '^unit_kernels$|^unit_api$|_np2$|^(communicator|methods|oktopk_schedule)_np3$|^(mpi_staging|methods)_host_staging_np3$' \
-   -E '^consumer|^fault_' \
-   "$@") >"$log" 2>&1 || status=$?
+   -R "$tests" "$@") >"$log" 2>&1 || status=$?
 summary=$(grep -E '^[0-9]+% tests passed' "$log" | tail -n 1)
 # A report inside a test that still passed (a rank whose report did not change its exit status)
 # fails the run as well.
