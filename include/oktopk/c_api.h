@@ -38,6 +38,16 @@ extern "C" {
 
 typedef struct oktopk_handle oktopk_handle;
 
+/* Gradient types (dtype arguments): a handle's gradients and outputs are of one of them,
+ * chosen at oktopk_create_typed; the functions without a dtype argument take float32. The
+ * 16-bit types are passed as their bit patterns, one uint16_t per value (bfloat16: the upper
+ * half of a float's bits). A handle sums and keeps its residual in float64 for float64
+ * gradients and in float32 for the others (oktopk_get_dtype). */
+#define OKTOPK_FLOAT32 0  /* float */
+#define OKTOPK_FLOAT64 1  /* double */
+#define OKTOPK_BFLOAT16 2 /* bfloat16, as uint16_t */
+#define OKTOPK_FLOAT16 3  /* IEEE 754 binary16, as uint16_t */
+
 /* Statistics of a handle's last reduce call, on this rank. */
 typedef struct oktopk_stats {
   int64_t iteration;       /* calls made so far, the last included */
@@ -73,12 +83,12 @@ int oktopk_initialize(int* argc, char*** argv);
  * before MPI_Finalize. */
 int oktopk_finalize(void);
 
-/* Collective. Makes a handle for gradients of n floats, running `algorithm` (dense, topka,
- * topkdsa, gtopk, gaussiank, oktopk or s2) over a duplicate of `comm`. `options` holds
- * key=value settings separated by spaces or commas ("density=0.01 threshold_period=32"; NULL
- * or "" for the defaults); the keys are the fields of oktopk::Options (user guide). Every
- * rank must pass the same algorithm, n and options. On success *handle is the new handle; on
- * failure it is set to NULL. */
+/* Collective. Makes a handle for gradients of n floats (oktopk_create_typed for the other
+ * types), running `algorithm` (dense, topka, topkdsa, gtopk, gaussiank, oktopk or s2) over a
+ * duplicate of `comm`. `options` holds key=value settings separated by spaces or commas
+ * ("density=0.01 threshold_period=32"; NULL or "" for the defaults); the keys are the fields
+ * of oktopk::Options (user guide). Every rank must pass the same algorithm, n and options. On
+ * success *handle is the new handle; on failure it is set to NULL. */
 int oktopk_create(MPI_Comm comm, const char* algorithm, int64_t n, const char* options,
                   oktopk_handle** handle);
 
@@ -112,6 +122,28 @@ int oktopk_create_with_layout_f(MPI_Fint comm, const char* algorithm, int64_t n,
                                 const int* kinds, const int64_t* row_widths,
                                 const char* const* names, oktopk_handle** handle);
 
+/* Collective. oktopk_create_with_layout for gradients of type `dtype` (OKTOPK_FLOAT32,
+ * OKTOPK_FLOAT64, OKTOPK_BFLOAT16 or OKTOPK_FLOAT16); num_segments = 0 with NULL arrays for a
+ * buffer without a layout. The handle's arrays are then passed to the *_typed functions, with
+ * the same dtype. Every rank must pass the same dtype (a mismatch is reported on every rank,
+ * naming "gradient type"); an unknown dtype on any rank returns OKTOPK_ERROR_INVALID_ARGUMENT
+ * on every rank. Options the type does not take (wire=bf16 with float64, say) are refused
+ * likewise. */
+int oktopk_create_typed(MPI_Comm comm, const char* algorithm, int64_t n, int dtype,
+                        const char* options, int64_t num_segments, const int64_t* lengths,
+                        const int* kinds, const int64_t* row_widths, const char* const* names,
+                        oktopk_handle** handle);
+
+/* oktopk_create_typed for a communicator given as a Fortran integer handle. */
+int oktopk_create_typed_f(MPI_Fint comm, const char* algorithm, int64_t n, int dtype,
+                          const char* options, int64_t num_segments, const int64_t* lengths,
+                          const int* kinds, const int64_t* row_widths, const char* const* names,
+                          oktopk_handle** handle);
+
+/* The handle's gradient type and the type of its residual, sums and averages (OKTOPK_FLOAT64
+ * for float64 gradients, OKTOPK_FLOAT32 for the others); either may be NULL. */
+int oktopk_get_dtype(const oktopk_handle* handle, int* dtype, int* residual_dtype);
+
 /* Frees the handle (NULL is allowed and does nothing), after the calls launched before it.
  * Not collective: handles made on one communicator share a duplicate of it, which is freed
  * (collectively) when that communicator is freed. */
@@ -140,6 +172,17 @@ int oktopk_reduce_device(oktopk_handle* handle, const float* grad, float* out);
 int oktopk_reduce_sparse(oktopk_handle* handle, const float* grad, const int32_t** indices,
                          const float** values, int64_t* count);
 
+/* Collective. oktopk_reduce, oktopk_reduce_device and oktopk_reduce_sparse for a handle of
+ * any gradient type: grad, out and *values hold n (or *count) values of type `dtype`, which
+ * must be the handle's (oktopk_get_dtype). A dtype other than the handle's is an error
+ * (OKTOPK_ERROR_INVALID_ARGUMENT): that rank joins the call with empty arrays, so that every
+ * other rank fails too ("rank R passed ...") instead of waiting, and the handle is unchanged.
+ * The float32 functions are these with dtype = OKTOPK_FLOAT32, and refuse other handles so. */
+int oktopk_reduce_typed(oktopk_handle* handle, int dtype, const void* grad, void* out);
+int oktopk_reduce_device_typed(oktopk_handle* handle, int dtype, const void* grad, void* out);
+int oktopk_reduce_sparse_typed(oktopk_handle* handle, int dtype, const void* grad,
+                               const int32_t** indices, const void** values, int64_t* count);
+
 /* An asynchronous reduce in flight (oktopk_reduce_async). */
 typedef struct oktopk_request oktopk_request;
 
@@ -157,6 +200,11 @@ typedef struct oktopk_request oktopk_request;
  * thread inside oktopk_test and oktopk_wait. *request is NULL on failure. */
 int oktopk_reduce_async(oktopk_handle* handle, const float* grad, float* out,
                         oktopk_request** request);
+
+/* Collective. oktopk_reduce_async for a handle of any gradient type, as oktopk_reduce_typed;
+ * a dtype other than the handle's fails the request on every rank. */
+int oktopk_reduce_async_typed(oktopk_handle* handle, int dtype, const void* grad, void* out,
+                              oktopk_request** request);
 
 /* Sets *done to 1 if the request has completed (0 otherwise) without waiting; once done,
  * returns the reduce's own result code (and its message in oktopk_last_error), again on every
@@ -181,6 +229,10 @@ int oktopk_get_stats(const oktopk_handle* handle, oktopk_stats* stats);
  * handle's n); waits for the calls launched before it. Not collective. Method dense and
  * methods without error feedback have an all-zero residual. */
 int oktopk_get_residual(const oktopk_handle* handle, float* out, int64_t n);
+
+/* oktopk_get_residual into n values of type `dtype`, which must be the handle's residual type
+ * (oktopk_get_dtype: OKTOPK_FLOAT64 for float64 gradients, OKTOPK_FLOAT32 otherwise). */
+int oktopk_get_residual_typed(const oktopk_handle* handle, int dtype, void* out, int64_t n);
 
 /* One segment of a handle's layout and its part of the last reduce call's output. */
 typedef struct oktopk_segment_stats {

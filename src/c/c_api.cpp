@@ -22,8 +22,6 @@
 namespace {
 
 using Exec = Kokkos::DefaultExecutionSpace;
-using DeviceVector = Kokkos::View<float*, Exec::memory_space>;
-using ConstDeviceVector = Kokkos::View<const float*, Exec::memory_space>;
 using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
 
 constexpr bool host_reads_device_memory =
@@ -60,6 +58,200 @@ void require_handle(const void* handle, const char* where) {
   if (handle == nullptr) throw std::invalid_argument(std::string(where) + ": handle is NULL");
 }
 
+// The C constant of each gradient type.
+template <class Value>
+struct DtypeOf;
+template <>
+struct DtypeOf<float> {
+  static constexpr int value = OKTOPK_FLOAT32;
+};
+template <>
+struct DtypeOf<double> {
+  static constexpr int value = OKTOPK_FLOAT64;
+};
+template <>
+struct DtypeOf<oktopk::bfloat16> {
+  static constexpr int value = OKTOPK_BFLOAT16;
+};
+template <>
+struct DtypeOf<oktopk::float16> {
+  static constexpr int value = OKTOPK_FLOAT16;
+};
+
+std::string dtype_name(int dtype) {
+  switch (dtype) {
+    case OKTOPK_FLOAT32:
+      return "OKTOPK_FLOAT32";
+    case OKTOPK_FLOAT64:
+      return "OKTOPK_FLOAT64";
+    case OKTOPK_BFLOAT16:
+      return "OKTOPK_BFLOAT16";
+    case OKTOPK_FLOAT16:
+      return "OKTOPK_FLOAT16";
+    default:
+      return "dtype " + std::to_string(dtype);
+  }
+}
+
+// A NULL array stands for an empty one, so that a NULL on some ranks only becomes the length
+// error that reduce() reports on every rank rather than a rank that never joins the call.
+template <class View, class Pointer>
+View wrap(Pointer data, std::int64_t n) {
+  return View(data, data == nullptr ? 0 : static_cast<std::size_t>(n));
+}
+
+// What the C interface does with a handle, whatever its gradient type: arrays cross as
+// untyped pointers, which HandleOf<Value> reads as Value (or its residual's type).
+class TypedHandle {
+ public:
+  TypedHandle() = default;
+  TypedHandle(const TypedHandle&) = delete;
+  TypedHandle& operator=(const TypedHandle&) = delete;
+  virtual ~TypedHandle() = default;
+
+  virtual int dtype() const = 0;
+  virtual int residual_dtype() const = 0;
+  virtual std::int64_t size() const = 0;
+  virtual std::int64_t k() const = 0;
+  virtual const oktopk::ReduceStats& stats() const = 0;
+  virtual const oktopk::Layout& layout() const = 0;
+  // Allocates the copies of host arrays the execution space cannot read (none where it can).
+  virtual void allocate_staging() = 0;
+  virtual void reduce_device(const void* grad, void* out) = 0;
+  virtual void reduce_host(const void* grad, void* out) = 0;
+  // reduce_sparse of a host gradient; the result's entries end up in host memory, which
+  // *indices and *values point to.
+  virtual void reduce_sparse_host(const void* grad, const std::int32_t** indices,
+                                  const void** values, std::int64_t* count) = 0;
+  // Copies the residual into n host values of the residual's type.
+  virtual void copy_residual(void* out) const = 0;
+  virtual void save_state(std::ostream& os) const = 0;
+  virtual void restore_state(std::istream& is) = 0;
+};
+
+template <class Value>
+class HandleOf final : public TypedHandle {
+ public:
+  using Handle = oktopk::SparseAllreduce<Exec, Value>;
+  using Residual = typename Handle::arithmetic_type;
+  using DeviceVector = Kokkos::View<Value*, Exec::memory_space>;
+  using ConstDeviceVector = Kokkos::View<const Value*, Exec::memory_space>;
+
+  explicit HandleOf(std::unique_ptr<Handle> handle) : handle_(std::move(handle)) {}
+
+  int dtype() const override { return DtypeOf<Value>::value; }
+  int residual_dtype() const override { return DtypeOf<Residual>::value; }
+  std::int64_t size() const override { return handle_->size(); }
+  std::int64_t k() const override { return handle_->k(); }
+  const oktopk::ReduceStats& stats() const override { return handle_->stats(); }
+  const oktopk::Layout& layout() const override { return handle_->layout(); }
+
+  void allocate_staging() override {
+    if constexpr (!host_reads_device_memory) {
+      const Exec exec;
+      const auto n = static_cast<std::size_t>(handle_->size());
+      staged_grad_ = DeviceVector(
+          Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::c_api::staged_grad"), n);
+      staged_out_ = DeviceVector(
+          Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::c_api::staged_out"), n);
+      exec.fence();
+    }
+  }
+
+  void reduce_device(const void* grad, void* out) override {
+    const Exec exec;
+    const std::int64_t n = handle_->size();
+    handle_->reduce(
+        exec,
+        wrap<Kokkos::View<const Value*, Exec::memory_space, Unmanaged>>(
+            static_cast<const Value*>(grad), n),
+        wrap<Kokkos::View<Value*, Exec::memory_space, Unmanaged>>(static_cast<Value*>(out), n));
+    exec.fence();
+  }
+
+  void reduce_host(const void* grad, void* out) override {
+    if constexpr (host_reads_device_memory) {
+      reduce_device(grad, out);
+    } else {
+      const Exec exec;
+      const std::int64_t n = handle_->size();
+      const auto host_grad = wrap<Kokkos::View<const Value*, Kokkos::HostSpace, Unmanaged>>(
+          static_cast<const Value*>(grad), n);
+      const auto host_out =
+          wrap<Kokkos::View<Value*, Kokkos::HostSpace, Unmanaged>>(static_cast<Value*>(out), n);
+      // Lengths that differ from n reach reduce() unchanged, which reports them on every rank.
+      const auto device_grad = host_grad.extent(0) == staged_grad_.extent(0)
+                                   ? ConstDeviceVector(staged_grad_)
+                                   : ConstDeviceVector();
+      const auto device_out =
+          host_out.extent(0) == staged_out_.extent(0) ? staged_out_ : DeviceVector();
+      if (device_grad.extent(0) != 0) Kokkos::deep_copy(exec, staged_grad_, host_grad);
+      handle_->reduce(exec, device_grad, device_out);
+      if (device_out.extent(0) != 0) Kokkos::deep_copy(exec, host_out, staged_out_);
+      exec.fence();
+    }
+  }
+
+  void reduce_sparse_host(const void* grad, const std::int32_t** indices, const void** values,
+                          std::int64_t* count) override {
+    const Exec exec;
+    const std::int64_t n = handle_->size();
+    if constexpr (host_reads_device_memory) {
+      handle_->reduce_sparse(exec,
+                             wrap<Kokkos::View<const Value*, Exec::memory_space, Unmanaged>>(
+                                 static_cast<const Value*>(grad), n),
+                             sparse_);
+      *indices = sparse_.indices.data();
+      *values = sparse_.values.data();
+    } else {
+      const auto host_grad = wrap<Kokkos::View<const Value*, Kokkos::HostSpace, Unmanaged>>(
+          static_cast<const Value*>(grad), n);
+      // Lengths that differ from n reach reduce_sparse() unchanged, which reports them
+      // everywhere.
+      const auto device_grad = host_grad.extent(0) == staged_grad_.extent(0)
+                                   ? ConstDeviceVector(staged_grad_)
+                                   : ConstDeviceVector();
+      if (device_grad.extent(0) != 0) Kokkos::deep_copy(exec, staged_grad_, host_grad);
+      handle_->reduce_sparse(exec, device_grad, sparse_);
+      const auto size = static_cast<std::size_t>(sparse_.size);
+      if (sparse_indices_host_.extent(0) < size) {
+        Kokkos::resize(sparse_indices_host_, sparse_.indices.extent(0));
+        Kokkos::resize(sparse_values_host_, sparse_.values.extent(0));
+      }
+      const auto entries = Kokkos::make_pair(std::size_t{0}, size);
+      Kokkos::deep_copy(exec, Kokkos::subview(sparse_indices_host_, entries),
+                        Kokkos::subview(sparse_.indices, entries));
+      Kokkos::deep_copy(exec, Kokkos::subview(sparse_values_host_, entries),
+                        Kokkos::subview(sparse_.values, entries));
+      *indices = sparse_indices_host_.data();
+      *values = sparse_values_host_.data();
+    }
+    exec.fence();
+    *count = sparse_.size;
+  }
+
+  void copy_residual(void* out) const override {
+    const Exec exec;
+    const Kokkos::View<Residual*, Kokkos::HostSpace, Unmanaged> host(
+        static_cast<Residual*>(out), static_cast<std::size_t>(handle_->size()));
+    Kokkos::deep_copy(exec, host, handle_->residual());
+    exec.fence();
+  }
+
+  void save_state(std::ostream& os) const override { handle_->save_state(Exec(), os); }
+  void restore_state(std::istream& is) override { handle_->restore_state(Exec(), is); }
+
+ private:
+  std::unique_ptr<Handle> handle_;
+  // Copies of host arrays where the host cannot reach the execution space's memory.
+  DeviceVector staged_grad_;
+  DeviceVector staged_out_;
+  // The last reduce_sparse's result, and its host copy where the host cannot reach it.
+  oktopk::SparseResult<Exec::memory_space, Value> sparse_;
+  Kokkos::View<oktopk::index_type*, Kokkos::HostSpace> sparse_indices_host_;
+  Kokkos::View<Value*, Kokkos::HostSpace> sparse_values_host_;
+};
+
 }  // namespace
 
 struct oktopk_request {
@@ -67,15 +259,8 @@ struct oktopk_request {
 };
 
 struct oktopk_handle {
-  std::unique_ptr<oktopk::SparseAllreduce<Exec>> sparse_allreduce;
+  std::unique_ptr<TypedHandle> typed;
   std::string algorithm;
-  // Copies of host arrays where the host cannot reach the execution space's memory.
-  DeviceVector staged_grad;
-  DeviceVector staged_out;
-  // The last oktopk_reduce_sparse's result, and its host copy where the host cannot reach it.
-  oktopk::SparseResult<Exec::memory_space> sparse;
-  Kokkos::View<oktopk::index_type*, Kokkos::HostSpace> sparse_indices_host;
-  Kokkos::View<float*, Kokkos::HostSpace> sparse_values_host;
 };
 
 namespace {
@@ -176,11 +361,21 @@ oktopk::Layout read_layout(const LayoutArrays& arrays, std::int64_t n) {
   return layout;
 }
 
+template <class Value>
+std::unique_ptr<TypedHandle> make_typed(oktopk::Algorithm method,
+                                        const oktopk::Communicator& communicator, std::int64_t n,
+                                        const oktopk::Options& settings,
+                                        const oktopk::Layout& layout) {
+  return std::make_unique<HandleOf<Value>>(oktopk::make_sparse_allreduce<Exec, Value>(
+      Exec(), method, communicator, n, settings, layout));
+}
+
 oktopk_handle* create(const char* where, MPI_Comm comm, const char* algorithm, std::int64_t n,
-                      const char* options, const LayoutArrays& segments) {
+                      int dtype, const char* options, const LayoutArrays& segments) {
   const oktopk::Communicator communicator = shared_communicator(where, comm);
-  // A bad method name, option or segment on some ranks only must not leave the others waiting
-  // in make_sparse_allreduce: the ranks agree on whether every one could read its arguments.
+  // A bad method name, type, option or segment on some ranks only must not leave the others
+  // waiting in make_sparse_allreduce: the ranks agree on whether every one could read its
+  // arguments.
   oktopk::Algorithm method{};
   oktopk::Options settings;
   oktopk::Layout layout;
@@ -189,6 +384,11 @@ oktopk_handle* create(const char* where, MPI_Comm comm, const char* algorithm, s
       throw std::runtime_error("Kokkos is not initialised (call oktopk_initialize first)");
     if (algorithm == nullptr) throw std::invalid_argument("algorithm is NULL");
     method = oktopk::algorithm_from_string(algorithm);
+    if (dtype < OKTOPK_FLOAT32 || dtype > OKTOPK_FLOAT16)
+      throw std::invalid_argument(
+          "dtype must be OKTOPK_FLOAT32 (0), OKTOPK_FLOAT64 (1), "
+          "OKTOPK_BFLOAT16 (2) or OKTOPK_FLOAT16 (3), got " +
+          std::to_string(dtype));
     if (options != nullptr) settings.set_from_string(options);
     layout = read_layout(segments, n);
   });
@@ -207,109 +407,157 @@ oktopk_handle* create(const char* where, MPI_Comm comm, const char* algorithm, s
   // this struct leaves out the definition of a Kokkos develop View member's constructor and
   // the link fails (docs/kokkos-develop-gcc12/README.md).
   std::unique_ptr<oktopk_handle> handle(new oktopk_handle);
-  handle->sparse_allreduce =
-      oktopk::make_sparse_allreduce(Exec(), method, communicator, n, settings, layout);
-  handle->algorithm = oktopk::to_string(method);
-  if constexpr (!host_reads_device_memory) {
-    // The copies of host arrays are made now, where the ranks agree on failures: allocated in
-    // the first reduce, a failure on one rank would leave the others waiting in it.
-    const int code = guarded([&] {
-      const Exec exec;
-      handle->staged_grad = DeviceVector(
-          Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::c_api::staged_grad"),
-          static_cast<std::size_t>(n));
-      handle->staged_out = DeviceVector(
-          Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::c_api::staged_out"),
-          static_cast<std::size_t>(n));
-      exec.fence();
-    });
-    // Every rank throws with the (lowest) failing rank's cause.
-    const oktopk::AgreedFailure failure = communicator.agree_on_failure(
-        code != OKTOPK_SUCCESS, code == OKTOPK_SUCCESS ? std::string() : last_error);
-    if (failure)
-      throw std::runtime_error(std::string(where) + ": rank " + std::to_string(failure.rank) +
-                               " could not allocate the copies of host arrays: " + failure.cause);
+  // Ranks that pass different types make handles of different types; make_sparse_allreduce
+  // checks the type with the other arguments, so that every rank throws alike.
+  switch (dtype) {
+    case OKTOPK_FLOAT64:
+      handle->typed = make_typed<double>(method, communicator, n, settings, layout);
+      break;
+    case OKTOPK_BFLOAT16:
+      handle->typed = make_typed<oktopk::bfloat16>(method, communicator, n, settings, layout);
+      break;
+    case OKTOPK_FLOAT16:
+      handle->typed = make_typed<oktopk::float16>(method, communicator, n, settings, layout);
+      break;
+    default:
+      handle->typed = make_typed<float>(method, communicator, n, settings, layout);
   }
+  handle->algorithm = oktopk::to_string(method);
+  // The copies of host arrays are made now, where the ranks agree on failures: allocated in
+  // the first reduce, a failure on one rank would leave the others waiting in it.
+  const int code = guarded([&] { handle->typed->allocate_staging(); });
+  // Every rank throws with the (lowest) failing rank's cause.
+  const oktopk::AgreedFailure staging = communicator.agree_on_failure(
+      code != OKTOPK_SUCCESS, code == OKTOPK_SUCCESS ? std::string() : last_error);
+  if (staging)
+    throw std::runtime_error(std::string(where) + ": rank " + std::to_string(staging.rank) +
+                             " could not allocate the copies of host arrays: " + staging.cause);
   return handle.release();
 }
 
-// A NULL array stands for an empty one, so that a NULL on some ranks only becomes the length
-// error that reduce() reports on every rank rather than a rank that never joins the call.
-template <class View, class Pointer>
-View wrap(Pointer data, std::int64_t n) {
-  return View(data, data == nullptr ? 0 : static_cast<std::size_t>(n));
+int create_call(const char* where, MPI_Comm comm, const char* algorithm, std::int64_t n, int dtype,
+                const char* options, const LayoutArrays& segments, oktopk_handle** handle) {
+  return guarded([&] {
+    if (handle == nullptr) throw std::invalid_argument(std::string(where) + ": handle is NULL");
+    *handle = nullptr;
+    *handle = oktopk::run_on_progress_thread(
+        [&] { return create(where, comm, algorithm, n, dtype, options, segments); });
+    ++live_handles;
+  });
 }
 
-void reduce_device(oktopk_handle& h, const float* grad, float* out) {
-  const Exec exec;
-  const std::int64_t n = h.sparse_allreduce->size();
-  h.sparse_allreduce->reduce(
-      exec, wrap<Kokkos::View<const float*, Exec::memory_space, Unmanaged>>(grad, n),
-      wrap<Kokkos::View<float*, Exec::memory_space, Unmanaged>>(out, n));
-  exec.fence();
+// The error of arrays of type `dtype` passed to a handle of another type. `typed` names the
+// function to use instead where the caller used a float32 one.
+std::invalid_argument dtype_mismatch(const char* where, const TypedHandle& h, int dtype,
+                                     const char* typed) {
+  std::string message = std::string(where) + ": the arrays are " + dtype_name(dtype) +
+                        ", the handle's gradients " + dtype_name(h.dtype());
+  if (typed != nullptr) message += std::string(" (use ") + typed + ")";
+  return std::invalid_argument(message);
 }
 
-void reduce_host(oktopk_handle& h, const float* grad, float* out) {
-  if constexpr (host_reads_device_memory) {
-    reduce_device(h, grad, out);
-  } else {
-    const Exec exec;
-    const std::int64_t n = h.sparse_allreduce->size();
-    using HostConst = Kokkos::View<const float*, Kokkos::HostSpace, Unmanaged>;
-    using Host = Kokkos::View<float*, Kokkos::HostSpace, Unmanaged>;
-    const auto host_grad = wrap<HostConst>(grad, n);
-    const auto host_out = wrap<Host>(out, n);
-    // Lengths that differ from n reach reduce() unchanged, which reports them on every rank.
-    const auto device_grad = host_grad.extent(0) == h.staged_grad.extent(0)
-                                 ? ConstDeviceVector(h.staged_grad)
-                                 : ConstDeviceVector();
-    const auto device_out =
-        host_out.extent(0) == h.staged_out.extent(0) ? h.staged_out : DeviceVector();
-    if (device_grad.extent(0) != 0) Kokkos::deep_copy(exec, h.staged_grad, host_grad);
-    h.sparse_allreduce->reduce(exec, device_grad, device_out);
-    if (device_out.extent(0) != 0) Kokkos::deep_copy(exec, host_out, h.staged_out);
-    exec.fence();
-  }
-}
-
-// reduce_sparse of a host gradient; the result's entries end up in host memory, which
-// *indices and *values point to. Staged as reduce_host stages.
-void reduce_sparse_host(oktopk_handle& h, const float* grad, const std::int32_t** indices,
-                        const float** values, std::int64_t* count) {
-  const Exec exec;
-  const std::int64_t n = h.sparse_allreduce->size();
-  if constexpr (host_reads_device_memory) {
-    h.sparse_allreduce->reduce_sparse(
-        exec, wrap<Kokkos::View<const float*, Exec::memory_space, Unmanaged>>(grad, n), h.sparse);
-    *indices = h.sparse.indices.data();
-    *values = h.sparse.values.data();
-  } else {
-    const auto host_grad = wrap<Kokkos::View<const float*, Kokkos::HostSpace, Unmanaged>>(grad, n);
-    // Lengths that differ from n reach reduce_sparse() unchanged, which reports them everywhere.
-    const auto device_grad = host_grad.extent(0) == h.staged_grad.extent(0)
-                                 ? ConstDeviceVector(h.staged_grad)
-                                 : ConstDeviceVector();
-    if (device_grad.extent(0) != 0) Kokkos::deep_copy(exec, h.staged_grad, host_grad);
-    h.sparse_allreduce->reduce_sparse(exec, device_grad, h.sparse);
-    const auto size = static_cast<std::size_t>(h.sparse.size);
-    if (h.sparse_indices_host.extent(0) < size) {
-      Kokkos::resize(h.sparse_indices_host, h.sparse.indices.extent(0));
-      Kokkos::resize(h.sparse_values_host, h.sparse.values.extent(0));
+// A reduce of arrays of type `dtype` (on the device or host). Another type than the handle's
+// joins the call with no arrays instead, so that the other ranks fail with the length error
+// rather than wait for this one, which then reports the type.
+void reduce_as(const char* where, const char* typed, TypedHandle& h, int dtype, const void* grad,
+               void* out, bool device) {
+  const bool matches = dtype == h.dtype();
+  try {
+    if (device) {
+      h.reduce_device(matches ? grad : nullptr, matches ? out : nullptr);
+    } else {
+      h.reduce_host(matches ? grad : nullptr, matches ? out : nullptr);
     }
-    const auto entries = Kokkos::make_pair(std::size_t{0}, size);
-    Kokkos::deep_copy(exec, Kokkos::subview(h.sparse_indices_host, entries),
-                      Kokkos::subview(h.sparse.indices, entries));
-    Kokkos::deep_copy(exec, Kokkos::subview(h.sparse_values_host, entries),
-                      Kokkos::subview(h.sparse.values, entries));
-    *indices = h.sparse_indices_host.data();
-    *values = h.sparse_values_host.data();
+  } catch (const std::invalid_argument&) {
+    if (!matches) throw dtype_mismatch(where, h, dtype, typed);
+    throw;
   }
-  exec.fence();
-  *count = h.sparse.size;
+  // n = 0: the empty call was valid, and no other rank waits.
+  if (!matches) throw dtype_mismatch(where, h, dtype, typed);
 }
 
-void write_state(const oktopk_handle& h, std::ostream& os) {
-  h.sparse_allreduce->save_state(Exec(), os);
+int reduce_call(const char* where, const char* typed, oktopk_handle* handle, int dtype,
+                const void* grad, void* out, bool device) {
+  return guarded([&] {
+    require_handle(handle, where);
+    oktopk::run_on_progress_thread(
+        [&] { reduce_as(where, typed, *handle->typed, dtype, grad, out, device); });
+  });
+}
+
+int reduce_async_call(const char* where, const char* typed, oktopk_handle* handle, int dtype,
+                      const void* grad, void* out, oktopk_request** request) {
+  return guarded([&] {
+    if (request == nullptr) throw std::invalid_argument(std::string(where) + ": request is NULL");
+    *request = nullptr;
+    require_handle(handle, where);
+    auto launched = std::make_unique<oktopk_request>();
+    launched->request = oktopk::launch_in_order([where, typed, handle, dtype, grad, out] {
+      reduce_as(where, typed, *handle->typed, dtype, grad, out, false);
+    });
+    *request = launched.release();
+  });
+}
+
+int reduce_sparse_call(const char* where, const char* typed, oktopk_handle* handle, int dtype,
+                       const void* grad, const int32_t** indices, const void** values,
+                       int64_t* count) {
+  if (indices != nullptr) *indices = nullptr;
+  if (values != nullptr) *values = nullptr;
+  if (count != nullptr) *count = 0;
+  return guarded([&] {
+    require_handle(handle, where);
+    const bool outputs_given = indices != nullptr && values != nullptr && count != nullptr;
+    const bool matches = dtype == handle->typed->dtype();
+    const auto no_outputs = [where] {
+      return std::invalid_argument(std::string(where) +
+                                   ": indices, values and count must not be NULL");
+    };
+    const std::int32_t* got_indices = nullptr;
+    const void* got_values = nullptr;
+    std::int64_t got_count = 0;
+    try {
+      // Without somewhere to put the result, or with arrays of another type, the call is
+      // joined with no gradient, so that the other ranks fail with the length error instead
+      // of waiting for this one.
+      oktopk::run_on_progress_thread([&] {
+        handle->typed->reduce_sparse_host(outputs_given && matches ? grad : nullptr, &got_indices,
+                                          &got_values, &got_count);
+      });
+    } catch (const std::invalid_argument&) {
+      if (!outputs_given) throw no_outputs();
+      if (!matches) throw dtype_mismatch(where, *handle->typed, dtype, typed);
+      throw;
+    }
+    // n == 0: an empty gradient was a valid call.
+    if (!outputs_given) throw no_outputs();
+    if (!matches) throw dtype_mismatch(where, *handle->typed, dtype, typed);
+    *indices = got_indices;
+    *values = got_values;
+    *count = got_count;
+  });
+}
+
+int get_residual_call(const char* where, const oktopk_handle* handle, int dtype, void* out,
+                      int64_t n) {
+  return guarded([&] {
+    require_handle(handle, where);
+    const TypedHandle& h = *handle->typed;
+    if (dtype != h.residual_dtype()) {
+      throw std::invalid_argument(
+          std::string(where) + ": the array is " + dtype_name(dtype) + ", the handle's residual " +
+          dtype_name(h.residual_dtype()) +
+          (dtype == OKTOPK_FLOAT32 ? " (use oktopk_get_residual_typed)" : ""));
+    }
+    const std::int64_t size = h.size();
+    if (n != size) {
+      throw std::invalid_argument(std::string(where) + ": n is " + std::to_string(n) +
+                                  ", the handle's n " + std::to_string(size));
+    }
+    if (out == nullptr && n > 0) throw std::invalid_argument(std::string(where) + ": out is NULL");
+    // In launch order, after the calls launched before it have run.
+    oktopk::run_on_progress_thread([&h, out] { h.copy_residual(out); });
+  });
 }
 
 }  // namespace
@@ -359,28 +607,32 @@ int oktopk_finalize(void) {
 
 int oktopk_create(MPI_Comm comm, const char* algorithm, int64_t n, const char* options,
                   oktopk_handle** handle) {
-  return guarded([&] {
-    if (handle == nullptr) throw std::invalid_argument("oktopk_create: handle is NULL");
-    *handle = nullptr;
-    *handle = oktopk::run_on_progress_thread(
-        [&] { return create("oktopk_create", comm, algorithm, n, options, LayoutArrays{}); });
-    ++live_handles;
-  });
+  return create_call("oktopk_create", comm, algorithm, n, OKTOPK_FLOAT32, options, LayoutArrays{},
+                     handle);
 }
 
 int oktopk_create_with_layout(MPI_Comm comm, const char* algorithm, int64_t n, const char* options,
                               int64_t num_segments, const int64_t* lengths, const int* kinds,
                               const int64_t* row_widths, const char* const* names,
                               oktopk_handle** handle) {
-  return guarded([&] {
-    constexpr const char* where = "oktopk_create_with_layout";
-    if (handle == nullptr) throw std::invalid_argument(std::string(where) + ": handle is NULL");
-    *handle = nullptr;
-    const LayoutArrays segments{num_segments, lengths, kinds, row_widths, names};
-    *handle = oktopk::run_on_progress_thread(
-        [&] { return create(where, comm, algorithm, n, options, segments); });
-    ++live_handles;
-  });
+  return create_call("oktopk_create_with_layout", comm, algorithm, n, OKTOPK_FLOAT32, options,
+                     LayoutArrays{num_segments, lengths, kinds, row_widths, names}, handle);
+}
+
+int oktopk_create_typed(MPI_Comm comm, const char* algorithm, int64_t n, int dtype,
+                        const char* options, int64_t num_segments, const int64_t* lengths,
+                        const int* kinds, const int64_t* row_widths, const char* const* names,
+                        oktopk_handle** handle) {
+  return create_call("oktopk_create_typed", comm, algorithm, n, dtype, options,
+                     LayoutArrays{num_segments, lengths, kinds, row_widths, names}, handle);
+}
+
+int oktopk_create_typed_f(MPI_Fint comm, const char* algorithm, int64_t n, int dtype,
+                          const char* options, int64_t num_segments, const int64_t* lengths,
+                          const int* kinds, const int64_t* row_widths, const char* const* names,
+                          oktopk_handle** handle) {
+  return oktopk_create_typed(MPI_Comm_f2c(comm), algorithm, n, dtype, options, num_segments,
+                             lengths, kinds, row_widths, names, handle);
 }
 
 int oktopk_create_with_layout_f(MPI_Fint comm, const char* algorithm, int64_t n,
@@ -396,6 +648,14 @@ int oktopk_create_f(MPI_Fint comm, const char* algorithm, int64_t n, const char*
   return oktopk_create(MPI_Comm_f2c(comm), algorithm, n, options, handle);
 }
 
+int oktopk_get_dtype(const oktopk_handle* handle, int* dtype, int* residual_dtype) {
+  return guarded([&] {
+    require_handle(handle, "oktopk_get_dtype");
+    if (dtype != nullptr) *dtype = handle->typed->dtype();
+    if (residual_dtype != nullptr) *residual_dtype = handle->typed->residual_dtype();
+  });
+}
+
 int oktopk_destroy(oktopk_handle* handle) {
   return guarded([&] {
     if (handle == nullptr) return;
@@ -406,23 +666,23 @@ int oktopk_destroy(oktopk_handle* handle) {
 }
 
 int oktopk_reduce(oktopk_handle* handle, const float* grad, float* out) {
-  return guarded([&] {
-    require_handle(handle, "oktopk_reduce");
-    oktopk::run_on_progress_thread([&] { reduce_host(*handle, grad, out); });
-  });
+  return reduce_call("oktopk_reduce", "oktopk_reduce_typed", handle, OKTOPK_FLOAT32, grad, out,
+                     false);
+}
+
+int oktopk_reduce_typed(oktopk_handle* handle, int dtype, const void* grad, void* out) {
+  return reduce_call("oktopk_reduce_typed", nullptr, handle, dtype, grad, out, false);
 }
 
 int oktopk_reduce_async(oktopk_handle* handle, const float* grad, float* out,
                         oktopk_request** request) {
-  return guarded([&] {
-    if (request == nullptr) throw std::invalid_argument("oktopk_reduce_async: request is NULL");
-    *request = nullptr;
-    require_handle(handle, "oktopk_reduce_async");
-    auto launched = std::make_unique<oktopk_request>();
-    launched->request =
-        oktopk::launch_in_order([handle, grad, out] { reduce_host(*handle, grad, out); });
-    *request = launched.release();
-  });
+  return reduce_async_call("oktopk_reduce_async", "oktopk_reduce_async_typed", handle,
+                           OKTOPK_FLOAT32, grad, out, request);
+}
+
+int oktopk_reduce_async_typed(oktopk_handle* handle, int dtype, const void* grad, void* out,
+                              oktopk_request** request) {
+  return reduce_async_call("oktopk_reduce_async_typed", nullptr, handle, dtype, grad, out, request);
 }
 
 int oktopk_test(oktopk_request* request, int* done) {
@@ -462,54 +722,35 @@ int oktopk_request_free(oktopk_request* request) {
 
 int oktopk_reduce_sparse(oktopk_handle* handle, const float* grad, const int32_t** indices,
                          const float** values, int64_t* count) {
-  constexpr const char* where = "oktopk_reduce_sparse";
-  if (indices != nullptr) *indices = nullptr;
-  if (values != nullptr) *values = nullptr;
-  if (count != nullptr) *count = 0;
-  return guarded([&] {
-    require_handle(handle, where);
-    const bool outputs_given = indices != nullptr && values != nullptr && count != nullptr;
-    const std::int32_t* got_indices = nullptr;
-    const float* got_values = nullptr;
-    std::int64_t got_count = 0;
-    try {
-      // Without somewhere to put the result, the call is joined with no gradient, so that the
-      // other ranks fail with the length error instead of waiting for this one.
-      oktopk::run_on_progress_thread([&] {
-        reduce_sparse_host(*handle, outputs_given ? grad : nullptr, &got_indices, &got_values,
-                           &got_count);
-      });
-    } catch (const std::invalid_argument&) {
-      if (!outputs_given) {
-        throw std::invalid_argument(std::string(where) +
-                                    ": indices, values and count must not be NULL");
-      }
-      throw;
-    }
-    if (!outputs_given) {
-      // n == 0: an empty gradient was a valid call.
-      throw std::invalid_argument(std::string(where) +
-                                  ": indices, values and count must not be NULL");
-    }
-    *indices = got_indices;
-    *values = got_values;
-    *count = got_count;
-  });
+  const void* untyped = nullptr;
+  const int code = reduce_sparse_call("oktopk_reduce_sparse", "oktopk_reduce_sparse_typed", handle,
+                                      OKTOPK_FLOAT32, grad, indices,
+                                      values != nullptr ? &untyped : nullptr, count);
+  if (values != nullptr) *values = static_cast<const float*>(untyped);
+  return code;
+}
+
+int oktopk_reduce_sparse_typed(oktopk_handle* handle, int dtype, const void* grad,
+                               const int32_t** indices, const void** values, int64_t* count) {
+  return reduce_sparse_call("oktopk_reduce_sparse_typed", nullptr, handle, dtype, grad, indices,
+                            values, count);
 }
 
 int oktopk_reduce_device(oktopk_handle* handle, const float* grad, float* out) {
-  return guarded([&] {
-    require_handle(handle, "oktopk_reduce_device");
-    oktopk::run_on_progress_thread([&] { reduce_device(*handle, grad, out); });
-  });
+  return reduce_call("oktopk_reduce_device", "oktopk_reduce_device_typed", handle, OKTOPK_FLOAT32,
+                     grad, out, true);
+}
+
+int oktopk_reduce_device_typed(oktopk_handle* handle, int dtype, const void* grad, void* out) {
+  return reduce_call("oktopk_reduce_device_typed", nullptr, handle, dtype, grad, out, true);
 }
 
 int oktopk_describe(const oktopk_handle* handle, const char** algorithm, int64_t* n, int64_t* k) {
   return guarded([&] {
     require_handle(handle, "oktopk_describe");
     if (algorithm != nullptr) *algorithm = handle->algorithm.c_str();
-    if (n != nullptr) *n = handle->sparse_allreduce->size();
-    if (k != nullptr) *k = handle->sparse_allreduce->k();
+    if (n != nullptr) *n = handle->typed->size();
+    if (k != nullptr) *k = handle->typed->k();
   });
 }
 
@@ -519,7 +760,7 @@ int oktopk_get_stats(const oktopk_handle* handle, oktopk_stats* stats) {
     if (stats == nullptr) throw std::invalid_argument("oktopk_get_stats: stats is NULL");
     // In launch order: the stats of the last call launched before, once it has run.
     const oktopk::ReduceStats s =
-        oktopk::run_on_progress_thread([handle] { return handle->sparse_allreduce->stats(); });
+        oktopk::run_on_progress_thread([handle] { return handle->typed->stats(); });
     const oktopk::PhaseTraffic traffic = s.total_traffic();
     *stats = oktopk_stats{};
     stats->iteration = s.iteration;
@@ -538,23 +779,11 @@ int oktopk_get_stats(const oktopk_handle* handle, oktopk_stats* stats) {
 }
 
 int oktopk_get_residual(const oktopk_handle* handle, float* out, int64_t n) {
-  return guarded([&] {
-    constexpr const char* where = "oktopk_get_residual";
-    require_handle(handle, where);
-    const std::int64_t size = handle->sparse_allreduce->size();
-    if (n != size) {
-      throw std::invalid_argument(std::string(where) + ": n is " + std::to_string(n) +
-                                  ", the handle's n " + std::to_string(size));
-    }
-    if (out == nullptr && n > 0) throw std::invalid_argument(std::string(where) + ": out is NULL");
-    const Kokkos::View<float*, Kokkos::HostSpace, Unmanaged> host(out, static_cast<std::size_t>(n));
-    // In launch order, after the calls launched before it have run.
-    oktopk::run_on_progress_thread([handle, host] {
-      const Exec exec;
-      Kokkos::deep_copy(exec, host, handle->sparse_allreduce->residual());
-      exec.fence();
-    });
-  });
+  return get_residual_call("oktopk_get_residual", handle, OKTOPK_FLOAT32, out, n);
+}
+
+int oktopk_get_residual_typed(const oktopk_handle* handle, int dtype, void* out, int64_t n) {
+  return get_residual_call("oktopk_get_residual_typed", handle, dtype, out, n);
 }
 
 int oktopk_get_num_segments(const oktopk_handle* handle, int64_t* num_segments) {
@@ -563,7 +792,7 @@ int oktopk_get_num_segments(const oktopk_handle* handle, int64_t* num_segments) 
     require_handle(handle, where);
     if (num_segments == nullptr)
       throw std::invalid_argument(std::string(where) + ": num_segments is NULL");
-    *num_segments = static_cast<int64_t>(handle->sparse_allreduce->layout().segments().size());
+    *num_segments = static_cast<int64_t>(handle->typed->layout().segments().size());
   });
 }
 
@@ -574,13 +803,13 @@ int oktopk_get_segment_stats(const oktopk_handle* handle, int64_t index,
     require_handle(handle, where);
     if (stats == nullptr) throw std::invalid_argument(std::string(where) + ": stats is NULL");
     // The layout never changes after create: only the counts need the calls before this one.
-    const auto& segments = handle->sparse_allreduce->layout().segments();
+    const auto& segments = handle->typed->layout().segments();
     const auto count = static_cast<std::int64_t>(segments.size());
     if (index < 0 || index >= count)
       throw std::invalid_argument(std::string(where) + ": index " + std::to_string(index) +
                                   " is outside [0, " + std::to_string(count) + ")");
     const oktopk::ReduceStats s =
-        oktopk::run_on_progress_thread([handle] { return handle->sparse_allreduce->stats(); });
+        oktopk::run_on_progress_thread([handle] { return handle->typed->stats(); });
     const oktopk::Segment& segment = segments[static_cast<std::size_t>(index)];
     *stats = oktopk_segment_stats{};
     stats->offset = segment.offset;
@@ -605,7 +834,7 @@ int oktopk_save_state(const oktopk_handle* handle, const char* path) {
       std::ofstream os(temporary, std::ios::binary | std::ios::trunc);
       if (!os) throw std::runtime_error(std::string(where) + ": cannot write " + temporary);
       try {
-        oktopk::run_on_progress_thread([&] { write_state(*handle, os); });
+        oktopk::run_on_progress_thread([&] { handle->typed->save_state(os); });
       } catch (...) {
         os.close();
         std::remove(temporary.c_str());  // never leave a partial file behind
@@ -633,7 +862,7 @@ int oktopk_restore_state(oktopk_handle* handle, const char* path) {
     // on every rank alike (a rank that returned here alone would leave the others waiting).
     std::ifstream is;
     if (path != nullptr) is.open(path, std::ios::binary);
-    oktopk::run_on_progress_thread([&] { handle->sparse_allreduce->restore_state(Exec(), is); });
+    oktopk::run_on_progress_thread([&] { handle->typed->restore_state(is); });
   });
 }
 
@@ -644,7 +873,7 @@ int oktopk_save_state_to_buffer(const oktopk_handle* handle, void* buffer, size_
     require_handle(handle, where);
     if (size == nullptr) throw std::invalid_argument(std::string(where) + ": size is NULL");
     std::ostringstream os(std::ios::binary);
-    oktopk::run_on_progress_thread([&] { write_state(*handle, os); });
+    oktopk::run_on_progress_thread([&] { handle->typed->save_state(os); });
     const std::string bytes = os.str();
     if (buffer != nullptr) {
       if (capacity < bytes.size())
@@ -663,7 +892,7 @@ int oktopk_restore_state_from_buffer(oktopk_handle* handle, const void* buffer, 
     std::istringstream is(
         buffer == nullptr ? std::string() : std::string(static_cast<const char*>(buffer), size),
         std::ios::binary);
-    oktopk::run_on_progress_thread([&] { handle->sparse_allreduce->restore_state(Exec(), is); });
+    oktopk::run_on_progress_thread([&] { handle->typed->restore_state(is); });
   });
 }
 

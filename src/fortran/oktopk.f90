@@ -16,6 +16,9 @@ module oktopk
   !> Segment kinds of a fused buffer (oktopk_create_with_layout).
   integer, parameter, public :: OKTOPK_SEGMENT_DENSE = 0
   integer, parameter, public :: OKTOPK_SEGMENT_ROWS = 1
+  !> Gradient types (the dtype argument of oktopk_create): real(4) and real(8) arrays.
+  integer, parameter, public :: OKTOPK_FLOAT32 = 0
+  integer, parameter, public :: OKTOPK_FLOAT64 = 1
 
   !> A sparse allreduce handle; null until oktopk_create succeeds.
   type, public :: oktopk_handle
@@ -42,7 +45,22 @@ module oktopk
   public :: oktopk_initialize, oktopk_finalize, oktopk_create, oktopk_create_with_layout, &
             oktopk_destroy, oktopk_reduce, oktopk_reduce_inplace, oktopk_get_stats, &
             oktopk_get_num_segments, oktopk_get_segment_stats, oktopk_save_state, &
-            oktopk_restore_state, oktopk_last_error, oktopk_version
+            oktopk_restore_state, oktopk_get_dtype, oktopk_last_error, oktopk_version
+
+  !> Collective. out = the average over ranks of the sparsified gradients: real(4) arrays for
+  !> a handle made with dtype = OKTOPK_FLOAT32 (the default), real(8) ones for OKTOPK_FLOAT64.
+  interface oktopk_reduce
+    module procedure reduce_real4, reduce_real8
+  end interface oktopk_reduce
+
+  !> Collective. oktopk_reduce with the result written over the gradient.
+  interface oktopk_reduce_inplace
+    module procedure reduce_inplace_real4, reduce_inplace_real8
+  end interface oktopk_reduce_inplace
+
+  interface address_of
+    module procedure address_of_real4, address_of_real8
+  end interface address_of
 
   interface
     function c_initialize(argc, argv) result(code) bind(c, name="oktopk_initialize")
@@ -56,27 +74,25 @@ module oktopk
       integer(c_int) :: code
     end function c_finalize
 
-    function c_create_f(comm, algorithm, n, options, handle) result(code) &
-        bind(c, name="oktopk_create_f")
+    function c_create_typed_f(comm, algorithm, n, dtype, options, num_segments, lengths, kinds, &
+                              row_widths, names, handle) result(code) &
+        bind(c, name="oktopk_create_typed_f")
       import :: c_int, c_char, c_int64_t, c_ptr
-      integer(c_int), value :: comm
-      character(kind=c_char), dimension(*), intent(in) :: algorithm, options
-      integer(c_int64_t), value :: n
-      type(c_ptr), intent(out) :: handle
-      integer(c_int) :: code
-    end function c_create_f
-
-    function c_create_with_layout_f(comm, algorithm, n, options, num_segments, lengths, kinds, &
-                                    row_widths, names, handle) result(code) &
-        bind(c, name="oktopk_create_with_layout_f")
-      import :: c_int, c_char, c_int64_t, c_ptr
-      integer(c_int), value :: comm
+      integer(c_int), value :: comm, dtype
       character(kind=c_char), dimension(*), intent(in) :: algorithm, options
       integer(c_int64_t), value :: n, num_segments
       type(c_ptr), value :: lengths, kinds, row_widths, names
       type(c_ptr), intent(out) :: handle
       integer(c_int) :: code
-    end function c_create_with_layout_f
+    end function c_create_typed_f
+
+    function c_get_dtype(handle, dtype, residual_dtype) result(code) &
+        bind(c, name="oktopk_get_dtype")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: handle
+      integer(c_int), intent(out) :: dtype, residual_dtype
+      integer(c_int) :: code
+    end function c_get_dtype
 
     function c_get_num_segments(handle, num_segments) result(code) &
         bind(c, name="oktopk_get_num_segments")
@@ -101,11 +117,13 @@ module oktopk
       integer(c_int) :: code
     end function c_destroy
 
-    function c_reduce(handle, grad, out) result(code) bind(c, name="oktopk_reduce")
+    function c_reduce_typed(handle, dtype, grad, out) result(code) &
+        bind(c, name="oktopk_reduce_typed")
       import :: c_ptr, c_int
       type(c_ptr), value :: handle, grad, out
+      integer(c_int), value :: dtype
       integer(c_int) :: code
-    end function c_reduce
+    end function c_reduce_typed
 
     function c_describe(handle, algorithm, n, k) result(code) bind(c, name="oktopk_describe")
       import :: c_ptr, c_int, c_int64_t
@@ -185,16 +203,26 @@ contains
     code = int(c_finalize())
   end function oktopk_finalize
 
+  ! The dtype argument's value: OKTOPK_FLOAT32 when absent.
+  integer(c_int) function dtype_or_float32(dtype) result(value)
+    integer, intent(in), optional :: dtype
+    value = int(OKTOPK_FLOAT32, c_int)
+    if (present(dtype)) value = int(dtype, c_int)
+  end function dtype_or_float32
+
   !> Collective. A handle for gradients of n reals running `algorithm` over a duplicate of
-  !> `comm`; `options` holds key=value settings separated by spaces or commas.
-  integer function oktopk_create(comm, algorithm, n, options, handle) result(code)
+  !> `comm`; `options` holds key=value settings separated by spaces or commas. dtype (optional)
+  !> is OKTOPK_FLOAT32 (real(4) arrays, the default) or OKTOPK_FLOAT64 (real(8) arrays).
+  integer function oktopk_create(comm, algorithm, n, options, handle, dtype) result(code)
     integer, intent(in) :: comm
     character(len=*), intent(in) :: algorithm
     integer(c_int64_t), intent(in) :: n
     character(len=*), intent(in) :: options
     type(oktopk_handle), intent(out) :: handle
-    code = int(c_create_f(int(comm, c_int), c_string(algorithm), n, c_string(options), &
-                          handle%ptr))
+    integer, intent(in), optional :: dtype
+    code = int(c_create_typed_f(int(comm, c_int), c_string(algorithm), n, &
+                                dtype_or_float32(dtype), c_string(options), 0_c_int64_t, &
+                                c_null_ptr, c_null_ptr, c_null_ptr, c_null_ptr, handle%ptr))
   end function oktopk_create
 
   !> Collective. oktopk_create for a fused buffer of size(lengths) consecutive segments, the
@@ -203,9 +231,9 @@ contains
   !> dense segments); the lengths must sum to n. Segments are unnamed. kinds and row_widths must
   !> have size(lengths) elements: one of another size reaches the C interface as NULL, which
   !> reports it ("kinds is NULL with num_segments = ...") on every rank, as it does any bad
-  !> segment on any rank.
+  !> segment on any rank. dtype as for oktopk_create.
   integer function oktopk_create_with_layout(comm, algorithm, n, options, lengths, kinds, &
-                                             row_widths, handle) result(code)
+                                             row_widths, handle, dtype) result(code)
     integer, intent(in) :: comm
     character(len=*), intent(in) :: algorithm
     integer(c_int64_t), intent(in) :: n
@@ -214,6 +242,7 @@ contains
     integer(c_int), intent(in), target, contiguous :: kinds(:)
     integer(c_int64_t), intent(in), target, contiguous :: row_widths(:)
     type(oktopk_handle), intent(out) :: handle
+    integer, intent(in), optional :: dtype
     type(c_ptr) :: lengths_ptr, kinds_ptr, widths_ptr
     lengths_ptr = c_null_ptr
     kinds_ptr = c_null_ptr
@@ -224,11 +253,21 @@ contains
       if (size(kinds) == size(lengths)) kinds_ptr = c_loc(kinds)
       if (size(row_widths) == size(lengths)) widths_ptr = c_loc(row_widths)
     end if
-    code = int(c_create_with_layout_f(int(comm, c_int), c_string(algorithm), n, &
-                                      c_string(options), size(lengths, kind=c_int64_t), &
-                                      lengths_ptr, kinds_ptr, widths_ptr, c_null_ptr, &
-                                      handle%ptr))
+    code = int(c_create_typed_f(int(comm, c_int), c_string(algorithm), n, &
+                                dtype_or_float32(dtype), c_string(options), &
+                                size(lengths, kind=c_int64_t), lengths_ptr, kinds_ptr, &
+                                widths_ptr, c_null_ptr, handle%ptr))
   end function oktopk_create_with_layout
+
+  !> The handle's gradient type (OKTOPK_FLOAT32 or OKTOPK_FLOAT64).
+  integer function oktopk_get_dtype(handle, dtype) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    integer, intent(out) :: dtype
+    integer(c_int) :: value, residual_value
+    value = -1
+    code = int(c_get_dtype(handle%ptr, value, residual_value))
+    dtype = int(value)
+  end function oktopk_get_dtype
 
   !> Frees the handle and nulls it (a null handle is allowed).
   integer function oktopk_destroy(handle) result(code)
@@ -237,35 +276,70 @@ contains
     handle%ptr = c_null_ptr
   end function oktopk_destroy
 
-  !> Collective. out = the average over ranks of the sparsified gradients (n reals each).
-  integer function oktopk_reduce(handle, grad, out) result(code)
+  integer function reduce_real4(handle, grad, out) result(code)
     type(oktopk_handle), intent(in) :: handle
     real(c_float), intent(in), target, contiguous :: grad(:)
     real(c_float), intent(inout), target, contiguous :: out(:)
-    code = int(c_reduce(handle%ptr, address_of(handle, grad), address_of(handle, out)))
-  end function oktopk_reduce
+    code = int(c_reduce_typed(handle%ptr, int(OKTOPK_FLOAT32, c_int), &
+                              address_of(handle, grad), &
+                              address_of(handle, out)))
+  end function reduce_real4
 
-  !> Collective. oktopk_reduce with the result written over the gradient.
-  integer function oktopk_reduce_inplace(handle, buffer) result(code)
+  integer function reduce_real8(handle, grad, out) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    real(c_double), intent(in), target, contiguous :: grad(:)
+    real(c_double), intent(inout), target, contiguous :: out(:)
+    code = int(c_reduce_typed(handle%ptr, int(OKTOPK_FLOAT64, c_int), &
+                              address_of(handle, grad), &
+                              address_of(handle, out)))
+  end function reduce_real8
+
+  integer function reduce_inplace_real4(handle, buffer) result(code)
     type(oktopk_handle), intent(in) :: handle
     real(c_float), intent(inout), target, contiguous :: buffer(:)
     type(c_ptr) :: address
     address = address_of(handle, buffer)
-    code = int(c_reduce(handle%ptr, address, address))
-  end function oktopk_reduce_inplace
+    code = int(c_reduce_typed(handle%ptr, int(OKTOPK_FLOAT32, c_int), address, address))
+  end function reduce_inplace_real4
 
-  ! The array's address if it holds the handle's n reals; otherwise C's NULL, which the library
-  ! takes for an empty array and reports on every rank alike ("rank R passed 0 ...") instead of
-  ! reading past the end of a short array.
-  function address_of(handle, a) result(address)
+  integer function reduce_inplace_real8(handle, buffer) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    real(c_double), intent(inout), target, contiguous :: buffer(:)
+    type(c_ptr) :: address
+    address = address_of(handle, buffer)
+    code = int(c_reduce_typed(handle%ptr, int(OKTOPK_FLOAT64, c_int), address, address))
+  end function reduce_inplace_real8
+
+  ! An array's address if it holds the handle's n values; otherwise C's NULL, which the
+  ! library takes for an empty array and reports on every rank alike ("rank R passed 0 ...")
+  ! instead of reading past the end of a short array. Arrays of the wrong kind for the handle
+  ! are refused by the C interface, on every rank, naming both types.
+  function address_of_real4(handle, a) result(address)
     type(oktopk_handle), intent(in) :: handle
     real(c_float), intent(in), target, contiguous :: a(:)
     type(c_ptr) :: address
-    integer(c_int64_t) :: n
     address = c_null_ptr
+    if (holds_n(handle, size(a, kind=c_int64_t))) address = c_loc(a)
+  end function address_of_real4
+
+  function address_of_real8(handle, a) result(address)
+    type(oktopk_handle), intent(in) :: handle
+    real(c_double), intent(in), target, contiguous :: a(:)
+    type(c_ptr) :: address
+    address = c_null_ptr
+    if (holds_n(handle, size(a, kind=c_int64_t))) address = c_loc(a)
+  end function address_of_real8
+
+  ! Whether `length` is the handle's n, and n > 0 (c_loc of a zero-sized array is not an
+  ! address).
+  logical function holds_n(handle, length)
+    type(oktopk_handle), intent(in) :: handle
+    integer(c_int64_t), intent(in) :: length
+    integer(c_int64_t) :: n
+    holds_n = .false.
     if (c_describe(handle%ptr, c_null_ptr, n, c_null_ptr) /= OKTOPK_SUCCESS) return
-    if (n > 0 .and. size(a, kind=c_int64_t) == n) address = c_loc(a)
-  end function address_of
+    holds_n = n > 0 .and. length == n
+  end function holds_n
 
   !> Statistics of the handle's last reduce call on this rank.
   integer function oktopk_get_stats(handle, stats) result(code)

@@ -2,8 +2,9 @@
 /* The C interface as a C program uses it, at any number of ranks: every method's result is the
  * same bits on every rank, in place equals out of place, dense is the mean, errors are codes
  * (the same on every rank for NaN, mismatched n, a bad method or option), stats and state
- * round trips, sparse results are the dense ones' entries. Prints "N passed, N failed" on
- * rank 0; exits non-zero on any failure. */
+ * round trips, sparse results are the dense ones' entries; the same for float64, bfloat16 and
+ * float16 gradients through the typed functions, and arrays of the wrong type refused. Prints "N
+ * passed, N failed" on rank 0; exits non-zero on any failure. */
 #include <oktopk/c_api.h>
 
 #include <math.h>
@@ -595,6 +596,350 @@ static void test_async(void) {
   }
 }
 
+/* ---- Gradient types other than float32 (oktopk_create_typed and the *_typed functions). */
+
+/* Round to nearest, ties to even, for the finite values the tests use (0 and normals). */
+static uint16_t to_bfloat16(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return (uint16_t)(bits >> 16);
+}
+static float from_bfloat16(uint16_t b) {
+  const uint32_t bits = (uint32_t)b << 16;
+  float x;
+  memcpy(&x, &bits, sizeof x);
+  return x;
+}
+static uint16_t to_float16(float x) {
+  if (x == 0.0f) return signbit(x) ? 0x8000u : 0u;
+  int e = 0;
+  frexp(x, &e); /* |x| = m 2^e, m in [0.5, 1) */
+  const double r = ldexp(nearbyint(ldexp((double)x, 11 - e)), e - 11);
+  const double m = frexp(fabs(r), &e); /* rounding may carry into the next binade */
+  return (uint16_t)((r < 0 ? 0x8000u : 0u) | (uint32_t)(e - 1 + 15) << 10 |
+                    (uint32_t)((2.0 * m - 1.0) * 1024.0));
+}
+static float from_float16(uint16_t h) {
+  if ((h & 0x7fffu) == 0) return (h & 0x8000u) ? -0.0f : 0.0f;
+  const double v = ldexp(1.0 + (double)(h & 1023u) / 1024.0, (int)((h >> 10) & 31u) - 15);
+  return (float)((h & 0x8000u) ? -v : v);
+}
+
+static size_t dtype_bytes(int dtype) {
+  return dtype == OKTOPK_FLOAT64 ? 8 : dtype == OKTOPK_FLOAT32 ? 4 : 2;
+}
+static const char* dtype_label(int dtype) {
+  return dtype == OKTOPK_FLOAT64    ? "float64"
+         : dtype == OKTOPK_BFLOAT16 ? "bfloat16"
+         : dtype == OKTOPK_FLOAT16  ? "float16"
+                                    : "float32";
+}
+/* values[i] as a double, and x stored as dtype at values[i]. */
+static double typed_get(int dtype, const void* values, int64_t i) {
+  switch (dtype) {
+    case OKTOPK_FLOAT64:
+      return ((const double*)values)[i];
+    case OKTOPK_BFLOAT16:
+      return from_bfloat16(((const uint16_t*)values)[i]);
+    case OKTOPK_FLOAT16:
+      return from_float16(((const uint16_t*)values)[i]);
+    default:
+      return ((const float*)values)[i];
+  }
+}
+static void typed_set(int dtype, void* values, int64_t i, float x) {
+  switch (dtype) {
+    case OKTOPK_FLOAT64:
+      ((double*)values)[i] = x;
+      break;
+    case OKTOPK_BFLOAT16:
+      ((uint16_t*)values)[i] = to_bfloat16(x);
+      break;
+    case OKTOPK_FLOAT16:
+      ((uint16_t*)values)[i] = to_float16(x);
+      break;
+    default:
+      ((float*)values)[i] = x;
+  }
+}
+static void fill_typed(int dtype, void* g, int64_t n, int r, int call) {
+  for (int64_t i = 0; i < n; ++i) typed_set(dtype, g, i, gradient_value(r, i, call));
+}
+static int same_bytes_on_all_ranks(const void* v, size_t bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ ((const unsigned char*)v)[i]) * 1099511628211ull;
+  uint64_t lo = 0, hi = 0;
+  MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  return lo == hi;
+}
+
+/* One method on gradients of one type: results the same bits on every rank, dense the mean
+ * within the type's rounding, sparse results of the right size, reduce_sparse_typed the same
+ * entries as reduce_typed, the residual in its own type, state round trips, async equal to
+ * blocking, in place equal to out of place. */
+static void test_typed_method(const char* method, int dtype, int64_t n) {
+  char what[256];
+  const char* options = "density=0.02 threshold_period=4 repartition_period=8";
+  oktopk_handle* a = NULL;
+  oktopk_handle* b = NULL;
+  snprintf(what, sizeof what, "%s %s: create_typed, get_dtype", method, dtype_label(dtype));
+  int ok = oktopk_create_typed(MPI_COMM_WORLD, method, n, dtype, options, 0, NULL, NULL, NULL, NULL,
+                               &a) == OKTOPK_SUCCESS;
+  ok &= oktopk_create_typed(MPI_COMM_WORLD, method, n, dtype, options, 0, NULL, NULL, NULL, NULL,
+                            &b) == OKTOPK_SUCCESS;
+  int got = -1, residual_dtype = -1;
+  ok &= a != NULL && oktopk_get_dtype(a, &got, &residual_dtype) == OKTOPK_SUCCESS;
+  ok &=
+      got == dtype && residual_dtype == (dtype == OKTOPK_FLOAT64 ? OKTOPK_FLOAT64 : OKTOPK_FLOAT32);
+  check(ok, what);
+  if (a == NULL || b == NULL) return;
+  const size_t bytes = dtype_bytes(dtype);
+  const size_t residual_bytes = dtype_bytes(residual_dtype);
+  void* grad = malloc((size_t)n * bytes);
+  void* out = malloc((size_t)n * bytes);
+  void* twin = malloc((size_t)n * bytes);
+  void* residual = malloc((size_t)n * residual_bytes);
+  const int dense = strcmp(method, "dense") == 0;
+  /* Dense: P roundings of each term to a 16-bit type and one of the average, of the sum of
+   * magnitudes (user guide, "Tolerances"); float64 sums floats exactly but for its order. */
+  const double unit = dtype == OKTOPK_BFLOAT16  ? 0x1p-8
+                      : dtype == OKTOPK_FLOAT16 ? 0x1p-11
+                                                : 0x1p-50;
+  int64_t k = 0;
+  oktopk_describe(a, NULL, NULL, &k);
+  int codes_ok = 1, identical = 1, mean_ok = 1, sparse_ok = 1, residual_ok = 1, twin_ok = 1;
+  const int calls = 5;
+  for (int call = 0; call < calls; ++call) {
+    fill_typed(dtype, grad, n, rank, call);
+    codes_ok &= oktopk_reduce_typed(a, dtype, grad, out) == OKTOPK_SUCCESS;
+    /* The twin in place: the same output. */
+    memcpy(twin, grad, (size_t)n * bytes);
+    codes_ok &= oktopk_reduce_typed(b, dtype, twin, twin) == OKTOPK_SUCCESS;
+    twin_ok &= memcmp(out, twin, (size_t)n * bytes) == 0;
+    identical &= same_bytes_on_all_ranks(out, (size_t)n * bytes);
+    if (call == 0) {
+      /* What the first call held back: this rank's gradient, or 0 where it was sent. */
+      residual_ok &= oktopk_get_residual_typed(a, residual_dtype, residual, n) == OKTOPK_SUCCESS;
+      int64_t held = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double r = typed_get(residual_dtype, residual, i);
+        residual_ok &= r == 0.0 || r == typed_get(dtype, grad, i);
+        held += r != 0.0;
+      }
+      residual_ok &= dense || strcmp(method, "s2") == 0 ? held == 0 : held > 0 && held < n;
+    }
+    if (dense) {
+      for (int64_t i = 0; i < n; ++i) {
+        double mean = 0.0, magnitude = 0.0;
+        for (int r = 0; r < size; ++r) {
+          const double g =
+              dtype == OKTOPK_BFLOAT16  ? from_bfloat16(to_bfloat16(gradient_value(r, i, call)))
+              : dtype == OKTOPK_FLOAT16 ? from_float16(to_float16(gradient_value(r, i, call)))
+                                        : gradient_value(r, i, call);
+          mean += g;
+          magnitude += fabs(g);
+        }
+        mean /= size;
+        magnitude /= size;
+        mean_ok &= fabs(typed_get(dtype, out, i) - mean) <= (size + 2) * unit * magnitude + 1e-30;
+      }
+    } else if (strcmp(method, "s2") != 0) {
+      int64_t nonzero = 0;
+      for (int64_t i = 0; i < n; ++i) nonzero += typed_get(dtype, out, i) != 0.0;
+      sparse_ok &= nonzero > 0 && nonzero <= 2 * (int64_t)size * k;
+    }
+  }
+  snprintf(what, sizeof what, "%s %s: every reduce_typed returns OKTOPK_SUCCESS", method,
+           dtype_label(dtype));
+  check(codes_ok, what);
+  snprintf(what, sizeof what, "%s %s: the same bits on every rank, in place as out of place",
+           method, dtype_label(dtype));
+  check(identical && twin_ok, what);
+  snprintf(what, sizeof what, "%s %s: dense is the mean, sparse keeps at most 2 P k entries",
+           method, dtype_label(dtype));
+  check(mean_ok && sparse_ok, what);
+  snprintf(what, sizeof what, "%s %s: the residual after the first call, in its own type", method,
+           dtype_label(dtype));
+  check(residual_ok, what);
+
+  /* Sparse results: the entries of the twin's dense output (same history). */
+  int sparse_same = 1;
+  for (int call = calls; call < calls + 2; ++call) {
+    fill_typed(dtype, grad, n, rank, call);
+    const int32_t* indices = NULL;
+    const void* values = NULL;
+    int64_t count = -1;
+    sparse_same &=
+        oktopk_reduce_sparse_typed(a, dtype, grad, &indices, &values, &count) == OKTOPK_SUCCESS;
+    sparse_same &= oktopk_reduce_device_typed(b, dtype, grad, out) == OKTOPK_SUCCESS;
+    sparse_same &= count >= 0 && count <= n;
+    if (!sparse_same) break;
+    memset(twin, 0, (size_t)n * bytes);
+    for (int64_t e = 0; e < count; ++e) {
+      sparse_same &= indices[e] >= 0 && indices[e] < n && (e == 0 || indices[e] > indices[e - 1]);
+      if (indices[e] >= 0 && indices[e] < n)
+        memcpy((char*)twin + (size_t)indices[e] * bytes, (const char*)values + (size_t)e * bytes,
+               bytes);
+    }
+    for (int64_t i = 0; i < n; ++i)
+      sparse_same &= typed_get(dtype, twin, i) == typed_get(dtype, out, i);
+  }
+  snprintf(what, sizeof what, "%s %s: reduce_sparse_typed returns reduce_device_typed's entries",
+           method, dtype_label(dtype));
+  check(sparse_same, what);
+
+  /* State: save, reduce, restore, reduce: the same output; async equals blocking. */
+  char path[160];
+  snprintf(path, sizeof path, "c_api_state_%s_%s_%s_np%d_rank%d.okst", mode, method,
+           dtype_label(dtype), size, rank);
+  fill_typed(dtype, grad, n, rank, calls + 2);
+  int state_ok = oktopk_save_state(a, path) == OKTOPK_SUCCESS;
+  state_ok &= oktopk_reduce_typed(a, dtype, grad, twin) == OKTOPK_SUCCESS;
+  state_ok &= oktopk_restore_state(a, path) == OKTOPK_SUCCESS;
+  oktopk_request* request = NULL;
+  state_ok &= oktopk_reduce_async_typed(a, dtype, grad, out, &request) == OKTOPK_SUCCESS;
+  state_ok &= oktopk_wait(request) == OKTOPK_SUCCESS;
+  oktopk_request_free(request);
+  state_ok &= memcmp(twin, out, (size_t)n * bytes) == 0;
+  remove(path);
+  snprintf(what, sizeof what, "%s %s: save, reduce, restore, reduce_async gives the same output",
+           method, dtype_label(dtype));
+  check(state_ok, what);
+
+  free(grad);
+  free(out);
+  free(twin);
+  free(residual);
+  check(oktopk_destroy(a) == OKTOPK_SUCCESS && oktopk_destroy(b) == OKTOPK_SUCCESS, "destroy");
+}
+
+/* Arrays or handles of the wrong type: an error on every rank, never a hang, and the handle
+ * unchanged. */
+static void test_typed_errors(void) {
+  const int64_t n = 400;
+  oktopk_handle* h = NULL;
+  oktopk_handle* twin = NULL;
+  double* grad = malloc((size_t)n * sizeof(double));
+  double* out = malloc((size_t)n * sizeof(double));
+  double* expected = malloc((size_t)n * sizeof(double));
+  float* floats = malloc((size_t)n * sizeof(float));
+  fill_typed(OKTOPK_FLOAT64, grad, n, rank, 0);
+  fill(floats, n, rank, 0);
+  check(oktopk_create_typed(MPI_COMM_WORLD, "topka", n, OKTOPK_FLOAT64, "density=0.05", 0, NULL,
+                            NULL, NULL, NULL, &h) == OKTOPK_SUCCESS &&
+            oktopk_create_typed(MPI_COMM_WORLD, "topka", n, OKTOPK_FLOAT64, "density=0.05", 0, NULL,
+                                NULL, NULL, NULL, &twin) == OKTOPK_SUCCESS,
+        "typed errors: create two float64 handles");
+
+  int code = oktopk_reduce(h, floats, floats);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            strstr(oktopk_last_error(),
+                   "oktopk_reduce: the arrays are OKTOPK_FLOAT32, the handle's gradients "
+                   "OKTOPK_FLOAT64 (use oktopk_reduce_typed)") != NULL,
+        "oktopk_reduce on a float64 handle: refused, naming the typed function");
+  /* The wrong type on rank 0 only: every rank fails, the others with the length error. */
+  code = oktopk_reduce_typed(h, rank == 0 ? OKTOPK_FLOAT32 : OKTOPK_FLOAT64, grad, out);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            (rank == 0 ? strstr(oktopk_last_error(), "the arrays are OKTOPK_FLOAT32") != NULL
+                       : strstr(oktopk_last_error(), "rank 0 passed") != NULL),
+        "the wrong dtype on one rank: OKTOPK_ERROR_INVALID_ARGUMENT on every rank");
+  const int32_t* indices = NULL;
+  const void* values = NULL;
+  int64_t count = 0;
+  code = oktopk_reduce_sparse_typed(h, rank == size - 1 ? OKTOPK_BFLOAT16 : OKTOPK_FLOAT64, grad,
+                                    &indices, &values, &count);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT && values == NULL && count == 0,
+        "reduce_sparse_typed with the wrong dtype on one rank: an error on every rank");
+  oktopk_request* request = NULL;
+  code = oktopk_reduce_async_typed(h, rank == 0 ? OKTOPK_FLOAT16 : OKTOPK_FLOAT64, grad, out,
+                                   &request);
+  const int waited = oktopk_wait(request);
+  oktopk_request_free(request);
+  check(code == OKTOPK_SUCCESS && waited == OKTOPK_ERROR_INVALID_ARGUMENT,
+        "reduce_async_typed with the wrong dtype on one rank: the request fails on every rank");
+  /* The rejected calls left the handle as its twin. */
+  check(oktopk_reduce_typed(h, OKTOPK_FLOAT64, grad, out) == OKTOPK_SUCCESS &&
+            oktopk_reduce_typed(twin, OKTOPK_FLOAT64, grad, expected) == OKTOPK_SUCCESS &&
+            memcmp(out, expected, (size_t)n * sizeof(double)) == 0,
+        "the handle is unchanged after the dtype errors");
+  check(oktopk_get_residual(h, floats, n) == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            strstr(oktopk_last_error(), "oktopk_get_residual_typed") != NULL &&
+            oktopk_get_residual_typed(h, OKTOPK_FLOAT64, out, n) == OKTOPK_SUCCESS,
+        "a float64 handle's residual: float64 only");
+
+  /* A float64 checkpoint refused by a float32 handle, on every rank. */
+  size_t bytes = 0;
+  oktopk_save_state_to_buffer(h, NULL, 0, &bytes);
+  void* state = malloc(bytes);
+  oktopk_save_state_to_buffer(h, state, bytes, &bytes);
+  oktopk_handle* single = NULL;
+  check(oktopk_create(MPI_COMM_WORLD, "topka", n, "density=0.05", &single) == OKTOPK_SUCCESS,
+        "create a float32 handle");
+  code = oktopk_restore_state_from_buffer(single, state, bytes);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT || code == OKTOPK_ERROR_RUNTIME,
+        "a float64 checkpoint into a float32 handle: an error on every rank");
+  free(state);
+  oktopk_destroy(single);
+
+  /* A bfloat16 handle's residual is float32. */
+  oktopk_handle* half = NULL;
+  check(
+      oktopk_create_typed(MPI_COMM_WORLD, "gaussiank", n, OKTOPK_BFLOAT16, NULL, 0, NULL, NULL,
+                          NULL, NULL, &half) == OKTOPK_SUCCESS &&
+          oktopk_get_residual_typed(half, OKTOPK_FLOAT32, floats, n) == OKTOPK_SUCCESS &&
+          oktopk_get_residual(half, floats, n) == OKTOPK_SUCCESS &&
+          oktopk_get_residual_typed(half, OKTOPK_BFLOAT16, out, n) == OKTOPK_ERROR_INVALID_ARGUMENT,
+      "a bfloat16 handle's residual is float32");
+  oktopk_destroy(half);
+
+  /* Bad types at create: on every rank, naming the rank or the type. */
+  oktopk_handle* none = (oktopk_handle*)1;
+  code = oktopk_create_typed(MPI_COMM_WORLD, "dense", n, rank == size - 1 ? 7 : OKTOPK_FLOAT64,
+                             NULL, 0, NULL, NULL, NULL, NULL, &none);
+  char expected_text[64];
+  snprintf(expected_text, sizeof expected_text, "oktopk_create_typed: rank %d", size - 1);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT && none == NULL &&
+            strstr(oktopk_last_error(), expected_text) != NULL,
+        "an unknown dtype on one rank: OKTOPK_ERROR_INVALID_ARGUMENT on every rank");
+  if (size > 1) {
+    code = oktopk_create_typed(MPI_COMM_WORLD, "oktopk", n,
+                               rank == 0 ? OKTOPK_BFLOAT16 : OKTOPK_FLOAT16, NULL, 0, NULL, NULL,
+                               NULL, NULL, &none);
+    check(code == OKTOPK_ERROR_INVALID_ARGUMENT && none == NULL &&
+              strstr(oktopk_last_error(), "gradient type") != NULL,
+          "different dtypes across ranks: OKTOPK_ERROR_INVALID_ARGUMENT on every rank");
+  }
+  code = oktopk_create_typed(MPI_COMM_WORLD, "topka", n, OKTOPK_FLOAT64, "wire=bf16", 0, NULL, NULL,
+                             NULL, NULL, &none);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT && none == NULL &&
+            strstr(oktopk_last_error(), "wire=bf16") != NULL,
+        "wire=bf16 with float64 gradients: refused");
+  check(oktopk_get_dtype(NULL, NULL, NULL) == OKTOPK_ERROR_INVALID_ARGUMENT, "get_dtype(NULL)");
+
+  /* A layout with a type: the typed create takes segments too. */
+  const int64_t lengths[2] = {100, n - 100};
+  const int kinds[2] = {OKTOPK_SEGMENT_ROWS, OKTOPK_SEGMENT_DENSE};
+  const int64_t widths[2] = {10, 1};
+  oktopk_handle* fused = NULL;
+  int64_t segments = 0;
+  check(oktopk_create_typed(MPI_COMM_WORLD, "s2", n, OKTOPK_FLOAT64, NULL, 2, lengths, kinds,
+                            widths, NULL, &fused) == OKTOPK_SUCCESS &&
+            oktopk_get_num_segments(fused, &segments) == OKTOPK_SUCCESS && segments == 2 &&
+            oktopk_reduce_typed(fused, OKTOPK_FLOAT64, grad, out) == OKTOPK_SUCCESS &&
+            same_bytes_on_all_ranks(out, (size_t)n * sizeof(double)),
+        "create_typed with a layout (s2, float64)");
+  oktopk_destroy(fused);
+
+  oktopk_destroy(h);
+  oktopk_destroy(twin);
+  free(grad);
+  free(out);
+  free(expected);
+  free(floats);
+}
+
 int main(int argc, char** argv) {
   /* --single: MPI without threads, so that queued calls run in oktopk_test and oktopk_wait;
    * otherwise MPI_THREAD_MULTIPLE and OkTopk's progress thread. */
@@ -623,6 +968,11 @@ int main(int argc, char** argv) {
   test_layout_methods();
   test_layout_errors();
   test_async();
+  const int dtypes[] = {OKTOPK_FLOAT64, OKTOPK_BFLOAT16, OKTOPK_FLOAT16};
+  for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; ++t)
+    for (size_t m = 0; m < sizeof methods / sizeof methods[0]; ++m)
+      test_typed_method(methods[m], dtypes[t], 2001);
+  test_typed_errors();
 
   check(oktopk_finalize() == OKTOPK_SUCCESS, "finalize");
   if (rank == 0) {

@@ -1,12 +1,13 @@
 ! SPDX-License-Identifier: BSD-3-Clause
-! The Fortran module as a Fortran program uses it, at any number of ranks: results the same on
-! every rank, in place equal to out of place, dense equal to the mean, error codes for NaN and
-! mismatched n on every rank, stats, and a state round trip. Prints "N passed, N failed" on
-! rank 0 and stops with a non-zero code on any failure.
+! The Fortran module as a Fortran program uses it, at any number of ranks: results the same on every
+! rank, in place equal to out of place, dense equal to the mean, error codes for NaN and mismatched
+! n on every rank, stats, and a state round trip; every method on real(8) arrays through the same
+! generic functions, and arrays of the wrong kind refused on every rank. Prints "N passed, N failed"
+! on rank 0 and stops with a non-zero code on any failure.
 program test_fortran
   use mpi
   use oktopk
-  use, intrinsic :: iso_c_binding, only: c_float, c_int, c_int32_t, c_int64_t
+  use, intrinsic :: iso_c_binding, only: c_float, c_double, c_int, c_int32_t, c_int64_t
   use, intrinsic :: ieee_arithmetic, only: ieee_value, ieee_quiet_nan
   implicit none
 
@@ -26,6 +27,10 @@ program test_fortran
     call test_method(trim(methods(m)))
   end do
   call test_errors()
+  do m = 1, size(methods)
+    call test_real8(trim(methods(m)))
+  end do
+  call test_kind_errors()
   call test_layout('s2')
   call test_layout('topka')
   call test_layout_errors()
@@ -159,6 +164,96 @@ contains
     call check(code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS, method // ': destroy')
   end subroutine test_method
 
+  ! Every method on real(8) arrays: results the same bits on every rank, in place equal to out
+  ! of place, dense the mean to float64 rounding, sparse results of the expected size.
+  subroutine test_real8(method)
+    character(len=*), intent(in) :: method
+    type(oktopk_handle) :: a, b
+    real(c_double), allocatable :: grad(:), out(:), inplace(:)
+    integer(c_int64_t), allocatable :: lo(:), hi(:)
+    real(c_double) :: mean
+    logical :: codes_ok, same, identical, values_ok
+    integer :: c, r, code_a, code_b, dtype
+    integer(c_int64_t) :: i
+
+    code_a = oktopk_create(MPI_COMM_WORLD, method, n, 'density=0.02', a, dtype=OKTOPK_FLOAT64)
+    code_b = oktopk_create(MPI_COMM_WORLD, method, n, 'density=0.02', b, OKTOPK_FLOAT64)
+    call check(code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS, &
+               method // ' real(8): create with dtype=OKTOPK_FLOAT64')
+    code_a = oktopk_get_dtype(a, dtype)
+    call check(code_a == OKTOPK_SUCCESS .and. dtype == OKTOPK_FLOAT64, &
+               method // ' real(8): get_dtype')
+    allocate(grad(n), out(n), inplace(n), lo(n), hi(n))
+    codes_ok = .true.; same = .true.; identical = .true.; values_ok = .true.
+    do c = 1, 4
+      do i = 1, n
+        grad(i) = real(gradient_value(rank, i, c), c_double)
+      end do
+      inplace = grad
+      code_a = oktopk_reduce(a, grad, out)
+      code_b = oktopk_reduce_inplace(b, inplace)
+      codes_ok = codes_ok .and. code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS
+      same = same .and. all(transfer(out, 0_c_int64_t, n) == transfer(inplace, 0_c_int64_t, n))
+      call mpi_allreduce(transfer(out, 0_c_int64_t, n), lo, int(n), MPI_INTEGER8, MPI_MIN, &
+                         MPI_COMM_WORLD, ierr)
+      call mpi_allreduce(transfer(out, 0_c_int64_t, n), hi, int(n), MPI_INTEGER8, MPI_MAX, &
+                         MPI_COMM_WORLD, ierr)
+      identical = identical .and. all(lo == hi)
+      if (method == 'dense') then
+        do i = 1, n
+          mean = 0
+          do r = 0, nranks - 1
+            mean = mean + real(gradient_value(r, i, c), c_double)
+          end do
+          mean = mean / nranks
+          values_ok = values_ok .and. abs(out(i) - mean) <= 1d-13 * (1 + abs(mean))
+        end do
+      else if (method /= 's2') then
+        values_ok = values_ok .and. count(abs(out) > 0) > 0 .and. &
+                    count(abs(out) > 0) <= 2 * nranks * 40
+      end if
+    end do
+    call check(codes_ok, method // ' real(8): every reduce succeeds')
+    call check(same .and. identical, &
+               method // ' real(8): in place equals out of place, the same bits on every rank')
+    call check(values_ok, &
+               method // ' real(8): dense is the mean, sparse keeps at most 2 P k entries')
+    code_a = oktopk_destroy(a)
+    code_b = oktopk_destroy(b)
+  end subroutine test_real8
+
+  ! real(4) arrays for a real(8) handle (on one rank, then on all): every rank fails.
+  subroutine test_kind_errors()
+    type(oktopk_handle) :: h
+    real(c_double), allocatable :: grad(:), out(:)
+    real(c_float), allocatable :: single(:)
+    integer :: code
+    character(len=:), allocatable :: message
+
+    allocate(grad(n), out(n), single(n))
+    grad = 1
+    single = 1
+    code = oktopk_create(MPI_COMM_WORLD, 'topka', n, '', h, OKTOPK_FLOAT64)
+    call check(code == OKTOPK_SUCCESS, 'create a real(8) handle')
+    if (rank == 0) then
+      code = oktopk_reduce_inplace(h, single)
+    else
+      code = oktopk_reduce(h, grad, out)
+    end if
+    message = oktopk_last_error()
+    call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. &
+               (rank /= 0 .or. index(message, 'the arrays are OKTOPK_FLOAT32, the handle''s ' // &
+                                             'gradients OKTOPK_FLOAT64') > 0), &
+               'real(4) arrays on one rank for a real(8) handle: an error on every rank')
+    code = oktopk_reduce(h, grad, out)
+    call check(code == OKTOPK_SUCCESS, 'the real(8) handle works after the kind error')
+    code = oktopk_destroy(h)
+    code = oktopk_create(MPI_COMM_WORLD, 'topka', n, '', h, 5)
+    message = oktopk_last_error()
+    call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. index(message, 'dtype must be') > 0, &
+               'an unknown dtype: OKTOPK_ERROR_INVALID_ARGUMENT')
+  end subroutine test_kind_errors
+
   subroutine test_errors()
     type(oktopk_handle) :: h
     real(c_float), allocatable :: grad(:), out(:), short(:)
@@ -271,7 +366,7 @@ contains
     character(len=:), allocatable :: message
     character(len=64) :: expected
 
-    write (expected, '(a, i0, a)') 'oktopk_create_with_layout: rank ', nranks - 1, ': '
+    write (expected, '(a, i0, a)') 'oktopk_create_typed: rank ', nranks - 1, ': '
     second = merge(-1900_c_int64_t, 1900_c_int64_t, rank == nranks - 1)
     code = oktopk_create_with_layout(MPI_COMM_WORLD, 's2', n, '', [100_c_int64_t, second], &
                                      [integer(c_int) :: OKTOPK_SEGMENT_ROWS, &
