@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -91,6 +92,9 @@ struct HandleCore {
   std::string algorithm;
   std::int64_t n = 0;
   std::int64_t k = 0;
+  // The gradients' and the residual's types (OKTOPK_FLOAT32, ...).
+  int dtype = OKTOPK_FLOAT32;
+  int residual_dtype = OKTOPK_FLOAT32;
 
   HandleCore() = default;
   HandleCore(const HandleCore&) = delete;
@@ -189,9 +193,57 @@ void shutdown() {
 
 // ---- arrays
 
+// The C interface's gradient types by their numpy names; bfloat16, which numpy lacks, travels
+// as its bit patterns (uint16 or int16 arrays).
+struct DtypeName {
+  int dtype;
+  const char* name;
+};
+constexpr DtypeName dtype_names[] = {{OKTOPK_FLOAT32, "float32"},
+                                     {OKTOPK_FLOAT64, "float64"},
+                                     {OKTOPK_BFLOAT16, "bfloat16"},
+                                     {OKTOPK_FLOAT16, "float16"}};
+
+std::string dtype_name(int dtype) {
+  for (const auto& entry : dtype_names)
+    if (entry.dtype == dtype) return entry.name;
+  return "dtype " + std::to_string(dtype);
+}
+
+int dtype_from_name(const std::string& name) {
+  for (const auto& entry : dtype_names)
+    if (name == entry.name) return entry.dtype;
+  throw py::value_error("dtype must be float32, float64, bfloat16 or float16, not '" + name + "'");
+}
+
+// The numpy dtype of arrays of a C type (uint16 for bfloat16's bit patterns).
+py::dtype numpy_dtype(int dtype) {
+  switch (dtype) {
+    case OKTOPK_FLOAT64:
+      return py::dtype::of<double>();
+    case OKTOPK_BFLOAT16:
+      return py::dtype::of<std::uint16_t>();
+    case OKTOPK_FLOAT16:
+      return py::dtype("float16");
+    default:
+      return py::dtype::of<float>();
+  }
+}
+
+// Whether a numpy dtype holds values of the C type (equal() compares byte order too: a
+// big-endian float32 array is not one).
+bool holds(const py::dtype& dtype, int c_type) {
+  if (dtype.equal(numpy_dtype(c_type))) return true;
+  return c_type == OKTOPK_BFLOAT16 && dtype.equal(py::dtype::of<std::int16_t>());
+}
+
+std::size_t item_bytes(int dtype) {
+  return dtype == OKTOPK_FLOAT64 ? 8 : dtype == OKTOPK_FLOAT32 ? 4 : 2;
+}
+
 struct Arrays {
-  const float* grad = nullptr;
-  float* out = nullptr;
+  const void* grad = nullptr;
+  void* out = nullptr;
 };
 
 // Why arrays cannot be reduced: TypeError for what they are, ValueError for their length,
@@ -202,41 +254,46 @@ struct Problem {
   bool empty() const { return message.empty(); }
 };
 
-Problem array_problem(const py::handle& object, const char* name, std::int64_t n, bool writable) {
+Problem array_problem(const py::handle& object, const char* name, const HandleCore& core,
+                      bool writable) {
+  const std::string wanted =
+      core.dtype == OKTOPK_BFLOAT16 ? "bfloat16 (uint16 bit patterns)" : dtype_name(core.dtype);
   if (!py::isinstance<py::array>(object))
     return {true,
-            std::string(name) +
-                " must be a float32 numpy.ndarray, buffer or CPU torch.Tensor, not " +
+            std::string(name) + " must be a " + wanted +
+                " numpy.ndarray, buffer or CPU torch.Tensor, not " +
                 py::str(py::type::handle_of(object).attr("__qualname__")).cast<std::string>()};
   const auto array = py::reinterpret_borrow<py::array>(object);
-  // equal() compares byte order too: a big-endian float32 array is not one.
-  if (!array.dtype().equal(py::dtype::of<float>()))
-    return {true, std::string(name) + " must have dtype float32 (native byte order), not " +
+  if (!holds(array.dtype(), core.dtype))
+    return {true, std::string(name) + " must have dtype " + wanted +
+                      " (native byte order), the handle's, not " +
                       py::str(array.dtype()).cast<std::string>()};
   if ((array.flags() & py::array::c_style) == 0)
     return {true, std::string(name) + " must be C-contiguous (numpy.ascontiguousarray)"};
   if (writable && !array.writeable()) return {false, std::string(name) + " is read-only"};
-  if (static_cast<std::int64_t>(array.size()) != n)
+  if (static_cast<std::int64_t>(array.size()) != core.n)
     return {false, std::string(name) + " has " + std::to_string(array.size()) +
-                       " elements, the handle's n is " + std::to_string(n)};
+                       " elements, the handle's n is " + std::to_string(core.n)};
   return {};
 }
 
 // Checks grad and out and fills `arrays`, or returns the problem.
-Problem take_arrays(const py::handle& grad, const py::handle& out, std::int64_t n, Arrays& arrays) {
-  Problem problem = array_problem(grad, "grad", n, false);
-  if (problem.empty()) problem = array_problem(out, "out", n, true);
+Problem take_arrays(const py::handle& grad, const py::handle& out, const HandleCore& core,
+                    Arrays& arrays) {
+  Problem problem = array_problem(grad, "grad", core, false);
+  if (problem.empty()) problem = array_problem(out, "out", core, true);
   if (!problem.empty()) return problem;
   const auto g = py::reinterpret_borrow<py::array>(grad);
   auto o = py::reinterpret_borrow<py::array>(out);
   const auto* g_begin = static_cast<const char*>(g.data());
   const auto* o_begin = static_cast<const char*>(o.data());
-  const auto bytes = static_cast<std::ptrdiff_t>(n) * static_cast<std::ptrdiff_t>(sizeof(float));
+  const auto bytes =
+      static_cast<std::ptrdiff_t>(core.n) * static_cast<std::ptrdiff_t>(item_bytes(core.dtype));
   // In place (the same memory) is allowed; a partial overlap is not (c_api.h).
   if (g_begin != o_begin && g_begin < o_begin + bytes && o_begin < g_begin + bytes)
     return {false, "grad and out overlap without being the same array"};
-  arrays.grad = static_cast<const float*>(g.data());
-  arrays.out = static_cast<float*>(o.mutable_data());
+  arrays.grad = g.data();
+  arrays.out = o.mutable_data();
   return {};
 }
 
@@ -251,7 +308,8 @@ using SegmentTuple = std::tuple<int, std::int64_t, std::int64_t, std::string>;
 class Handle {
  public:
   Handle(int comm, const std::string& algorithm, std::int64_t n, const std::string& options,
-         const std::vector<SegmentTuple>& layout) {
+         const std::vector<SegmentTuple>& layout, const std::string& dtype) {
+    const int c_type = dtype_from_name(dtype);
     initialize({});
     core_ = std::make_shared<HandleCore>();
     // The C interface's arrays, read while the GIL is released.
@@ -271,11 +329,9 @@ class Handle {
     {
       py::gil_scoped_release release;  // collective: other Python threads go on meanwhile
       const auto fortran_comm = static_cast<MPI_Fint>(comm);
-      code = layout.empty()
-                 ? oktopk_create_f(fortran_comm, algorithm.c_str(), n, options.c_str(), &handle)
-                 : oktopk_create_with_layout_f(fortran_comm, algorithm.c_str(), n, options.c_str(),
-                                               count, lengths.data(), kinds.data(),
-                                               row_widths.data(), names.data(), &handle);
+      code = oktopk_create_typed_f(fortran_comm, algorithm.c_str(), n, c_type, options.c_str(),
+                                   count, lengths.data(), kinds.data(), row_widths.data(),
+                                   names.data(), &handle);
       if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
     }
     if (code != OKTOPK_SUCCESS) raise_code(code, message);
@@ -283,6 +339,7 @@ class Handle {
     const char* name = nullptr;
     check(oktopk_describe(handle, &name, &core_->n, &core_->k));
     core_->algorithm = name;
+    check(oktopk_get_dtype(handle, &core_->dtype, &core_->residual_dtype));
     remember(all_handles, core_);
   }
 
@@ -297,13 +354,14 @@ class Handle {
   void reduce(const py::object& grad, const py::object& out) {
     oktopk_handle* handle = get();
     Arrays arrays;
-    const Problem problem = take_arrays(grad, out, core_->n, arrays);
+    const Problem problem = take_arrays(grad, out, *core_, arrays);
     if (!problem.empty()) fail_reduce(problem);
+    const int dtype = core_->dtype;
     int code = OKTOPK_SUCCESS;
     std::string message;
     {
       py::gil_scoped_release release;
-      code = oktopk_reduce(handle, arrays.grad, arrays.out);
+      code = oktopk_reduce_typed(handle, dtype, arrays.grad, arrays.out);
       if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
     }
     if (code != OKTOPK_SUCCESS) raise_code(code, message);
@@ -311,31 +369,33 @@ class Handle {
 
   std::unique_ptr<Request> reduce_async(const py::object& grad, const py::object& out);
 
-  // Collective. (indices int32, values float32): copies of the sparse result, which the C
-  // interface keeps only until the handle's next call.
+  // Collective. (indices int32, values of the handle's type): copies of the sparse result,
+  // which the C interface keeps only until the handle's next call.
   py::tuple reduce_sparse(const py::object& grad) {
     oktopk_handle* handle = get();
-    const Problem problem = array_problem(grad, "grad", core_->n, false);
+    const Problem problem = array_problem(grad, "grad", *core_, false);
     if (!problem.empty()) fail_reduce(problem);
     const auto g = py::reinterpret_borrow<py::array>(grad);
-    const auto* data = static_cast<const float*>(g.data());
+    const void* data = g.data();
+    const int dtype = core_->dtype;
     const std::int32_t* indices = nullptr;
-    const float* values = nullptr;
+    const void* values = nullptr;
     std::int64_t count = 0;
     int code = OKTOPK_SUCCESS;
     std::string message;
     {
       py::gil_scoped_release release;
-      code = oktopk_reduce_sparse(handle, data, &indices, &values, &count);
+      code = oktopk_reduce_sparse_typed(handle, dtype, data, &indices, &values, &count);
       if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
     }
     if (code != OKTOPK_SUCCESS) raise_code(code, message);
     // Copied under the GIL: no other thread of this module calls the handle meanwhile.
     py::array_t<std::int32_t> index_array(static_cast<py::ssize_t>(count));
-    py::array_t<float> value_array(static_cast<py::ssize_t>(count));
+    py::array value_array(numpy_dtype(dtype), std::vector<py::ssize_t>{count});
     if (count > 0) {
       std::copy(indices, indices + count, index_array.mutable_data());
-      std::copy(values, values + count, value_array.mutable_data());
+      std::memcpy(value_array.mutable_data(), values,
+                  static_cast<std::size_t>(count) * item_bytes(dtype));
     }
     return py::make_tuple(index_array, value_array);
   }
@@ -346,29 +406,32 @@ class Handle {
   // rank's calls in the launch order its peers see.
   [[noreturn]] void fail_reduce(const Problem& problem, bool async = false) {
     oktopk_handle* handle = get();
+    const int dtype = core_->dtype;
     {
       py::gil_scoped_release release;
       if (async) {
         oktopk_request* request = nullptr;
-        if (oktopk_reduce_async(handle, nullptr, nullptr, &request) == OKTOPK_SUCCESS)
+        if (oktopk_reduce_async_typed(handle, dtype, nullptr, nullptr, &request) == OKTOPK_SUCCESS)
           oktopk_request_free(request);
       } else {
-        oktopk_reduce(handle, nullptr, nullptr);
+        oktopk_reduce_typed(handle, dtype, nullptr, nullptr);
       }
     }
     if (problem.type_error) throw py::type_error(problem.message);
     throw py::value_error(problem.message);
   }
 
-  py::array_t<float> residual() const {
+  py::array residual() const {
     oktopk_handle* handle = get();
-    py::array_t<float> out(static_cast<py::ssize_t>(core_->n));
-    float* data = out.mutable_data();
+    const int dtype = core_->residual_dtype;
+    py::array out(numpy_dtype(dtype), std::vector<py::ssize_t>{core_->n});
+    void* data = out.mutable_data();
+    const std::int64_t n = core_->n;
     int code = OKTOPK_SUCCESS;
     std::string message;
     {
       py::gil_scoped_release release;  // waits for the calls launched before it
-      code = oktopk_get_residual(handle, data, core_->n);
+      code = oktopk_get_residual_typed(handle, dtype, data, n);
       if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
     }
     if (code != OKTOPK_SUCCESS) raise_code(code, message);
@@ -452,6 +515,8 @@ class Handle {
   const std::string& algorithm() const { return core_->algorithm; }
   std::int64_t n() const { return core_->n; }
   std::int64_t k() const { return core_->k; }
+  std::string dtype() const { return dtype_name(core_->dtype); }
+  std::string residual_dtype() const { return dtype_name(core_->residual_dtype); }
 
  private:
   std::shared_ptr<HandleCore> core_;
@@ -507,8 +572,9 @@ class Request {
 std::unique_ptr<Request> Handle::reduce_async(const py::object& grad, const py::object& out) {
   oktopk_handle* handle = get();
   Arrays arrays;
-  const Problem problem = take_arrays(grad, out, core_->n, arrays);
+  const Problem problem = take_arrays(grad, out, *core_, arrays);
   if (!problem.empty()) fail_reduce(problem, true);
+  const int dtype = core_->dtype;
   auto core = std::make_shared<RequestCore>();
   core->handle = core_;
   // Launching may wait for the progress thread's queue lock; no need to hold the GIL there.
@@ -516,7 +582,7 @@ std::unique_ptr<Request> Handle::reduce_async(const py::object& grad, const py::
   std::string message;
   {
     py::gil_scoped_release release;
-    code = oktopk_reduce_async(handle, arrays.grad, arrays.out, &core->request);
+    code = oktopk_reduce_async_typed(handle, dtype, arrays.grad, arrays.out, &core->request);
     if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
   }
   if (code != OKTOPK_SUCCESS) {
@@ -554,20 +620,23 @@ PYBIND11_MODULE(_oktopk, m) {
            "Waits (without the GIL) until the call completes; raises its error if it failed.")
       .def_property_readonly("done", &Request::done, "Whether the call has completed.");
 
-  py::class_<Handle>(m, "Handle", "A sparse allreduce handle (oktopk_create_f).")
+  py::class_<Handle>(m, "Handle", "A sparse allreduce handle (oktopk_create_typed_f).")
       .def(py::init<int, const std::string&, std::int64_t, const std::string&,
-                    const std::vector<SegmentTuple>&>(),
+                    const std::vector<SegmentTuple>&, const std::string&>(),
            py::arg("comm"), py::arg("algorithm"), py::arg("n"), py::arg("options") = "",
-           py::arg("layout") = std::vector<SegmentTuple>(),
+           py::arg("layout") = std::vector<SegmentTuple>(), py::arg("dtype") = "float32",
            "Collective. comm: a Fortran communicator handle (mpi4py: comm.py2f()); options: "
            "\"key=value ...\"; layout: (kind, length, row_width, name) per segment, kind "
-           "SEGMENT_DENSE or SEGMENT_ROWS (oktopk_create_with_layout_f; [] for none).")
+           "SEGMENT_DENSE or SEGMENT_ROWS ([] for none); dtype: float32, float64, bfloat16 or "
+           "float16 (oktopk_create_typed_f).")
       .def("reduce", &Handle::reduce, py::arg("grad"), py::arg("out"),
-           "Collective. out = average over ranks of the sparsified grad (float32 C-contiguous "
-           "arrays of n elements; grad is out is allowed). Releases the GIL.")
+           "Collective. out = average over ranks of the sparsified grad (C-contiguous arrays of "
+           "n elements of the handle's dtype, bfloat16 as uint16 or int16 bit patterns; grad "
+           "is out is allowed). Releases the GIL.")
       .def("reduce_sparse", &Handle::reduce_sparse, py::arg("grad"),
            "Collective. The average over ranks of the sparsified grad in sparse form: (indices "
-           "int32 ascending, values float32), new arrays. Releases the GIL.")
+           "int32 ascending, values of the handle's dtype, bfloat16 as uint16), new arrays. "
+           "Releases the GIL.")
       .def("reduce_async", &Handle::reduce_async, py::arg("grad"), py::arg("out"),
            "Collective. Launches reduce(grad, out) and returns a Request; the arrays stay "
            "referenced until it completes.")
@@ -583,8 +652,8 @@ PYBIND11_MODULE(_oktopk, m) {
            "Statistics of the last reduce on this rank, as a dict; \"segments\": one dict per "
            "segment of the layout.")
       .def("residual", &Handle::residual,
-           "A copy of this rank's residual (error feedback), n float32; waits for the calls "
-           "launched before it. Not collective.")
+           "A copy of this rank's residual (error feedback), n values of residual_dtype; waits "
+           "for the calls launched before it. Not collective.")
       .def("save_state", &Handle::save_state, "This rank's state, as bytes. Not collective.")
       .def("restore_state", &Handle::restore_state, py::arg("state"),
            "Collective. Restores what save_state() returned on this rank.")
@@ -593,5 +662,7 @@ PYBIND11_MODULE(_oktopk, m) {
       .def_property_readonly("closed", &Handle::closed)
       .def_property_readonly("algorithm", &Handle::algorithm)
       .def_property_readonly("n", &Handle::n)
-      .def_property_readonly("k", &Handle::k);
+      .def_property_readonly("k", &Handle::k)
+      .def_property_readonly("dtype", &Handle::dtype)
+      .def_property_readonly("residual_dtype", &Handle::residual_dtype);
 }

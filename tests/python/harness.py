@@ -48,7 +48,10 @@ def digest(*arrays):
     h = hashlib.sha256()
     for a in arrays:
         if hasattr(a, "detach"):
-            a = a.detach().numpy()
+            a = a.detach()
+            if str(a.dtype) == "torch.bfloat16":  # numpy has no bfloat16: its bit patterns
+                a = a.view(sys.modules["torch"].int16)
+            a = a.numpy()
         h.update(a.tobytes())
     return h.hexdigest()
 
@@ -56,6 +59,17 @@ def digest(*arrays):
 def identical_on_all_ranks(*arrays):
     """Whether the arrays hold the same bits on every rank."""
     return len(set(comm.allgather(digest(*arrays)))) == 1
+
+
+def import_torch():
+    """torch, or None (after saying so on rank 0) where it cannot be imported."""
+    try:
+        import torch
+    except ImportError:
+        if rank == 0:
+            print("torch not importable: tensor checks skipped")
+        return None
+    return torch
 
 
 def finish():

@@ -16,7 +16,8 @@ import numpy as np
 from mpi4py import MPI
 
 import oktopk
-from harness import check, comm, finish, identical_on_all_ranks, raises, rank, size
+from harness import (check, comm, finish, identical_on_all_ranks, import_torch, raises, rank,
+                     size)
 
 OPTIONS = {"density": 0.02, "threshold_period": 4, "repartition_period": 8}
 
@@ -36,7 +37,7 @@ def test_method(method, n):
     b = oktopk.Handle(comm, method, n, **OPTIONS)
     check(a.algorithm == method and a.n == n and a.k == math.floor(0.02 * n),
           f"{method}: algorithm, n, k")
-    check(repr(a).startswith(f"<oktopk.Handle {method} n={n}"), f"{method}: repr")
+    check(repr(a).startswith(f"<oktopk.Handle {method} float32 n={n}"), f"{method}: repr")
     same = identical = mean_ok = sparse_ok = True
     calls = 6
     for call in range(calls):
@@ -163,13 +164,13 @@ def test_layout_errors():
     good = [("rows", 60, 10), ("dense", 40)]
     bad_on_last = [
         (ValueError, [("rows", 60, 10), ("dense", -40)],
-         f"oktopk.Handle: oktopk_create_with_layout: rank {size - 1}: segment 1: length must "
+         f"oktopk.Handle: oktopk_create_typed: rank {size - 1}: segment 1: length must "
          "be >= 0, got -40"),
         (ValueError, [("rows", 60, 0), ("dense", 40)],
-         f"oktopk.Handle: oktopk_create_with_layout: rank {size - 1}: segment 0: row width must "
+         f"oktopk.Handle: oktopk_create_typed: rank {size - 1}: segment 0: row width must "
          "be >= 1, got 0"),
         (ValueError, [("rows", 60, 10), ("dense", 39)],
-         f"oktopk.Handle: oktopk_create_with_layout: rank {size - 1}: the segments cover "
+         f"oktopk.Handle: oktopk_create_typed: rank {size - 1}: the segments cover "
          "[0, 99), not [0, n = 100)"),
         (ValueError, [("sparse", 60, 10), ("dense", 40)],
          "oktopk.Handle: layout[0]: the kind must be \"rows\" or \"dense\", not 'sparse'"),
@@ -316,11 +317,8 @@ def test_arguments():
 
 
 def test_torch():
-    try:
-        import torch
-    except ImportError:
-        if rank == 0:
-            print("torch not importable: tensor checks skipped")
+    torch = import_torch()
+    if torch is None:
         return
     n = 3000
     a = oktopk.Handle(comm, "oktopk", n, **OPTIONS)
@@ -374,9 +372,8 @@ def test_sparse():
     e = raises(ValueError, h.reduce_sparse, bad)
     check(e is not None and str(e).startswith("oktopk.Handle.reduce_sparse: "),
           f"reduce_sparse of a short array on one rank: ValueError on every rank ({e})")
-    try:
-        import torch
-    except ImportError:
+    torch = import_torch()
+    if torch is None:
         h.close()
         return
     indices, values = h.reduce_sparse(torch.from_numpy(gradient(rank, n, 7)))

@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """OkTopk from Python: sparse allreduce handles for data-parallel training.
 
-A :class:`Handle` reduces float32 gradient arrays of a fixed length ``n`` over an mpi4py
-communicator with one of OkTopk's methods (``dense``, ``topka``, ``topkdsa``, ``gtopk``,
-``gaussiank``, ``oktopk``, ``s2``): every rank receives the average over ranks of the
-sparsified gradients, the same bits on every rank. Arrays are numpy arrays or CPU torch
-tensors (float32, contiguous), reduced in the memory they occupy, without copies.
+A :class:`Handle` reduces gradient arrays of a fixed length ``n`` and type (float32 by
+default; float64, bfloat16 or float16 with ``dtype=``) over an mpi4py communicator with one of
+OkTopk's methods (``dense``, ``topka``, ``topkdsa``, ``gtopk``, ``gaussiank``, ``oktopk``,
+``s2``): every rank receives the average over ranks of the sparsified gradients, the same bits
+on every rank. Arrays are numpy arrays or CPU torch tensors (contiguous, of the handle's type),
+reduced in the memory they occupy, without copies.
 
     from mpi4py import MPI
     import numpy as np
@@ -42,10 +43,17 @@ from . import _oktopk
 
 _atexit.register(_oktopk.shutdown)
 
-__all__ = ["Handle", "Request", "ALGORITHMS", "initialize", "version"]
+__all__ = ["Handle", "Request", "ALGORITHMS", "DTYPES", "initialize", "version"]
 
 #: The methods a handle can run.
 ALGORITHMS = ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2")
+
+#: The gradient types a handle can reduce.
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+# The numpy arrays of each type (numpy has no bfloat16: its bit patterns, as uint16).
+_NUMPY_DTYPES = {"float32": _np.float32, "float64": _np.float64, "bfloat16": _np.uint16,
+                 "float16": _np.float16}
 
 
 def version():
@@ -156,20 +164,46 @@ def _layout_segments(where, layout):
     return segments
 
 
+def _dtype_name(where, dtype):
+    """The name in DTYPES of a ``dtype`` argument: one of those names, a numpy type or dtype
+    (float32, float64, float16), or a torch dtype (also torch.bfloat16)."""
+    if isinstance(dtype, str):
+        if dtype in DTYPES:
+            return dtype
+        raise ValueError(f"{where}: dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    torch = _sys.modules.get("torch")
+    if torch is not None and isinstance(dtype, torch.dtype):
+        name = str(dtype).replace("torch.", "")
+        if name in DTYPES:
+            return name
+        raise ValueError(f"{where}: dtype {dtype} is not one OkTopk reduces ({', '.join(DTYPES)})")
+    try:
+        name = _np.dtype(dtype).name
+    except TypeError:
+        raise TypeError(f"{where}: dtype must be a str, a numpy or a torch dtype, not "
+                        f"{type(dtype).__name__}") from None
+    if name in ("float32", "float64", "float16"):
+        return name
+    raise ValueError(f"{where}: dtype {name} is not one OkTopk reduces ({', '.join(DTYPES)}; "
+                     "bfloat16 by name or as torch.bfloat16)")
+
+
 def _is_torch_tensor(obj):
     """Whether obj is a torch.Tensor, without importing torch if the program has not."""
     torch = _sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def _as_array(obj, name):
-    """The numpy array that shares obj's memory, or (None, reason) if obj cannot be reduced.
+def _as_array(obj, name, dtype="float32"):
+    """The numpy array that shares obj's memory, or (None, reason) if obj cannot be reduced by
+    a handle of type ``dtype``.
 
     numpy arrays go through unchanged (the compiled module checks dtype, contiguity and length
     itself), as does anything that is no buffer (it then says what it got); other buffers
     (``array.array("f")``, a memoryview) become arrays over their memory. A torch tensor must
-    be a float32, contiguous CPU tensor, whose memory numpy then shares (``detach()`` drops
-    autograd's view of it, not the memory).
+    be a contiguous CPU tensor of the handle's type, whose memory numpy then shares
+    (``detach()`` drops autograd's view of it, not the memory; a bfloat16 tensor is seen as
+    its int16 bit patterns).
     """
     if isinstance(obj, _np.ndarray):
         return obj, None
@@ -183,12 +217,14 @@ def _as_array(obj, name):
     if obj.device.type != "cpu":
         return None, (f"{name} must be a CPU tensor, not one on {obj.device} "
                       "(copy it to the host first)")
-    if obj.dtype != torch.float32:
-        return None, f"{name} must have dtype torch.float32, not {obj.dtype}"
+    if obj.dtype != getattr(torch, dtype):
+        return None, (f"{name} must have dtype torch.{dtype}, the handle's, not {obj.dtype}")
     if not obj.is_contiguous():
         return None, f"{name} must be contiguous (use .contiguous())"
     if obj.is_sparse or obj.is_conj() or obj.is_neg():
         return None, f"{name} must be a plain dense tensor"
+    if dtype == "bfloat16":
+        return obj.detach().view(torch.int16).numpy(), None
     return obj.detach().numpy(), None
 
 
@@ -252,12 +288,20 @@ class Handle:
     per segment. Every rank must pass the same layout, names included; a bad segment on any
     rank raises ``ValueError`` on every rank (``TypeError`` for a malformed entry).
 
-    Arrays: numpy arrays or CPU torch tensors of n float32 values, C-contiguous. A wrong kind
-    of array is ``TypeError``, a wrong length ``ValueError``, on this rank; the peers' call then
-    fails with ``ValueError`` instead of waiting for it.
+    ``dtype`` is the gradients' type: ``"float32"`` (the default), ``"float64"``,
+    ``"bfloat16"`` or ``"float16"``, or the numpy or torch dtype of one (``torch.bfloat16``).
+    Every rank must pass the same. Sums, averages and the residual are float64 for float64
+    gradients and float32 for the others (user guide, "Value types").
+
+    Arrays: numpy arrays or CPU torch tensors of n values of the handle's type, C-contiguous
+    (bfloat16: torch.bfloat16 tensors, or numpy uint16 or int16 arrays of its bit patterns,
+    since numpy has no bfloat16). A wrong kind of array is ``TypeError``, a wrong length
+    ``ValueError``, on this rank; the peers' call then fails with ``ValueError`` instead of
+    waiting for it.
     """
 
-    def __init__(self, comm=None, algorithm="oktopk", n=None, layout=None, **options):
+    def __init__(self, comm=None, algorithm="oktopk", n=None, layout=None, dtype="float32",
+                 **options):
         where = "oktopk.Handle"
         if comm is None:
             comm = _MPI.COMM_WORLD
@@ -279,6 +323,7 @@ class Handle:
                 raise TypeError(f"{where}: n must be an int, not {type(n).__name__}")
             text = _options_string(where, options)
             segments = _layout_segments(where, layout)
+            dtype_name = _dtype_name(where, dtype)
         except (TypeError, ValueError) as error:
             problem = error
         failing = comm.allreduce(comm.Get_rank() if problem is not None else -1, op=_MPI.MAX)
@@ -293,7 +338,8 @@ class Handle:
         compiled = [(_oktopk.SEGMENT_ROWS, s[1], s[2], s[3]) if s[0] == "rows"
                     else (_oktopk.SEGMENT_DENSE, s[1], 1, s[2]) for s in segments]
         with _Prefixed(where):
-            self._handle = _oktopk.Handle(comm.py2f(), algorithm, int(n), text, compiled)
+            self._handle = _oktopk.Handle(comm.py2f(), algorithm, int(n), text, compiled,
+                                          dtype_name)
 
     # ---- reduces
 
@@ -329,7 +375,7 @@ class Handle:
         optimizer step can apply them to its k entries only. Releases the GIL while it runs.
         """
         where = "oktopk.Handle.reduce_sparse"
-        g, problem = _as_array(grad, "grad")
+        g, problem = _as_array(grad, "grad", self.dtype)
         if problem is not None:
             with _Prefixed(where):
                 self._handle.fail_reduce(problem, False)
@@ -337,6 +383,9 @@ class Handle:
             indices, values = self._handle.reduce_sparse(g)
         if _is_torch_tensor(grad):
             torch = _sys.modules["torch"]
+            if self.dtype == "bfloat16":
+                return (torch.from_numpy(indices),
+                        torch.from_numpy(values.view(_np.int16)).view(torch.bfloat16))
             return torch.from_numpy(indices), torch.from_numpy(values)
         return indices, values
 
@@ -361,15 +410,15 @@ class Handle:
             return out
         if _is_torch_tensor(grad):
             torch = _sys.modules["torch"]
-            return torch.empty(grad.shape, dtype=torch.float32)
-        return _np.empty(_np.shape(grad), dtype=_np.float32)
+            return torch.empty(grad.shape, dtype=getattr(torch, self.dtype))
+        return _np.empty(_np.shape(grad), dtype=_NUMPY_DTYPES[self.dtype])
 
     def _arrays(self, where, grad, out, asynchronous):
         """numpy views of grad and out; on a torch tensor that cannot be one, fails the
         collective call (so that peers do not wait) and raises TypeError."""
-        g, problem = _as_array(grad, "grad")
+        g, problem = _as_array(grad, "grad", self.dtype)
         if problem is None:
-            o, problem = (g, None) if out is grad else _as_array(out, "out")
+            o, problem = (g, None) if out is grad else _as_array(out, "out", self.dtype)
         if problem is not None:
             with _Prefixed(where):
                 self._handle.fail_reduce(problem, asynchronous)
@@ -389,9 +438,9 @@ class Handle:
             return self._handle.stats()
 
     def residual(self):
-        """A copy of this rank's residual, the error feedback (float32 numpy array of n): what
-        the calls so far held back; zero where the last call sent this rank's entry. Waits for
-        the calls launched before it. Not collective."""
+        """A copy of this rank's residual, the error feedback (numpy array of n values of
+        :attr:`residual_dtype`): what the calls so far held back; zero where the last call sent
+        this rank's entry. Waits for the calls launched before it. Not collective."""
         with _Prefixed("oktopk.Handle.residual"):
             return self._handle.residual()
 
@@ -452,6 +501,17 @@ class Handle:
         return self._handle.k
 
     @property
+    def dtype(self):
+        """The gradients' type, one of DTYPES."""
+        return self._handle.dtype
+
+    @property
+    def residual_dtype(self):
+        """The type the handle sums in and keeps its residual in: "float64" for float64
+        gradients, "float32" for the others."""
+        return self._handle.residual_dtype
+
+    @property
     def comm(self):
         """The communicator the handle was made from (it works on a duplicate)."""
         return self._comm
@@ -469,4 +529,5 @@ class Handle:
 
     def __repr__(self):
         state = "closed" if self.closed else f"n={self.n} k={self.k}"
-        return f"<oktopk.Handle {self.algorithm} {state} on {self._comm.Get_size()} ranks>"
+        return (f"<oktopk.Handle {self.algorithm} {self.dtype} {state} on "
+                f"{self._comm.Get_size()} ranks>")

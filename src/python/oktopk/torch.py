@@ -53,6 +53,14 @@ of ``sparse_rows`` a ``rows`` segment (rows along its first dimension: ``row_wid
 embedding dimension for ``nn.Embedding``), runs of the other parameters one ``dense`` segment.
 ``s2`` then sketches only the embedding rows and averages the rest exactly, and every method's
 ``stats()`` counts the output's non-zeros per segment.
+
+Value types: each handle reduces its bucket in the bucket's own dtype, float32, float64,
+bfloat16 or float16 (a model cast with ``net.to(torch.bfloat16)`` gives bfloat16 buckets), with
+sums and the residual in float32 (float64 for float64 buckets). ``wire="bf16"`` (an Options
+field) sends a float32 model's values as bfloat16 with methods dense, topka, topkdsa, gaussiank
+and oktopk. gloo in PyTorch 1.13 has no bfloat16 allreduce: the warm-up's dense iterations of a
+bfloat16 bucket then go through gloo in float32 and are rounded back. In whole-model mode every
+bucket must have the same dtype.
 """
 
 import queue as _queue
@@ -124,6 +132,14 @@ class _Completer:
                         future.set_exception(error)
             finally:
                 self._queue.task_done()
+
+
+def _numpy_copy(tensor):
+    """A flat numpy copy of a tensor's values (bfloat16, which numpy lacks, as float32: exact)."""
+    values = tensor.detach()
+    if values.dtype == _torch.bfloat16:
+        values = values.float()
+    return values.numpy().reshape(-1).copy()
 
 
 def embedding_weights(module):
@@ -291,8 +307,7 @@ class OkTopkHookState:
             slots[key] = {"layout": list(slot.layout), "state": slot.handle.state_dict()}
         numels = self._numels if self._saved_numels is None else self._saved_numels
         velocities = {index: v.copy() for index, v in self._saved_velocities.items()}
-        velocities.update({index: v.detach().numpy().reshape(-1).copy()
-                           for index, v in self._velocities.items()})
+        velocities.update({index: _numpy_copy(v) for index, v in self._velocities.items()})
         return {"version": _STATE_VERSION, "settings": self._settings(),
                 "iteration": self.iteration, "numels": list(numels), "slots": slots,
                 "velocities": velocities}
@@ -383,11 +398,12 @@ class OkTopkHookState:
                 segments.append(("dense", self._numels[i]))
         return segments
 
-    def _new_slot(self, layout, state=None):
-        """Collective: a handle for the parameters of ``layout`` (restored from ``state``)."""
+    def _new_slot(self, layout, dtype, state=None):
+        """Collective: a handle for the parameters of ``layout``, whose gradients are of torch
+        dtype ``dtype`` (restored from ``state``)."""
         n = sum(self._numels[i] for i in layout)
         handle = _Handle(self._comm, self.algorithm, n, layout=self._segments(layout),
-                         density=self.density, **self.options)
+                         dtype=dtype, density=self.density, **self.options)
         if state is not None:
             handle.load_state_dict(state)
         return _Slot(handle, layout)
@@ -408,8 +424,9 @@ class OkTopkHookState:
             self._permutations[key] = permutation
         return permutation
 
-    def _restore_pending(self, where):
-        """Makes the restored handles (collective, in key order on every rank)."""
+    def _restore_pending(self, where, dtype):
+        """Makes the restored handles for gradients of ``dtype`` (collective, in key order on
+        every rank)."""
         if self._saved_numels is not None and self._numels != self._saved_numels[:len(
                 self._numels)]:
             raise RuntimeError(f"{where}: the model's parameters (sizes {self._numels}) are not "
@@ -417,7 +434,7 @@ class OkTopkHookState:
                                "restored state before the first backward of the same model")
         for key in sorted(self._pending, key=str):
             layout, state = self._pending[key]
-            self._slots[key] = self._new_slot(layout, state)
+            self._slots[key] = self._new_slot(layout, dtype, state)
         self._pending = None
 
     def hook(self, bucket):
@@ -436,7 +453,7 @@ class OkTopkHookState:
         if self.momentum != 0.0 or self.weight_decay != 0.0:
             self._to_velocity(where, bucket, layout)
         if iteration < self.start_iter:
-            return _default_hooks.allreduce_hook(self.process_group, bucket)
+            return self._dense(bucket)
         if index == 0:
             self._gathered = []
             if self._pending is not None:
@@ -446,10 +463,26 @@ class OkTopkHookState:
                 first = self._pending.get(0)
                 self._remap = not self.whole_model and (first is None or first[0] != layout)
                 if not self._remap:
-                    self._restore_pending(where)
+                    self._restore_pending(where, bucket.buffer().dtype)
         if self.whole_model or self._remap:
             return self._gather(where, bucket, layout, last)
         return self._reduce_bucket(where, bucket, index, layout, last)
+
+    def _dense(self, bucket):
+        """A warm-up iteration: DDP's own allreduce over the process group, through float32
+        where the group cannot sum the bucket's type (bfloat16 over gloo)."""
+        buffer = bucket.buffer()
+        if buffer.dtype != _torch.bfloat16 or _dist.get_backend(self.process_group) != "gloo":
+            return _default_hooks.allreduce_hook(self.process_group, bucket)
+        group = self.process_group if self.process_group is not None else _dist.group.WORLD
+        widened = buffer.float().div_(_dist.get_world_size(group))
+        work = _dist.all_reduce(widened, group=group, async_op=True)
+
+        def narrow(future):
+            buffer.copy_(future.value()[0])
+            return buffer
+
+        return work.get_future().then(narrow)
 
     def _masked_velocities(self, layout):
         """The velocities momentum factor masking clears after a sparse reduce of ``layout``'s
@@ -472,7 +505,8 @@ class OkTopkHookState:
         if len(residuals) == 1 and residuals[0][1] is None:
             residual = residuals[0][0].residual()
         else:
-            residual = _np.empty(sum(v.numel() for v in velocities), _np.float32)
+            residual = _np.empty(sum(v.numel() for v in velocities),
+                                 residuals[0][0].residual_dtype)
             for handle, permutation in residuals:
                 residual[permutation] = handle.residual()
         sent = _torch.from_numpy(residual == 0)
@@ -520,14 +554,14 @@ class OkTopkHookState:
                     "handle replaces its handle, and the error feedback residual restarts from "
                     "zero (DDP rebuilds its buckets after the first iteration; the default "
                     "start_iter=2 avoids this)", RuntimeWarning, stacklevel=3)
-            slot = self._new_slot(layout)
+            slot = self._new_slot(layout, bucket.buffer().dtype)
             self._slots[index] = slot
         if last:
             # Buckets DDP no longer has (it may make fewer after its rebuild).
             for key in [k for k in self._slots if k > index]:
                 self._slots.pop(key).handle.close()
         buffer = bucket.buffer()
-        request = slot.handle.reduce_async(buffer.numpy())
+        request = slot.handle.reduce_async(buffer)
         future = _torch.futures.Future()
         masked = self._masked_velocities(layout)
 
@@ -549,6 +583,12 @@ class OkTopkHookState:
         gathered, self._gathered = self._gathered, []
         buffers = [b for b, _, _, _ in gathered]
         futures = [f for _, _, f, _ in gathered]
+        dtype = buffers[0].dtype
+        if any(b.dtype != dtype for b in buffers):
+            raise RuntimeError(f"{where}: the buckets hold gradients of several dtypes "
+                               f"({sorted(set(str(b.dtype) for b in buffers))}): one handle "
+                               "reduces them together only when they share one (cast the "
+                               "model to one dtype, or use per-bucket handles)")
         masked = [velocity for _, _, _, velocities in gathered for velocity in velocities]
         layouts = tuple(i for _, lay, _, _ in gathered for i in lay)
         if self._remap:
@@ -557,7 +597,7 @@ class OkTopkHookState:
             if pending != set(layouts):
                 raise RuntimeError(f"{where}: the buckets hold other parameters than the "
                                    "checkpoint's handles")
-            self._restore_pending(where)
+            self._restore_pending(where, dtype)
             targets = [slot for key, slot in sorted(self._slots.items(), key=lambda kv: str(
                 kv[0]))]
         else:
@@ -568,12 +608,12 @@ class OkTopkHookState:
                                "replaces the whole-model handle", RuntimeWarning, stacklevel=3)
                 slot = None
             if slot is None:
-                slot = self._new_slot(layouts)
+                slot = self._new_slot(layouts, dtype)
                 self._slots[_WHOLE_MODEL] = slot
             targets = [slot]
         # The iteration's gradient, in bucket order, then each handle's part of it in the
         # handle's own layout (a copy; none needed when the layouts agree).
-        flat = _np.concatenate([b.numpy() for b in buffers])
+        flat = _torch.cat([b.reshape(-1) for b in buffers])
         parts = []
         requests = []
         for slot in targets:
@@ -581,18 +621,18 @@ class OkTopkHookState:
                 part, permutation = flat, None
             else:
                 permutation = self._permutation(slot.layout, layouts)
-                part = flat[permutation]
+                part = flat[_torch.from_numpy(permutation)]
             parts.append((part, permutation))
             requests.append(slot.handle.reduce_async(part))
 
         def finish():
             for part, permutation in parts:
                 if permutation is not None:
-                    flat[permutation] = part
+                    flat[_torch.from_numpy(permutation)] = part
             offset = 0
             for buffer in buffers:
                 count = buffer.numel()
-                buffer.copy_(_torch.from_numpy(flat[offset:offset + count]))
+                buffer.copy_(flat[offset:offset + count])
                 offset += count
             # Before any future completes: DDP's next iteration may follow at once.
             self._mask(masked, [(slot.handle, permutation)
