@@ -212,7 +212,8 @@ contains
 
   !> Collective. A handle for gradients of n reals running `algorithm` over a duplicate of
   !> `comm`; `options` holds key=value settings separated by spaces or commas. dtype (optional)
-  !> is OKTOPK_FLOAT32 (real(4) arrays, the default) or OKTOPK_FLOAT64 (real(8) arrays).
+  !> is OKTOPK_FLOAT32 (real(4) arrays, the default) or OKTOPK_FLOAT64 (real(8) arrays); the
+  !> C interface checks it (its 16-bit types make handles this module has no arrays for).
   integer function oktopk_create(comm, algorithm, n, options, handle, dtype) result(code)
     integer, intent(in) :: comm
     character(len=*), intent(in) :: algorithm

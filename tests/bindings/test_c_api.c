@@ -703,7 +703,8 @@ static void test_typed_method(const char* method, int dtype, int64_t n) {
   void* residual = malloc((size_t)n * residual_bytes);
   const int dense = strcmp(method, "dense") == 0;
   /* Dense: P roundings of each term to a 16-bit type and one of the average, of the sum of
-   * magnitudes (user guide, "Tolerances"); float64 sums floats exactly but for its order. */
+   * magnitudes (user guide, "What a 16-bit wire costs"); float64 sums floats exactly but for its
+   * order. */
   const double unit = dtype == OKTOPK_BFLOAT16  ? 0x1p-8
                       : dtype == OKTOPK_FLOAT16 ? 0x1p-11
                                                 : 0x1p-50;
@@ -773,7 +774,7 @@ static void test_typed_method(const char* method, int dtype, int64_t n) {
     int64_t count = -1;
     sparse_same &=
         oktopk_reduce_sparse_typed(a, dtype, grad, &indices, &values, &count) == OKTOPK_SUCCESS;
-    sparse_same &= oktopk_reduce_device_typed(b, dtype, grad, out) == OKTOPK_SUCCESS;
+    sparse_same &= oktopk_reduce_typed(b, dtype, grad, out) == OKTOPK_SUCCESS;
     sparse_same &= count >= 0 && count <= n;
     if (!sparse_same) break;
     memset(twin, 0, (size_t)n * bytes);
@@ -786,8 +787,8 @@ static void test_typed_method(const char* method, int dtype, int64_t n) {
     for (int64_t i = 0; i < n; ++i)
       sparse_same &= typed_get(dtype, twin, i) == typed_get(dtype, out, i);
   }
-  snprintf(what, sizeof what, "%s %s: reduce_sparse_typed returns reduce_device_typed's entries",
-           method, dtype_label(dtype));
+  snprintf(what, sizeof what, "%s %s: reduce_sparse_typed returns reduce_typed's entries", method,
+           dtype_label(dtype));
   check(sparse_same, what);
 
   /* State: save, reduce, restore, reduce: the same output; async equals blocking. */
@@ -852,6 +853,12 @@ static void test_typed_errors(void) {
                                     &indices, &values, &count);
   check(code == OKTOPK_ERROR_INVALID_ARGUMENT && values == NULL && count == 0,
         "reduce_sparse_typed with the wrong dtype on one rank: an error on every rank");
+  /* NULL arrays: valid on every backend (device pointers in GPU builds). */
+  code = oktopk_reduce_device_typed(h, OKTOPK_FLOAT32, NULL, NULL);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            strstr(oktopk_last_error(),
+                   "oktopk_reduce_device_typed: the arrays are OKTOPK_FLOAT32") != NULL,
+        "reduce_device_typed with the wrong dtype: refused on every rank");
   oktopk_request* request = NULL;
   code = oktopk_reduce_async_typed(h, rank == 0 ? OKTOPK_FLOAT16 : OKTOPK_FLOAT64, grad, out,
                                    &request);

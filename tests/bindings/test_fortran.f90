@@ -222,7 +222,8 @@ contains
     code_b = oktopk_destroy(b)
   end subroutine test_real8
 
-  ! real(4) arrays for a real(8) handle (on one rank, then on all): every rank fails.
+  ! real(4) arrays for a real(8) handle on one rank: every rank fails, and the handle still
+  ! works; an unknown dtype fails every rank.
   subroutine test_kind_errors()
     type(oktopk_handle) :: h
     real(c_double), allocatable :: grad(:), out(:)

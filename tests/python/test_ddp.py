@@ -63,11 +63,17 @@ class Run:
 
     def __init__(self, state=None, seed=0, checkpoint=None, weight_decay=0.0,
                  dtype=torch.float32):
-        module = make_model(seed).to(dtype)
+        if dtype == "mixed":
+            # The first layer in bfloat16, the others in float32: DDP buckets them apart.
+            layers = list(make_model(seed))
+            module = torch.nn.Sequential(layers[0].to(torch.bfloat16), _ToFloat32(), *layers[1:])
+            dtype = torch.bfloat16
+        else:
+            module = make_model(seed).to(dtype)
         if checkpoint is not None:
             module.load_state_dict(checkpoint["model"])
-        self.dtype = dtype
-        with _broadcast_through_float32(dtype):
+        self.dtype = dtype  # of the input
+        with _broadcast_through_float32(module):
             self.model = DDP(module, bucket_cap_mb=BUCKET_CAP_MB)
         if state is not None and state.momentum != 0.0:
             self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LR)
@@ -93,13 +99,19 @@ class Run:
         return [p.detach().clone() for p in self.model.parameters()]
 
 
+class _ToFloat32(torch.nn.Module):
+    def forward(self, x):
+        return x.float()
+
+
 class _broadcast_through_float32:
     """DDP broadcasts rank 0's parameters when it is built; gloo in PyTorch 1.13 cannot
-    broadcast bfloat16 ("Invalid scalar type"), so for a bfloat16 model the broadcast goes
-    through float32 copies (exact), as a newer gloo or NCCL would send it natively."""
+    broadcast bfloat16 ("Invalid scalar type"), so for a model with bfloat16 parameters the
+    broadcast goes through float32 copies (exact), as a newer gloo or NCCL would send it
+    natively."""
 
-    def __init__(self, dtype):
-        self.active = dtype == torch.bfloat16
+    def __init__(self, module):
+        self.active = any(p.dtype == torch.bfloat16 for p in module.parameters())
         self.original = None
 
     def __enter__(self):
@@ -129,7 +141,9 @@ class _broadcast_through_float32:
 
 
 def same_bits(a, b):
-    return all(torch.equal(x.view(torch.int32), y.view(torch.int32)) for x, y in zip(a, b))
+    def bits(t):
+        return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return all(x.dtype == y.dtype and torch.equal(bits(x), bits(y)) for x, y in zip(a, b))
 
 
 def train(run, steps, first=0):
@@ -278,6 +292,17 @@ def test_value_types(algorithm, whole_model=False):
                   + ", ".join(f"{k}: {v:.4f}" for k, v in learnt.items()))
 
 
+def test_mixed_whole_model():
+    """whole_model=True on buckets of two dtypes: the hook's error on every rank, and every
+    bucket's future fails with it (none left waiting)."""
+    state = okt.OkTopkHookState(algorithm="oktopk", density=0.05, whole_model=True,
+                                start_iter=0)
+    run = Run(state, dtype="mixed")
+    e = raises(RuntimeError, run.step, 0)
+    check(e is not None and "one handle, of one dtype" in str(e),
+          f"whole_model on a mixed-dtype model: RuntimeError ({e})")
+
+
 def test_start_iter():
     state = okt.OkTopkHookState(algorithm="oktopk", density=0.05, start_iter=3)
     hooked = Run(state)
@@ -299,14 +324,17 @@ def test_start_iter():
           "start_iter >= 2: no rebuild warning")
 
 
-def test_checkpoint(algorithm, whole_model=False, start_iter=0, momentum=0.0, masking=False):
+def test_checkpoint(algorithm, whole_model=False, start_iter=0, momentum=0.0, masking=False,
+                    dtype=torch.float32):
+    """dtype: the model's, or "mixed" (a bfloat16 layer among float32 ones)."""
     name = (f"checkpoint {algorithm}{' whole_model' if whole_model else ''} "
-            f"start_iter={start_iter} momentum={momentum}{' masking' if masking else ''}")
+            f"start_iter={start_iter} momentum={momentum}{' masking' if masking else ''} "
+            f"{dtype}")
     settings = dict(algorithm=algorithm, density=0.05, whole_model=whole_model,
                     start_iter=start_iter, threshold_period=2, momentum=momentum,
                     weight_decay=1e-3 if momentum else 0.0, momentum_masking=masking)
     state = okt.OkTopkHookState(**settings)
-    run = Run(state, seed=1)
+    run = Run(state, seed=1, dtype=dtype)
     train(run, 3)
     # Through torch.save, as a program would write it (each rank its own file).
     buffer = io.BytesIO()
@@ -320,13 +348,17 @@ def test_checkpoint(algorithm, whole_model=False, start_iter=0, momentum=0.0, ma
     restored_state = okt.OkTopkHookState(**settings)
     restored_state.load_state_dict(checkpoint["hook"])
     # Other initial values: the checkpoint must set them.
-    restored = Run(restored_state, seed=2, checkpoint=checkpoint)
+    restored = Run(restored_state, seed=2, checkpoint=checkpoint, dtype=dtype)
     identical, caught = train(restored, 3, first=3)
     b = restored.parameters()
     check(same_bits(a, b), f"{name}: resumed training equals uninterrupted training bit for bit")
     check(identical, f"{name}: identical on every rank")
     check(not caught, f"{name}: no handle rebuilt ({[str(w.message) for w in caught]})")
     check(restored_state.iteration == 6, f"{name}: the iteration counter was restored")
+    dtypes = sorted({slot.handle.dtype for slot in restored_state._slots.values()})
+    expected = {torch.float32: ["float32"], torch.bfloat16: ["bfloat16"],
+                "mixed": ["bfloat16", "float32"]}[dtype]
+    check(dtypes == expected, f"{name}: the restored handles have the saved dtypes ({dtypes})")
 
     # A roll-back: the same objects, loaded with the checkpoint, repeat steps 3 to 5.
     buffer.seek(0)
@@ -581,6 +613,10 @@ def main():
         test_nan_fails_everywhere()
         test_value_types("oktopk")
         test_value_types("topka", whole_model=True)
+        test_checkpoint("oktopk", dtype=torch.bfloat16)
+        test_checkpoint("oktopk", dtype="mixed")
+        test_checkpoint("topka", dtype="mixed", start_iter=2, momentum=MOMENTUM)
+        test_mixed_whole_model()
     finally:
         comm.Barrier()
         dist.destroy_process_group()

@@ -2,8 +2,9 @@
 """oktopk.Handle on float64, bfloat16 and float16 gradients, at any number of ranks: numpy
 arrays and torch tensors of each type through every method, results the same bits on every
 rank and of the handle's type, dense within its rounding of the mean, tensors reduced as their
-numpy twins, sparse results the dense ones' entries, the residual in its own type, and arrays
-or dtypes that do not fit refused on every rank.
+numpy twins, asynchronous calls equal to blocking ones, sparse results the dense ones'
+entries, the residual in its own type, and arrays or dtypes that do not fit refused on every
+rank.
 
 Run: mpiexec -n P python3 -m mpi4py test_dtypes.py (PYTHONPATH: the build's python folder)."""
 
@@ -60,7 +61,9 @@ def test_method(method, dtype, n):
     kinds_ok = identical = twin_ok = values_ok = True
     for call in range(4):
         grad = as_type(gradient(rank, n, call), dtype)
-        out = a.reduce(grad)
+        # Every other call through the progress thread: the same result as the twin's blocking
+        # call.
+        out = a.reduce(grad) if call % 2 == 0 else a.reduce_async(grad, np.empty_like(grad)).wait()
         kinds_ok &= out.dtype == grad.dtype and out.shape == (n,)
         inplace = grad.copy()
         b.reduce_(inplace)
@@ -71,7 +74,7 @@ def test_method(method, dtype, n):
             grads = [as_float64(as_type(gradient(r, n, call), dtype), dtype) for r in range(size)]
             mean = np.mean(grads, 0)
             magnitude = np.mean(np.abs(grads), 0)
-            # P roundings of each term and one of the average (user guide, "Value types").
+            # P roundings of each term and one of the average (user guide, "Gradient types").
             values_ok &= bool(np.all(np.abs(values - mean) <= (size + 2) * UNIT[dtype] *
                                      magnitude))
         elif method != "s2":

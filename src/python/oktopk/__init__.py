@@ -166,7 +166,9 @@ def _layout_segments(where, layout):
 
 def _dtype_name(where, dtype):
     """The name in DTYPES of a ``dtype`` argument: one of those names, a numpy type or dtype
-    (float32, float64, float16), or a torch dtype (also torch.bfloat16)."""
+    (float32, float64, float16), or a torch dtype (also torch.bfloat16); None is float32."""
+    if dtype is None:
+        return "float32"
     if isinstance(dtype, str):
         if dtype in DTYPES:
             return dtype
@@ -291,7 +293,7 @@ class Handle:
     ``dtype`` is the gradients' type: ``"float32"`` (the default), ``"float64"``,
     ``"bfloat16"`` or ``"float16"``, or the numpy or torch dtype of one (``torch.bfloat16``).
     Every rank must pass the same. Sums, averages and the residual are float64 for float64
-    gradients and float32 for the others (user guide, "Value types").
+    gradients and float32 for the others (user guide, "Gradient types").
 
     Arrays: numpy arrays or CPU torch tensors of n values of the handle's type, C-contiguous
     (bfloat16: torch.bfloat16 tensors, or numpy uint16 or int16 arrays of its bit patterns,
@@ -369,10 +371,11 @@ class Handle:
 
     def reduce_sparse(self, grad):
         """Collective. The result of :meth:`reduce` in sparse form, ``(indices, values)``:
-        int32 indices ascending and the float32 averages at them (the same on every rank);
-        :meth:`reduce` would write zeros everywhere else. New numpy arrays, or CPU tensors if
-        ``grad`` is a tensor. Method ``"oktopk"`` makes them without a pass over n, so that an
-        optimizer step can apply them to its k entries only. Releases the GIL while it runs.
+        int32 indices ascending and the averages at them, of the handle's type (the same on
+        every rank); :meth:`reduce` would write zeros everywhere else. New numpy arrays, or
+        CPU tensors if ``grad`` is a tensor. Method ``"oktopk"`` makes them without a pass
+        over n, so that an optimizer step can apply them to its k entries only. Releases the
+        GIL while it runs.
         """
         where = "oktopk.Handle.reduce_sparse"
         g, problem = _as_array(grad, "grad", self.dtype)

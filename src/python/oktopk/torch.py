@@ -60,7 +60,8 @@ sums and the residual in float32 (float64 for float64 buckets). ``wire="bf16"`` 
 field) sends a float32 model's values as bfloat16 with methods dense, topka, topkdsa, gaussiank
 and oktopk. gloo in PyTorch 1.13 has no bfloat16 allreduce: the warm-up's dense iterations of a
 bfloat16 bucket then go through gloo in float32 and are rounded back. In whole-model mode every
-bucket must have the same dtype.
+bucket must have the same dtype; per bucket, a model may mix them (DDP buckets by dtype), and a
+checkpoint restores each handle with its own.
 """
 
 import queue as _queue
@@ -235,7 +236,8 @@ class OkTopkHookState:
         self._param_index = {}
         self._numels = []       # index -> the parameter's number of elements
         self._row_widths = []   # index -> its row width if it is in sparse_rows, else 0
-        self._pending = None    # restored, not yet made: key -> (layout, handle state)
+        # restored, not yet made: key -> (layout, handle state, gradient dtype name)
+        self._pending = None
         self._saved_numels = None
         self._remap = False     # this iteration goes through the restored layouts
         # (buffer, layout, future, velocities to mask) of this iteration, whole model/remap
@@ -301,10 +303,11 @@ class OkTopkHookState:
         self._completer.drain()
         slots = {}
         if self._pending is not None:
-            slots.update({key: {"layout": list(layout), "state": state}
-                          for key, (layout, state) in self._pending.items()})
+            slots.update({key: {"layout": list(layout), "state": state, "dtype": dtype}
+                          for key, (layout, state, dtype) in self._pending.items()})
         for key, slot in self._slots.items():
-            slots[key] = {"layout": list(slot.layout), "state": slot.handle.state_dict()}
+            slots[key] = {"layout": list(slot.layout), "state": slot.handle.state_dict(),
+                          "dtype": slot.handle.dtype}
         numels = self._numels if self._saved_numels is None else self._saved_numels
         velocities = {index: v.copy() for index, v in self._saved_velocities.items()}
         velocities.update({index: _numpy_copy(v) for index, v in self._velocities.items()})
@@ -340,7 +343,9 @@ class OkTopkHookState:
             self._param_index, self._numels, self._row_widths = numbering
         self.iteration = state_dict["iteration"]
         self._saved_numels = list(state_dict["numels"])
-        self._pending = {key: (tuple(entry["layout"]), entry["state"])
+        # States saved before handles had a dtype are float32 ones.
+        self._pending = {key: (tuple(entry["layout"]), entry["state"],
+                               entry.get("dtype", "float32"))
                          for key, entry in state_dict["slots"].items()} or None
         self._saved_velocities = {int(index): _np.asarray(v).reshape(-1)
                                   for index, v in state_dict.get("velocities", {}).items()}
@@ -424,8 +429,8 @@ class OkTopkHookState:
             self._permutations[key] = permutation
         return permutation
 
-    def _restore_pending(self, where, dtype):
-        """Makes the restored handles for gradients of ``dtype`` (collective, in key order on
+    def _restore_pending(self, where):
+        """Makes the restored handles, each for its saved dtype (collective, in key order on
         every rank)."""
         if self._saved_numels is not None and self._numels != self._saved_numels[:len(
                 self._numels)]:
@@ -433,7 +438,7 @@ class OkTopkHookState:
                                f"those of the checkpoint ({self._saved_numels}); register the "
                                "restored state before the first backward of the same model")
         for key in sorted(self._pending, key=str):
-            layout, state = self._pending[key]
+            layout, state, dtype = self._pending[key]
             self._slots[key] = self._new_slot(layout, dtype, state)
         self._pending = None
 
@@ -463,7 +468,7 @@ class OkTopkHookState:
                 first = self._pending.get(0)
                 self._remap = not self.whole_model and (first is None or first[0] != layout)
                 if not self._remap:
-                    self._restore_pending(where, bucket.buffer().dtype)
+                    self._restore_pending(where)
         if self.whole_model or self._remap:
             return self._gather(where, bucket, layout, last)
         return self._reduce_bucket(where, bucket, index, layout, last)
@@ -576,6 +581,17 @@ class OkTopkHookState:
         """Whole model, or a remapped iteration: keeps the bucket until the last one, then
         reduces them together and completes every bucket's future."""
         future = _torch.futures.Future()
+        dtype = bucket.buffer().dtype
+        if not self._remap and self._gathered and self._gathered[0][0].dtype != dtype:
+            # One handle sums one type. The buckets gathered so far fail too, not hang.
+            error = RuntimeError(f"{where}: whole_model=True reduces every bucket with one "
+                                 f"handle, of one dtype, but the buckets hold "
+                                 f"{self._gathered[0][0].dtype} and {dtype} gradients: cast "
+                                 "the model to one dtype, or use per-bucket handles")
+            for _, _, gathered_future, _ in self._gathered:
+                gathered_future.set_exception(error)
+            self._gathered = []
+            raise error
         self._gathered.append((bucket.buffer(), layout, future,
                                self._masked_velocities(layout)))
         if not last:
@@ -583,21 +599,15 @@ class OkTopkHookState:
         gathered, self._gathered = self._gathered, []
         buffers = [b for b, _, _, _ in gathered]
         futures = [f for _, _, f, _ in gathered]
-        dtype = buffers[0].dtype
-        if any(b.dtype != dtype for b in buffers):
-            raise RuntimeError(f"{where}: the buckets hold gradients of several dtypes "
-                               f"({sorted(set(str(b.dtype) for b in buffers))}): one handle "
-                               "reduces them together only when they share one (cast the "
-                               "model to one dtype, or use per-bucket handles)")
         masked = [velocity for _, _, _, velocities in gathered for velocity in velocities]
         layouts = tuple(i for _, lay, _, _ in gathered for i in lay)
         if self._remap:
             self._remap = False
-            pending = set(i for lay, _ in self._pending.values() for i in lay)
+            pending = set(i for lay, _, _ in self._pending.values() for i in lay)
             if pending != set(layouts):
                 raise RuntimeError(f"{where}: the buckets hold other parameters than the "
                                    "checkpoint's handles")
-            self._restore_pending(where, dtype)
+            self._restore_pending(where)
             targets = [slot for key, slot in sorted(self._slots.items(), key=lambda kv: str(
                 kv[0]))]
         else:
@@ -612,8 +622,13 @@ class OkTopkHookState:
                 self._slots[_WHOLE_MODEL] = slot
             targets = [slot]
         # The iteration's gradient, in bucket order, then each handle's part of it in the
-        # handle's own layout (a copy; none needed when the layouts agree).
-        flat = _torch.cat([b.reshape(-1) for b in buffers])
+        # handle's own layout and dtype (a copy; none needed when both agree). Buckets of
+        # several dtypes (restored per-bucket handles) meet in the widest, which holds the
+        # others exactly.
+        wide = buffers[0].dtype
+        for buffer in buffers[1:]:
+            wide = _torch.promote_types(wide, buffer.dtype)
+        flat = _torch.cat([b.reshape(-1).to(wide) for b in buffers])
         parts = []
         requests = []
         for slot in targets:
@@ -622,13 +637,16 @@ class OkTopkHookState:
             else:
                 permutation = self._permutation(slot.layout, layouts)
                 part = flat[_torch.from_numpy(permutation)]
+            part = part.to(getattr(_torch, slot.handle.dtype))
             parts.append((part, permutation))
             requests.append(slot.handle.reduce_async(part))
 
         def finish():
             for part, permutation in parts:
                 if permutation is not None:
-                    flat[_torch.from_numpy(permutation)] = part
+                    flat[_torch.from_numpy(permutation)] = part.to(flat.dtype)
+                elif part is not flat:
+                    flat.copy_(part)
             offset = 0
             for buffer in buffers:
                 count = buffer.numel()
