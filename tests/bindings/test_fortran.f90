@@ -170,7 +170,7 @@ contains
     character(len=*), intent(in) :: method
     type(oktopk_handle) :: a, b
     real(c_double), allocatable :: grad(:), out(:), inplace(:)
-    integer(c_int64_t), allocatable :: lo(:), hi(:)
+    integer(c_int32_t), allocatable :: mine(:), lo(:), hi(:)
     real(c_double) :: mean
     logical :: codes_ok, same, identical, values_ok
     integer :: c, r, code_a, code_b, dtype
@@ -183,7 +183,8 @@ contains
     code_a = oktopk_get_dtype(a, dtype)
     call check(code_a == OKTOPK_SUCCESS .and. dtype == OKTOPK_FLOAT64, &
                method // ' real(8): get_dtype')
-    allocate(grad(n), out(n), inplace(n), lo(n), hi(n))
+    ! The results' bits as 32-bit halves, reduced as identical_on_all_ranks reduces them.
+    allocate(grad(n), out(n), inplace(n), mine(2 * n), lo(2 * n), hi(2 * n))
     codes_ok = .true.; same = .true.; identical = .true.; values_ok = .true.
     do c = 1, 4
       do i = 1, n
@@ -194,10 +195,9 @@ contains
       code_b = oktopk_reduce_inplace(b, inplace)
       codes_ok = codes_ok .and. code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS
       same = same .and. all(transfer(out, 0_c_int64_t, n) == transfer(inplace, 0_c_int64_t, n))
-      call mpi_allreduce(transfer(out, 0_c_int64_t, n), lo, int(n), MPI_INTEGER8, MPI_MIN, &
-                         MPI_COMM_WORLD, ierr)
-      call mpi_allreduce(transfer(out, 0_c_int64_t, n), hi, int(n), MPI_INTEGER8, MPI_MAX, &
-                         MPI_COMM_WORLD, ierr)
+      mine = transfer(out, 0_c_int32_t, 2 * int(n))
+      call mpi_allreduce(mine, lo, 2 * int(n), MPI_INTEGER4, MPI_MIN, MPI_COMM_WORLD, ierr)
+      call mpi_allreduce(mine, hi, 2 * int(n), MPI_INTEGER4, MPI_MAX, MPI_COMM_WORLD, ierr)
       identical = identical .and. all(lo == hi)
       if (method == 'dense') then
         do i = 1, n
