@@ -160,12 +160,9 @@ class HandleOf final : public TypedHandle {
 
   void reduce_device(const void* grad, void* out) override {
     const Exec exec;
-    const std::int64_t n = handle_->size();
-    handle_->reduce(
-        exec,
-        wrap<Kokkos::View<const Value*, Exec::memory_space, Unmanaged>>(
-            static_cast<const Value*>(grad), n),
-        wrap<Kokkos::View<Value*, Exec::memory_space, Unmanaged>>(static_cast<Value*>(out), n));
+    handle_->reduce(exec, device_input(grad),
+                    wrap<Kokkos::View<Value*, Exec::memory_space, Unmanaged>>(
+                        static_cast<Value*>(out), handle_->size()));
     exec.fence();
   }
 
@@ -174,19 +171,12 @@ class HandleOf final : public TypedHandle {
       reduce_device(grad, out);
     } else {
       const Exec exec;
-      const std::int64_t n = handle_->size();
-      const auto host_grad = wrap<Kokkos::View<const Value*, Kokkos::HostSpace, Unmanaged>>(
-          static_cast<const Value*>(grad), n);
-      const auto host_out =
-          wrap<Kokkos::View<Value*, Kokkos::HostSpace, Unmanaged>>(static_cast<Value*>(out), n);
+      const auto host_out = wrap<Kokkos::View<Value*, Kokkos::HostSpace, Unmanaged>>(
+          static_cast<Value*>(out), handle_->size());
       // Lengths that differ from n reach reduce() unchanged, which reports them on every rank.
-      const auto device_grad = host_grad.extent(0) == staged_grad_.extent(0)
-                                   ? ConstDeviceVector(staged_grad_)
-                                   : ConstDeviceVector();
       const auto device_out =
           host_out.extent(0) == staged_out_.extent(0) ? staged_out_ : DeviceVector();
-      if (device_grad.extent(0) != 0) Kokkos::deep_copy(exec, staged_grad_, host_grad);
-      handle_->reduce(exec, device_grad, device_out);
+      handle_->reduce(exec, staged_input(exec, grad), device_out);
       if (device_out.extent(0) != 0) Kokkos::deep_copy(exec, host_out, staged_out_);
       exec.fence();
     }
@@ -195,24 +185,12 @@ class HandleOf final : public TypedHandle {
   void reduce_sparse_host(const void* grad, const std::int32_t** indices, const void** values,
                           std::int64_t* count) override {
     const Exec exec;
-    const std::int64_t n = handle_->size();
     if constexpr (host_reads_device_memory) {
-      handle_->reduce_sparse(exec,
-                             wrap<Kokkos::View<const Value*, Exec::memory_space, Unmanaged>>(
-                                 static_cast<const Value*>(grad), n),
-                             sparse_);
+      handle_->reduce_sparse(exec, device_input(grad), sparse_);
       *indices = sparse_.indices.data();
       *values = sparse_.values.data();
     } else {
-      const auto host_grad = wrap<Kokkos::View<const Value*, Kokkos::HostSpace, Unmanaged>>(
-          static_cast<const Value*>(grad), n);
-      // Lengths that differ from n reach reduce_sparse() unchanged, which reports them
-      // everywhere.
-      const auto device_grad = host_grad.extent(0) == staged_grad_.extent(0)
-                                   ? ConstDeviceVector(staged_grad_)
-                                   : ConstDeviceVector();
-      if (device_grad.extent(0) != 0) Kokkos::deep_copy(exec, staged_grad_, host_grad);
-      handle_->reduce_sparse(exec, device_grad, sparse_);
+      handle_->reduce_sparse(exec, staged_input(exec, grad), sparse_);
       const auto size = static_cast<std::size_t>(sparse_.size);
       if (sparse_indices_host_.extent(0) < size) {
         Kokkos::resize(sparse_indices_host_, sparse_.indices.extent(0));
@@ -242,6 +220,22 @@ class HandleOf final : public TypedHandle {
   void restore_state(std::istream& is) override { handle_->restore_state(Exec(), is); }
 
  private:
+  // n gradient values at `grad`, in the execution space's memory.
+  Kokkos::View<const Value*, Exec::memory_space, Unmanaged> device_input(const void* grad) const {
+    return wrap<Kokkos::View<const Value*, Exec::memory_space, Unmanaged>>(
+        static_cast<const Value*>(grad), handle_->size());
+  }
+
+  // The host gradient at `grad` copied into staged_grad_ (on `exec`); for a NULL one, an empty
+  // View, whose length reduce() then reports on every rank.
+  ConstDeviceVector staged_input(const Exec& exec, const void* grad) {
+    const auto host_grad = wrap<Kokkos::View<const Value*, Kokkos::HostSpace, Unmanaged>>(
+        static_cast<const Value*>(grad), handle_->size());
+    if (host_grad.extent(0) != staged_grad_.extent(0)) return ConstDeviceVector();
+    if (host_grad.extent(0) != 0) Kokkos::deep_copy(exec, staged_grad_, host_grad);
+    return staged_grad_;
+  }
+
   std::unique_ptr<Handle> handle_;
   // Copies of host arrays where the host cannot reach the execution space's memory.
   DeviceVector staged_grad_;
