@@ -34,7 +34,11 @@
 #else
 #define OKTOPK_IMPL_ON_THREADS(M, Class)
 #endif
-#if defined(KOKKOS_ENABLE_SERIAL)
+// Serial only where it is the host space: next to OpenMP or Threads it serves as a helper
+// space that handles are rarely made for, and four gradient types of every method on it would
+// cost a third of the library's compile time. A handle on it still works, compiled where used.
+#if defined(KOKKOS_ENABLE_SERIAL) && !defined(KOKKOS_ENABLE_OPENMP) && \
+    !defined(KOKKOS_ENABLE_THREADS)
 #define OKTOPK_IMPL_ON_SERIAL(M, Class) M(Class, Kokkos::Serial)
 #else
 #define OKTOPK_IMPL_ON_SERIAL(M, Class)
