@@ -92,21 +92,32 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
   OKTOPK_REQUIRE(n >= 0 && n <= std::numeric_limits<index_type>::max(), std::invalid_argument,
                  where, "n must be in [0, 2^31 - 1], got " << n);
   options.validate();
-  OKTOPK_REQUIRE(
-      takes_narrow_wire(algorithm) || options.wire == Wire::Native || options.wire == Wire::Float32,
-      std::invalid_argument, where,
-      "wire=" << options.wire
-              << " is implemented for methods dense, topka, topkdsa, gaussiank and "
-                 "oktopk so far; "
-              << algorithm << " sends its values as float (wire=native)");
+  // The wires a gradient type takes: float any; double its own or float32; a 16-bit type
+  // its own only, named or as native.
   constexpr bool takes_float = std::is_same_v<Value, float>;
-  OKTOPK_REQUIRE(takes_float || options.wire == Wire::Native, std::invalid_argument, where,
-                 "wire=" << options.wire << " is implemented for float32 gradients only so far; "
-                         << impl::ValueTraits<Value>::name
-                         << (impl::is_half_v<Value>
-                                 ? " gradients go as they are in dense allreduces, and the sparse "
-                                   "methods send their sums as float32 (wire=native)"
-                                 : " gradients are sent as they are (wire=native)"));
+  constexpr bool takes_double = std::is_same_v<Value, double>;
+  const bool own_type = options.wire == Wire::Native ||
+                        (std::is_same_v<Value, bfloat16> && options.wire == Wire::BFloat16) ||
+                        (std::is_same_v<Value, float16> && options.wire == Wire::Float16);
+  OKTOPK_REQUIRE(takes_float || own_type || (takes_double && options.wire == Wire::Float32),
+                 std::invalid_argument, where,
+                 "wire=" << options.wire << " does not apply to " << impl::ValueTraits<Value>::name
+                         << " gradients: they are sent "
+                         << (takes_double ? "as float64 (wire=native) or float32 (wire=fp32)"
+                                          : std::string("as ") + impl::ValueTraits<Value>::name +
+                                                " (wire=native)"));
+  // gTopk and S2 send the arithmetic type (float for the 16-bit types) only, so far: a wire
+  // named other than native (fp32 is float's native) asks for what they do not do.
+  const bool names_a_wire = takes_float
+                                ? options.wire == Wire::BFloat16 || options.wire == Wire::Float16
+                                : options.wire != Wire::Native;
+  OKTOPK_REQUIRE(takes_narrow_wire(algorithm) || !names_a_wire, std::invalid_argument, where,
+                 "wire=" << options.wire
+                         << " is implemented for methods dense, topka, topkdsa, gaussiank and "
+                            "oktopk so far; "
+                         << algorithm << " sends the values of " << impl::ValueTraits<Value>::name
+                         << " gradients as " << impl::ValueTraits<impl::arithmetic_t<Value>>::name
+                         << " (wire=native)");
   // After the agreement check: every rank has this layout, so every rank throws alike.
   layout.validate(n);
   const auto build = [&]() -> std::unique_ptr<SparseAllreduce<ExecSpace, Value>> {

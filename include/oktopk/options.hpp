@@ -44,12 +44,14 @@ struct Options {
   std::uint64_t seed = 42;
   /// The algorithm of dense allreduces.
   DenseAlgorithm dense_allreduce = DenseAlgorithm::Mpi;
-  /// The type of the values on the wire. A 16-bit wire rounds each value to it when sending;
-  /// the ranks' sums are still formed in float. MPI has no 16-bit floating type, so dense
-  /// allreduces with a 16-bit wire run on OkTopk's ring whatever dense_allreduce says. The
-  /// sparse methods keep each sent value's rounding error in the sender's residual. Methods
-  /// dense, topka, topkdsa, gaussiank and oktopk take every wire for float32 gradients;
-  /// gtopk and s2 take native and fp32 only, so far (make_sparse_allreduce says so).
+  /// The type of the values on the wire: native (the gradient's own), or one narrower than
+  /// the arithmetic type, bf16 or fp16 for float gradients and fp32 for double ones; a 16-bit
+  /// gradient always travels as itself. A narrower wire rounds each value to it when sending;
+  /// the ranks' sums are still formed in the arithmetic type. Dense allreduces on a narrower
+  /// wire run on OkTopk's ring whatever dense_allreduce says (MPI has no 16-bit floating
+  /// type). The sparse methods keep each sent value's rounding error in the sender's
+  /// residual. gtopk and s2 take native only, so far, and send a 16-bit gradient's values as
+  /// float (make_sparse_allreduce says so).
   Wire wire = Wire::Native;
 
   // ---- Ok-Topk

@@ -111,17 +111,19 @@ std::string algorithm_name(const ::testing::TestParamInfo<Algorithm>& info) {
 
 // A 16-bit handle and a float handle fed the same values (the float one their widening) make
 // the same selections and sums: the 16-bit output is the float output rounded once, and the
-// residuals are equal, bit for bit, call after call. The float handle's dense calls send the
-// 16-bit type as well (wire=bf16 or fp16), as a 16-bit gradient's do; the sparse methods start
-// without warm-up, since a float handle's sparse methods take no 16-bit wire.
+// residuals are equal, bit for bit, call after call, the dense warm-up call among them. The
+// float handle sends the 16-bit type (wire=bf16 or fp16), as the 16-bit handle does, with
+// every method that takes that wire, and so they move the same bytes. gTopk and S2 send float
+// sums for both; they start without warm-up, whose dense call would send the 16-bit type for
+// the 16-bit handle only.
 template <class V>
 void check_rounded_float_handle(Algorithm a) {
   Exec exec;
   const bool dense = a == Algorithm::Dense;
-  const std::int64_t warmup = 0;
+  const std::int64_t warmup = oktopk::takes_narrow_wire(a) ? 1 : 0;
   const auto half = make_half<V>(a, warmup);
   Options float_options = options_for(a, warmup);
-  if (dense) float_options.set_wire(wire_of<V>);
+  if (oktopk::takes_narrow_wire(a)) float_options.set_wire(wire_of<V>);
   const auto single = oktopk::make_sparse_allreduce<Exec, float>(exec, a, oktopk::Communicator(),
                                                                  kN, float_options);
   std::int64_t nonzero = 0;
@@ -142,6 +144,14 @@ void check_rounded_float_handle(Algorithm a) {
     }
     EXPECT_EQ(differ, 0) << type_name<V> << " call " << call;
     EXPECT_EQ(half->stats().global_selected, single->stats().global_selected) << "call " << call;
+    // The same messages, but for float16's range check of S2's estimates (phase "check").
+    const auto bytes_sent = [](const oktopk::ReduceStats& stats) {
+      std::int64_t bytes = 0;
+      for (const auto& [name, phase] : stats.phases)
+        bytes += name == "check" ? 0 : phase.traffic.bytes_sent;
+      return bytes;
+    };
+    EXPECT_EQ(bytes_sent(half->stats()), bytes_sent(single->stats())) << "call " << call;
 
     const std::vector<float> r = to_host(half->residual());
     const std::vector<float> s = to_host(single->residual());
@@ -150,15 +160,23 @@ void check_rounded_float_handle(Algorithm a) {
     EXPECT_EQ(residual_differ, 0) << type_name<V> << " call " << call;
   }
   EXPECT_GT(nonzero, 0);
-  // Otherwise the comparison could not tell a rounded output from an unrounded one.
-  if (!dense) {
+  // Otherwise the comparison could not tell a rounded output from an unrounded one. On the
+  // 16-bit wire, an output that is one value received (P = 1), or a 16-bit sum divided by a
+  // power of two (TopkDSA and Ok-Topk send their regions' sums rounded), is a 16-bit value.
+  const bool sums_sent_rounded = a == Algorithm::TopkDSA || a == Algorithm::OkTopk;
+  const bool outputs_are_16_bit =
+      oktopk::takes_narrow_wire(a) &&
+      (world_size() == 1 || (sums_sent_rounded && (world_size() & (world_size() - 1)) == 0));
+  if (!dense && !outputs_are_16_bit) {
     EXPECT_GT(inexact, 0) << "every float output was already a " << type_name<V>;
   }
 }
 
 // Every call, the dense warm-up among them, matches the oracle on every rank, within what the
-// 16-bit output's rounding adds (count_mismatches allows for it); the residual holds acc's
-// floats, bit for bit, where it holds anything.
+// 16-bit output's rounding adds (count_mismatches allows for it). Where the method sends float
+// sums (gTopk, S2), the residual holds acc's floats, bit for bit, where it holds anything; on
+// the 16-bit wire it keeps the roundings' errors too, which OutputIsTheFloatHandlesRoundedOnce
+// checks against a float handle on that wire, and test_sparse_wire.cpp against the inputs.
 template <class V>
 void check_oracle(Algorithm a) {
   Exec exec;
@@ -197,6 +215,7 @@ void check_oracle(Algorithm a) {
     EXPECT_GT(nonzero, 0) << "call " << call;
     EXPECT_GE(2 * checked, nonzero) << "call " << call << ": most outputs undecided";
 
+    if (oktopk::takes_narrow_wire(a)) continue;
     const std::vector<float> residual_after = to_host(h->residual());
     std::int64_t other = 0;
     for (std::size_t j = 0; j < acc.size(); ++j) {
@@ -390,6 +409,33 @@ TEST(HalfGradients, Float16SketchEstimatesBeyondRangeAreReportedOnEveryRank) {
   EXPECT_GT(infinite, 0);
 }
 
+// The sparse methods that take a narrower wire send a 16-bit gradient's values as its own type:
+// 2 bytes a value, where gTopk and S2 send float sums. Same gradient, same selection: the
+// bfloat16 handle moves at most 0.8 of the bytes of a float handle on the float wire.
+TEST(HalfGradients, SparseMethodsSendTheSixteenBitType) {
+  if (world_size() < 2) GTEST_SKIP() << "nothing is sent at P = 1";
+  Exec exec;
+  constexpr std::int64_t n = 40000;
+  for (const Algorithm a :
+       {Algorithm::TopkA, Algorithm::TopkDSA, Algorithm::GaussianK, Algorithm::OkTopk}) {
+    SCOPED_TRACE(oktopk::to_string(a));
+    const auto half = make_half<bfloat16>(a, 0, n);
+    const auto single = oktopk::make_sparse_allreduce<Exec, float>(exec, a, oktopk::Communicator(),
+                                                                   n, options_for(a, 0));
+    const std::vector<bfloat16> grad = gradient<bfloat16>(world_rank(), 1, n);
+    Kokkos::View<bfloat16*, Exec::memory_space> out("test::out", n);
+    FloatVector float_out("test::float_out", n);
+    half->reduce(exec, to_device(grad, "test::grad"), out);
+    single->reduce(exec, to_device(widened(grad), "test::float_grad"), float_out);
+    ASSERT_EQ(half->stats().local_selected, single->stats().local_selected);
+    const auto sent16 = half->stats().total_traffic().bytes_sent;
+    const auto sent32 = single->stats().total_traffic().bytes_sent;
+    EXPECT_GT(sent16, 0);
+    EXPECT_LE(static_cast<double>(sent16), 0.8 * static_cast<double>(sent32))
+        << sent16 << " bytes against " << sent32;
+  }
+}
+
 TEST(HalfGradients, FactoryRefusesMixedTypesAndOtherWires) {
   const oktopk::Communicator comm;
   if (world_size() >= 2) {
@@ -409,9 +455,27 @@ TEST(HalfGradients, FactoryRefusesMixedTypesAndOtherWires) {
         oktopk::make_sparse_allreduce<Exec, bfloat16>(Exec(), Algorithm::Dense, comm, 100,
                                                       Options{}.set_wire(oktopk::Wire::Float32));
       },
-      "oktopk::make_sparse_allreduce: wire=fp32 is implemented for float32 gradients only so "
-      "far; bfloat16 gradients go as they are in dense allreduces, and the sparse methods send "
-      "their sums as float32 (wire=native)");
+      "oktopk::make_sparse_allreduce: wire=fp32 does not apply to bfloat16 gradients: they are "
+      "sent as bfloat16 (wire=native)");
+  expect_invalid_argument(
+      [&] {
+        oktopk::make_sparse_allreduce<Exec, float16>(Exec(), Algorithm::TopkA, comm, 100,
+                                                     Options{}.set_wire(oktopk::Wire::BFloat16));
+      },
+      "oktopk::make_sparse_allreduce: wire=bf16 does not apply to float16 gradients: they are "
+      "sent as float16 (wire=native)");
+  // A 16-bit gradient's own type is its native wire, where the method takes a narrower one.
+  const Options own_type = Options{}.set_wire(oktopk::Wire::BFloat16);
+  EXPECT_NO_THROW((oktopk::make_sparse_allreduce<Exec, bfloat16>(Exec(), Algorithm::OkTopk, comm,
+                                                                 100, own_type)));
+  expect_invalid_argument(
+      [&] {
+        oktopk::make_sparse_allreduce<Exec, bfloat16>(Exec(), Algorithm::GTopk, comm, 100,
+                                                      Options{}.set_wire(oktopk::Wire::BFloat16));
+      },
+      "oktopk::make_sparse_allreduce: wire=bf16 is implemented for methods dense, topka, "
+      "topkdsa, gaussiank and oktopk so far; gtopk sends the values of bfloat16 gradients as "
+      "float32 (wire=native)");
 }
 
 }  // namespace

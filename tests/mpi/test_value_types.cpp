@@ -3,7 +3,9 @@
 // tolerance only double arithmetic meets (a value rounded to float anywhere on the way is off
 // by about 1e-8 and fails it), the residual holding acc's doubles bit for bit, reduce_sparse
 // against reduce, finite doubles beyond float's range, checkpoints that carry the gradient
-// type, and the factory's checks of the type.
+// type, and the factory's checks of the type. Then double gradients on a float wire (wire=fp32):
+// the dense ring bit for bit, the oracle with its slack, error feedback that keeps every
+// rounding error, and the bytes saved.
 #include "api_checks.hpp"
 #include "mpi/oracle_host.hpp"
 
@@ -14,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -306,15 +309,228 @@ TEST(ValueTypes, FactoryRefusesMixedTypesOnEveryRank) {
   EXPECT_NE(message.find("gradient type"), std::string::npos) << message;
 }
 
-TEST(ValueTypes, NarrowWireForDoubleIsRefused) {
+// ---- Double gradients on a float32 wire (wire=fp32): values sent as floats, sums in double.
+
+const Algorithm kFloat32WireMethods[] = {Algorithm::Dense, Algorithm::TopkA, Algorithm::TopkDSA,
+                                         Algorithm::GaussianK, Algorithm::OkTopk};
+
+std::unique_ptr<DoubleHandle> make_fp32_wire(Algorithm a, std::int64_t warmup = 1,
+                                             std::int64_t n = kN) {
+  Options o = options_for(a);
+  o.set_wire(oktopk::Wire::Float32).set_warmup_iterations(warmup);
+  return oktopk::make_sparse_allreduce<Exec, double>(Exec(), a, oktopk::Communicator(), n, o);
+}
+
+/// Every rank's `mine`, rank after rank.
+std::vector<double> gather_doubles(const std::vector<double>& mine) {
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(world_size()));
+  EXPECT_EQ(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
+                          static_cast<int>(mine.size()), MPI_DOUBLE, MPI_COMM_WORLD),
+            MPI_SUCCESS);
+  return all;
+}
+
+std::vector<double> sum_doubles(const std::vector<double>& mine) {
+  std::vector<double> sum(mine.size());
+  EXPECT_EQ(MPI_Allreduce(mine.data(), sum.data(), static_cast<int>(mine.size()), MPI_DOUBLE,
+                          MPI_SUM, MPI_COMM_WORLD),
+            MPI_SUCCESS);
+  return sum;
+}
+
+double through_float(double x) { return static_cast<double>(static_cast<float>(x)); }
+
+/// The ring on a float wire, on the host: chunk c starts at rank c with its input rounded to
+/// float; each next rank adds its own rounded input in double and rounds the partial sum to
+/// float as it sends it on; the last adds, divides by P, and rounds the average to float.
+std::vector<double> simulate_float_ring(const std::vector<double>& all, std::size_t n) {
+  const int P = world_size();
+  std::vector<double> out(n);
+  for (int c = 0; c < P; ++c) {
+    const auto begin =
+        static_cast<std::size_t>(static_cast<std::int64_t>(c) * static_cast<std::int64_t>(n) / P);
+    const auto end = static_cast<std::size_t>(static_cast<std::int64_t>(c + 1) *
+                                              static_cast<std::int64_t>(n) / P);
+    for (std::size_t j = begin; j < end; ++j) {
+      const auto input = [&](int r) {
+        return through_float(all[static_cast<std::size_t>(r % P) * n + j]);
+      };
+      if (P == 1) {
+        out[j] = input(0);
+        continue;
+      }
+      double partial = input(c);
+      for (int step = 1; step < P - 1; ++step) partial = through_float(input(c + step) + partial);
+      out[j] = through_float((input(c + P - 1) + partial) / P);
+    }
+  }
+  return out;
+}
+
+// The dense allreduce of double gradients on a float wire runs the ring (MPI's float sums
+// would not be formed in double), whatever dense_allreduce says: bit for bit the host's
+// simulation, with half the bytes of the double ring.
+TEST(Float32Wire, DenseIsTheFloatRingSimulatedOnTheHost) {
+  Exec exec;
+  const int P = world_size();
+  for (const auto ring : {oktopk::DenseAlgorithm::Mpi, oktopk::DenseAlgorithm::Ring}) {
+    for (const std::int64_t n : std::vector<std::int64_t>{0, 1, std::max(1, P - 1), P + 1, kN}) {
+      std::ostringstream name;
+      name << "dense_allreduce=" << ring << " n = " << n;
+      SCOPED_TRACE(name.str());
+      const auto options = Options{}.set_dense_allreduce(ring);
+      const auto narrow = oktopk::make_sparse_allreduce<Exec, double>(
+          exec, Algorithm::Dense, oktopk::Communicator(), n,
+          Options(options).set_wire(oktopk::Wire::Float32));
+      const auto wide = oktopk::make_sparse_allreduce<Exec, double>(
+          exec, Algorithm::Dense, oktopk::Communicator(), n,
+          Options(options).set_dense_allreduce(oktopk::DenseAlgorithm::Ring));
+      for (std::int64_t call = 1; call <= 2; ++call) {
+        const std::vector<double> grad = gradient(world_rank(), call, n);
+        DoubleVector out("test::out", static_cast<std::size_t>(n));
+        DoubleVector wide_out("test::wide_out", static_cast<std::size_t>(n));
+        narrow->reduce(exec, to_device(grad, "test::grad"), out);
+        wide->reduce(exec, to_device(grad, "test::grad"), wide_out);
+        const std::vector<double> expected =
+            simulate_float_ring(gather_doubles(grad), static_cast<std::size_t>(n));
+        const std::vector<double> o = to_host(out);
+        std::int64_t differ = 0;
+        for (std::size_t j = 0; j < o.size(); ++j) differ += same_bits(o[j], expected[j]) ? 0 : 1;
+        EXPECT_EQ(differ, 0) << "call " << call;
+        const auto bytes = [](const DoubleHandle& h) {
+          return h.stats().phases.at("dense_allreduce").traffic.bytes_sent;
+        };
+        EXPECT_EQ(2 * bytes(*narrow), bytes(*wide)) << "call " << call;
+      }
+    }
+  }
+}
+
+// Every call of every method on the float wire matches the oracle at 1e-12 on every rank: the
+// slack it derives for the wire's roundings (2^-24 each) holds the result. The wire does round:
+// the outputs differ from a double wire's.
+TEST(Float32Wire, EveryCallMatchesTheOracle) {
+  Exec exec;
+  for (const Algorithm a : kFloat32WireMethods) {
+    SCOPED_TRACE(oktopk::to_string(a));
+    const auto h = make_fp32_wire(a);
+    const auto wide = make_double(a);
+    std::int64_t rounded = 0;
+    for (std::int64_t call = 1; call <= 5; ++call) {
+      const std::vector<double> grad = gradient(world_rank(), call, kN);
+      const std::vector<double> residual_before = to_host(h->residual());
+      std::vector<double> acc(grad.size());
+      for (std::size_t j = 0; j < grad.size(); ++j) acc[j] = residual_before[j] + grad[j];
+      DoubleVector out("test::out", kN);
+      DoubleVector wide_out("test::wide_out", kN);
+      h->reduce(exec, to_device(grad, "test::grad"), out);
+      wide->reduce(exec, to_device(grad, "test::grad"), wide_out);
+      const DoubleVector acc_device = to_device(acc, "test::acc");
+      DoubleVector expected("test::expected", kN);
+      DoubleVector slack("test::slack", kN);
+      oktopk::expected_result(exec, *h, acc_device, expected, kTolerance, slack);
+      EXPECT_EQ(oktopk::count_mismatches(exec, *h, expected, out, kTolerance, slack), 0)
+          << "call " << call;
+      if (call == 1) {
+        // Same inputs and no residual yet: any difference is the wire's.
+        const std::vector<double> o = to_host(out);
+        const std::vector<double> w = to_host(wide_out);
+        for (std::size_t j = 0; j < o.size(); ++j) rounded += o[j] != w[j] ? 1 : 0;
+      }
+    }
+    EXPECT_GT(rounded, 0) << "the float wire changed no output";
+  }
+}
+
+// Over calls, P·(sum of the outputs) + (sum over ranks of the final residual) = the sum of every
+// rank's gradients, to double rounding: each value's rounding to float stays in its sender's
+// residual. Without that feedback the sums would differ by about 2^-25 of the values.
+TEST(Float32Wire, ErrorFeedbackKeepsEveryRoundingError) {
+  Exec exec;
+  const int P = world_size();
+  for (const Algorithm a : kFloat32WireMethods) {
+    if (a == Algorithm::Dense) continue;
+    SCOPED_TRACE(oktopk::to_string(a));
+    const auto h = make_fp32_wire(a, 0);
+    std::vector<double> inputs(kN, 0.0);
+    std::vector<double> outputs(kN, 0.0);
+    std::vector<double> magnitudes(kN, 0.0);
+    for (std::int64_t call = 1; call <= 8; ++call) {
+      const std::vector<double> grad = gradient(world_rank(), call, kN);
+      DoubleVector out("test::out", kN);
+      h->reduce(exec, to_device(grad, "test::grad"), out);
+      const std::vector<double> o = to_host(out);
+      const std::vector<double> all = sum_doubles(grad);
+      const std::vector<double> all_magnitudes = [&] {
+        std::vector<double> m(grad.size());
+        for (std::size_t j = 0; j < grad.size(); ++j) m[j] = std::fabs(grad[j]);
+        return sum_doubles(m);
+      }();
+      for (std::size_t j = 0; j < all.size(); ++j) {
+        inputs[j] += all[j];
+        outputs[j] += o[j] * P;
+        magnitudes[j] += all_magnitudes[j] + std::fabs(o[j]) * P;
+      }
+    }
+    const std::vector<double> residuals = sum_doubles(to_host(h->residual()));
+    std::int64_t bad = 0;
+    double worst = 0.0;
+    for (std::size_t j = 0; j < inputs.size(); ++j) {
+      const double bound = 64.0 * (P + 8) * 0x1p-53 * (magnitudes[j] + std::fabs(residuals[j]));
+      const double error = std::fabs(outputs[j] + residuals[j] - inputs[j]);
+      worst = std::max(worst, error);
+      bad += error > bound ? 1 : 0;
+    }
+    EXPECT_EQ(bad, 0) << "largest difference " << worst;
+  }
+}
+
+// Same gradient, same selection: a float value on the wire takes 4 bytes against 8, so the
+// sparse methods move at most 0.7 of a double wire's bytes over all ranks (indices stay 4
+// bytes; counts and thresholds are the same on both), at n large enough for the values to count.
+TEST(Float32Wire, FloatValuesCutTheBytes) {
+  if (world_size() < 2) GTEST_SKIP() << "nothing is sent at P = 1";
+  Exec exec;
+  constexpr std::int64_t n = 40000;
+  for (const Algorithm a : kFloat32WireMethods) {
+    if (a == Algorithm::Dense) continue;
+    SCOPED_TRACE(oktopk::to_string(a));
+    const auto narrow = make_fp32_wire(a, 0, n);
+    const auto wide = oktopk::make_sparse_allreduce<Exec, double>(
+        exec, a, oktopk::Communicator(), n, Options(options_for(a)).set_warmup_iterations(0));
+    const DoubleVector g = to_device(gradient(world_rank(), 1, n), "test::grad");
+    DoubleVector out("test::out", n);
+    narrow->reduce(exec, g, out);
+    wide->reduce(exec, g, out);
+    ASSERT_EQ(narrow->stats().local_selected, wide->stats().local_selected);
+    const std::vector<double> sent =
+        sum_doubles({static_cast<double>(narrow->stats().total_traffic().bytes_sent),
+                     static_cast<double>(wide->stats().total_traffic().bytes_sent)});
+    EXPECT_GT(sent[0], 0.0);
+    EXPECT_LE(sent[0], 0.7 * sent[1]) << sent[0] << " bytes against " << sent[1];
+  }
+}
+
+TEST(ValueTypes, WiresADoubleDoesNotTakeAreRefused) {
   const oktopk::Communicator comm;
   expect_invalid_argument(
       [&] {
         oktopk::make_sparse_allreduce<Exec, double>(Exec(), Algorithm::Dense, comm, 100,
                                                     Options{}.set_wire(oktopk::Wire::BFloat16));
       },
-      "oktopk::make_sparse_allreduce: wire=bf16 is implemented for float32 gradients only so "
-      "far; float64 gradients are sent as they are (wire=native)");
+      "oktopk::make_sparse_allreduce: wire=bf16 does not apply to float64 gradients: they are "
+      "sent as float64 (wire=native) or float32 (wire=fp32)");
+  for (const Algorithm a : {Algorithm::GTopk, Algorithm::S2Reducer}) {
+    expect_invalid_argument(
+        [&] {
+          oktopk::make_sparse_allreduce<Exec, double>(Exec(), a, comm, 100,
+                                                      Options{}.set_wire(oktopk::Wire::Float32));
+        },
+        "oktopk::make_sparse_allreduce: wire=fp32 is implemented for methods dense, topka, "
+        "topkdsa, gaussiank and oktopk so far; " +
+            oktopk::to_string(a) +
+            " sends the values of float64 gradients as float64 (wire=native)");
+  }
 }
 
 }  // namespace

@@ -235,9 +235,9 @@ def test_dense_matches_ddp():
 
 
 def test_value_types(algorithm, whole_model=False):
-    """A bfloat16 model: every handle reduces bfloat16 buckets (the warm-up goes through gloo
-    in float32); a float32 model with wire="bf16": the handles send bfloat16 values, fewer
-    bytes than the float32 wire. Either way the parameters stay identical on every rank and
+    """A bfloat16 model: every handle reduces bfloat16 buckets and sends bfloat16 values (the
+    warm-up goes through gloo in float32); a float32 model with wire="bf16": the handles send
+    bfloat16 values too. Both send fewer bytes than the float32 wire. Either way the parameters stay identical on every rank and
     the loss falls."""
     name = f"{algorithm}{' whole_model' if whole_model else ''}"
     steps = 20
@@ -285,10 +285,16 @@ def test_value_types(algorithm, whole_model=False):
               f"{steps} steps; {learnt['float32 model']:.4f} less with float32)")
         sent[label] = state.bytes_sent_last_iteration()
     if size > 1:
+        # Both send 2-byte values: the bfloat16 handles their own type, the float32 ones on
+        # wire=bf16.
         ratio = sent["float32 model, wire=bf16"] / sent["float32 model"]
         check(ratio <= 0.8, f"{name}: wire=bf16 sends {ratio:.3f} of the float32 wire's bytes")
+        ratio16 = sent["bfloat16 model"] / sent["float32 model"]
+        check(ratio16 <= 0.8,
+              f"{name}: the bfloat16 model sends {ratio16:.3f} of the float32 model's bytes")
         if rank == 0:
-            print(f"{name}: wire=bf16 sends {ratio:.3f} of the float32 wire's bytes; loss falls "
+            print(f"{name}: wire=bf16 sends {ratio:.3f} and the bfloat16 model {ratio16:.3f} of "
+                  "the float32 wire's bytes; loss falls "
                   + ", ".join(f"{k}: {v:.4f}" for k, v in learnt.items()))
 
 

@@ -85,7 +85,7 @@ class GaussianK final : public MethodBase<ExecSpace, Value> {
 
  private:
   /// The type the values travel in (sparse_wire()).
-  const Wire wire_ = sparse_wire<Value>(this->options_);
+  const Wire wire_ = sparse_wire<Value>(Algorithm::GaussianK, this->options_);
   typename Base::index_vector_type indices_{"oktopk::GaussianK::indices", 0};
   real_vector_type values_{"oktopk::GaussianK::values", 0};
   SparseGather<ExecSpace, Real> gather_;

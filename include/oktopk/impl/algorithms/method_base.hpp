@@ -223,7 +223,8 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
   RingBuffers<arithmetic_type, memory_space> ring_native_;
   RingBuffers<bfloat16, memory_space> ring_bfloat16_;
   RingBuffers<float16, memory_space> ring_float16_;
-  std::string failed_phase_;  // set by PhaseTimer when a failure leaves a phase
+  RingBuffers<float, memory_space> ring_float_;  // double gradients on a float wire
+  std::string failed_phase_;                     // set by PhaseTimer when a failure leaves a phase
 };
 
 template <class ExecSpace, class Value>
@@ -316,10 +317,9 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
         compact_nonzeros(exec, acc_, *sparse);
       }
     } else if (this->iteration_ <= this->options_.warmup_iterations) {
-      // Inputs are finite, but a 16-bit wire's partial sums can still overflow: count them
+      // Inputs are finite, but a narrow wire's partial sums can still overflow: count them
       // then, as the Dense method does, so that every rank rejects the call.
-      const Wire wire = dense_wire<Value>(this->options_);
-      const bool narrow = wire == Wire::BFloat16 || wire == Wire::Float16;
+      const bool narrow = dense_wire<Value>(this->options_) != Wire::Native;
       // In place for a sparse result: the next call's accumulate pass overwrites acc_ anyway.
       nonfinite_averages = sparse != nullptr ? dense_step(exec, acc_, acc_, narrow)
                                              : dense_step(exec, acc_, out, narrow);
@@ -337,7 +337,7 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
       } else {
         reduce_step(exec, acc_, out);
       }
-      if (sparse_wire<Value>(this->options_) != Wire::Native) {
+      if (sparse_wire<Value>(this->algorithm_, this->options_) != Wire::Native) {
         auto timer = phase(exec, "check");
         const std::int64_t mine = wire_overflows();
         wire_overflow[0] = mine > 0 ? this->comm_.rank() + 1 : 0;
@@ -392,23 +392,28 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
                        << (dense_wire<Value>(this->options_) == Wire::Float16
                                ? "; with float16 on the wire, every value and partial sum sent "
                                  "must stay within float16's 65504"
+                           : dense_wire<Value>(this->options_) == Wire::Float32
+                               ? "; with float32 on the wire, every value and partial sum sent "
+                                 "must stay within float's 3.4e38"
                                : "")
                        << ")");
   }
   if (wire_overflow[0] != 0) {
     --this->iteration_;
     this->stats_ = previous_stats;
+    const Wire sent = sparse_wire<Value>(this->algorithm_, this->options_);
     OKTOPK_REQUIRE(false, std::invalid_argument, where,
-                   "values sent as " << this->options_.wire << " round to Inf beyond "
-                                     << (this->options_.wire == Wire::Float16 ? "float16's 65504"
-                                                                              : "the wire type's "
-                                                                                "range")
-                                     << " on rank " << wire_overflow[0] - 1 << " (up to "
-                                     << wire_overflow[1] << " on one rank): scale the gradient "
-                                     << (this->options_.wire == Wire::Float16
-                                             ? "down, or send wire=bf16 or native"
-                                             : "down, or send wire=native")
-                                     << "; the call was rejected and the residual is as it was");
+                   "values sent as "
+                       << sent << " round to Inf beyond "
+                       << (sent == Wire::Float16   ? "float16's 65504"
+                           : sent == Wire::Float32 ? "float's 3.4e38"
+                                                   : "bfloat16's 3.39e38")
+                       << " on rank " << wire_overflow[0] - 1 << " (up to " << wire_overflow[1]
+                       << " on one rank): scale the gradient "
+                       << (is_half_v<Value>        ? "down"
+                           : sent == Wire::Float16 ? "down, or send wire=bf16 or native"
+                                                   : "down, or send wire=native")
+                       << "; the call was rejected and the residual is as it was");
   }
   this->last_out_ = out;
   this->last_sparse_ = sparse != nullptr ? *sparse : sparse_result_type();
@@ -519,8 +524,8 @@ std::int64_t MethodBase<ExecSpace, Value>::dense_average(const ExecSpace& exec, 
   if (dense_on_ring<Value>(this->options_)) {
     // The ring's count rides on a pass it makes anyway.
     std::int64_t nonfinite = 0;
-    // A 16-bit wire carries float and 16-bit gradients only (make_sparse_allreduce refuses
-    // the others), whose arithmetic is float.
+    // A 16-bit wire carries float and 16-bit gradients only, whose arithmetic is float, and
+    // a float wire narrows double gradients only (make_sparse_allreduce refuses the others).
     constexpr bool float_values = std::is_same_v<arithmetic_type, float>;
     const Wire wire = dense_wire<Value>(this->options_);
     if (float_values && wire == Wire::BFloat16) {
@@ -530,6 +535,10 @@ std::int64_t MethodBase<ExecSpace, Value>::dense_average(const ExecSpace& exec, 
     } else if (float_values && wire == Wire::Float16) {
       if constexpr (float_values) {
         nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_float16_);
+      }
+    } else if (!float_values && wire == Wire::Float32) {
+      if constexpr (!float_values) {
+        nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_float_);
       }
     } else if constexpr (!is_half_v<Value>) {
       nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_native_);

@@ -439,7 +439,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
   }
 
   /// The type the values travel in (sparse_wire()).
-  const Wire wire_ = sparse_wire<Value>(this->options_);
+  const Wire wire_ = sparse_wire<Value>(Algorithm::OkTopk, this->options_);
   float local_threshold_ = 0.0f;
   float global_threshold_ = 0.0f;
   ThresholdLadder local_ladder_;

@@ -56,7 +56,7 @@ class TopkAllgather final : public MethodBase<ExecSpace, Value> {
 
  private:
   /// The type the values travel in (sparse_wire()).
-  const Wire wire_ = sparse_wire<Value>(this->options_);
+  const Wire wire_ = sparse_wire<Value>(Algorithm::TopkA, this->options_);
   typename Base::index_vector_type indices_{"oktopk::TopkA::indices", 0};
   real_vector_type values_{"oktopk::TopkA::values", 0};
   SparseGather<ExecSpace, Real> gather_;

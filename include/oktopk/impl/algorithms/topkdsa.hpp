@@ -162,7 +162,7 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
   }
 
   /// The type the values travel in (sparse_wire()).
-  const Wire wire_ = sparse_wire<Value>(this->options_);
+  const Wire wire_ = sparse_wire<Value>(Algorithm::TopkDSA, this->options_);
   Kokkos::View<std::uint16_t*, memory_space> send_words_{"oktopk::TopkDSA::send_words", 0};
   Kokkos::View<std::uint16_t*, memory_space> words_{"oktopk::TopkDSA::words", 0};
   std::int64_t dense_overflowed_ = 0;

@@ -24,26 +24,41 @@
 namespace oktopk::impl {
 
 /// What a handle for gradients of type Value sends in its dense allreduces: a 16-bit gradient
-/// goes as itself, float and double as options.wire says (native and fp32 alike for float).
+/// goes as itself, float as options.wire says (Native for fp32), double as Native or fp32.
+/// Anything but Native is narrower than the arithmetic type: values are rounded when sent.
 template <class Value>
 Wire dense_wire(const Options& options) {
   if constexpr (std::is_same_v<Value, bfloat16>) {
     return Wire::BFloat16;
   } else if constexpr (std::is_same_v<Value, float16>) {
     return Wire::Float16;
+  } else if constexpr (std::is_same_v<Value, float>) {
+    return options.wire == Wire::Float32 ? Wire::Native : options.wire;
   } else {
     return options.wire;
   }
 }
 
 /// Whether a handle for Value gradients runs its dense allreduces on the ring: when asked to,
-/// and with a 16-bit wire, since MPI has no 16-bit floating type to sum.
+/// and with a wire narrower than the arithmetic type, since MPI has no 16-bit floating type to
+/// sum and its float sums of double gradients would not be formed in double.
 template <class Value>
 bool dense_on_ring(const Options& options) {
-  const Wire wire = dense_wire<Value>(options);
-  return options.dense_allreduce == DenseAlgorithm::Ring || wire == Wire::BFloat16 ||
-         wire == Wire::Float16;
+  return options.dense_allreduce == DenseAlgorithm::Ring ||
+         dense_wire<Value>(options) != Wire::Native;
 }
+
+/// Whether a ring whose messages carry W rounds the values of type Value it sends: W is
+/// narrower than Value's arithmetic type (a 16-bit type, or float for double values).
+template <class W, class Value>
+inline constexpr bool ring_narrows_v = is_half_v<W> ||
+                                       (std::is_same_v<W, float> &&
+                                        std::is_same_v<arithmetic_t<Value>, double>);
+
+/// The type a narrowing ring on W forms its sums in: float for the 16-bit types, double for
+/// float.
+template <class W>
+using ring_sum_t = std::conditional_t<is_half_v<W>, float, double>;
 
 /// First entry of chunk c when n entries are cut into P chunks (chunk P ends at n).
 inline std::int64_t ring_chunk_begin(std::int64_t n, int P, int c) {
@@ -51,39 +66,42 @@ inline std::int64_t ring_chunk_begin(std::int64_t n, int P, int c) {
 }
 
 /// The ring's scratch for values of type W on the wire: `received` grows to n/P + 1 entries;
-/// `wire` (n entries, for a wire narrower than float only) holds the values as they are sent,
-/// and the allgather moves them in place.
+/// `wire` (n entries, for a narrowing wire only) holds the values as they are sent, and the
+/// allgather moves them in place.
 template <class W, class MemorySpace>
 struct RingBuffers {
   Kokkos::View<W*, MemorySpace> received{"oktopk::SparseAllreduce::ring_received", 0};
   Kokkos::View<W*, MemorySpace> wire{"oktopk::SparseAllreduce::ring_wire", 0};
 };
 
-/// x rounded to the wire type W and back: what a value is worth once sent as W.
-template <class W>
-KOKKOS_INLINE_FUNCTION float as_sent(float x) {
-  return to_float(round_to<W>(x));
+/// x (of the ring's sum type) rounded to the wire type W and back: what a value is worth once
+/// sent as W.
+template <class W, class Sum>
+KOKKOS_INLINE_FUNCTION Sum as_sent(Sum x) {
+  return static_cast<Sum>(to_arithmetic(value_cast<W>(x)));
 }
 
-/// partial[begin, begin + count) = in[...] as sent + received[0, count): for a 16-bit wire
-/// summed in float and stored as the wire type (a partial sum is only ever sent on, so it is
-/// rounded once, where it is made); otherwise summed in the arithmetic type (float or double).
-/// `in` holds the gradient's type or the arithmetic type.
+/// partial[begin, begin + count) = in[...] as sent + received[0, count): for a narrowing wire
+/// summed in ring_sum_t<W> and stored as the wire type (a partial sum is only ever sent on, so
+/// it is rounded once, where it is made); otherwise summed in the arithmetic type (float or
+/// double). `in` holds the gradient's type or the arithmetic type.
 template <class W, class ExecSpace, class In, class Partial, class Received>
 void ring_add(const ExecSpace& exec, const In& in, const Partial& partial, const Received& received,
               std::int64_t begin, std::int64_t count) {
   using Stored = typename Partial::non_const_value_type;
-  if constexpr (std::is_same_v<W, Stored> && !is_half_v<W>) {
+  if constexpr (!ring_narrows_v<W, typename In::non_const_value_type>) {
     // The wire is the arithmetic type (float or double): a plain sum.
     Kokkos::parallel_for(
         "oktopk::ring_allreduce::add", RangeOf<ExecSpace>(exec, 0, count),
         KOKKOS_LAMBDA(std::int64_t i) { partial(begin + i) = in(begin + i) + received(i); });
   } else {
+    using Sum = ring_sum_t<W>;
     Kokkos::parallel_for(
         "oktopk::ring_allreduce::add", RangeOf<ExecSpace>(exec, 0, count),
         KOKKOS_LAMBDA(std::int64_t i) {
           partial(begin + i) =
-              round_to<Stored>(as_sent<W>(to_arithmetic(in(begin + i))) + to_float(received(i)));
+              value_cast<Stored>(as_sent<W>(static_cast<Sum>(to_arithmetic(in(begin + i)))) +
+                                 static_cast<Sum>(to_arithmetic(received(i))));
         });
   }
 }
@@ -107,7 +125,7 @@ std::int64_t ring_add_average(const ExecSpace& exec, const In& in, const Out& ou
   return bad;
 }
 
-/// ring_add_average for a narrow wire (`in` as sent): each average is rounded to the wire's
+/// ring_add_average for a narrowing wire (`in` as sent): each average is rounded to the wire's
 /// type, which goes into wire[begin, begin + count) for the allgather and, converted, into
 /// out (of the gradient's or the arithmetic type); counts the results that are not finite (an
 /// input, partial sum or average beyond the wire type's range among them).
@@ -117,13 +135,16 @@ std::int64_t ring_add_average_rounded(const ExecSpace& exec, const In& in, const
                                       std::int64_t begin, std::int64_t count, float divisor) {
   using W = typename WireView::non_const_value_type;
   using Stored = typename Out::non_const_value_type;
+  using Sum = ring_sum_t<W>;
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "oktopk::ring_allreduce::add_average_rounded", RangeOf<ExecSpace>(exec, 0, count),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& nonfinite) {
-        const W rounded = round_to<W>(
-            (as_sent<W>(to_arithmetic(in(begin + i))) + to_float(received(i))) / divisor);
-        const float average = to_float(rounded);
+        const W rounded =
+            value_cast<W>((as_sent<W>(static_cast<Sum>(to_arithmetic(in(begin + i)))) +
+                           static_cast<Sum>(to_arithmetic(received(i)))) /
+                          static_cast<Sum>(divisor));
+        const Sum average = static_cast<Sum>(to_arithmetic(rounded));
         wire(begin + i) = rounded;
         out(begin + i) = value_cast<Stored>(average);
         if (!is_finite(average)) ++nonfinite;
@@ -136,12 +157,13 @@ std::int64_t ring_add_average_rounded(const ExecSpace& exec, const In& in, const
 template <class W, class ExecSpace, class In, class Out>
 std::int64_t round_counting_nonfinite(const ExecSpace& exec, const In& in, const Out& out) {
   using Stored = typename Out::non_const_value_type;
+  using Sum = ring_sum_t<W>;
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "oktopk::ring_allreduce::round_counting_nonfinite",
       RangeOf<ExecSpace>(exec, 0, out.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& nonfinite) {
-        const float x = as_sent<W>(to_arithmetic(in(i)));
+        const Sum x = as_sent<W>(static_cast<Sum>(to_arithmetic(in(i))));
         out(i) = value_cast<Stored>(x);
         if (!is_finite(x)) ++nonfinite;
       },
@@ -159,7 +181,7 @@ void ring_round(const ExecSpace& exec, const X& x, const WireView& wire, std::in
       KOKKOS_LAMBDA(std::int64_t i) { wire(begin + i) = value_cast<W>(x(begin + i)); });
 }
 
-/// out[begin, begin + count) = wire[...] as out's type (exact: out is float or the wire's type).
+/// out[begin, begin + count) = wire[...] as out's type (exact: out is the wire's type or wider).
 template <class ExecSpace, class WireView, class Out>
 void ring_widen(const ExecSpace& exec, const WireView& wire, const Out& out, std::int64_t begin,
                 std::int64_t count) {
@@ -179,17 +201,18 @@ void ring_widen(const ExecSpace& exec, const WireView& wire, const Out& out, std
 /// add this rank's input to it; after the last step chunk r + 1 holds the whole sum. Allgather
 /// step s: send chunk r + 1 - s, receive chunk r - s, both finished sums.
 ///
-/// With W narrower than float, every rank's input counts as rounded to W (as if the gradient
-/// were sent whole, as DDP's bf16 and fp16 hooks send it), the partial sums are rounded to W
-/// as they are sent and formed in float, and the finished average is rounded to W on the rank
-/// that finished it, so that what it keeps is what the others receive. At P = 1: the input
-/// rounded to W. A value beyond W's range anywhere makes its average Inf, hence counted.
+/// With W narrower than the arithmetic type (ring_narrows_v), every rank's input counts as
+/// rounded to W (as if the gradient were sent whole, as DDP's bf16 and fp16 hooks send it), the
+/// partial sums are rounded to W as they are sent and formed in ring_sum_t<W> (float for a
+/// 16-bit W, double for float), and the finished average is rounded to W on the rank that
+/// finished it, so that what it keeps is what the others receive. At P = 1: the input rounded
+/// to W. A value beyond W's range anywhere makes its average Inf, hence counted.
 template <class W, class ExecSpace, class In, class Out>
 std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& comm, const In& in,
                                     const Out& out,
                                     RingBuffers<W, typename ExecSpace::memory_space>& buffers) {
-  // A 16-bit wire: `in` and `out` hold floats or W, and the values sent live in buffers.wire.
-  constexpr bool narrow = is_half_v<W>;
+  // A narrowing wire: the values sent live in buffers.wire.
+  constexpr bool narrow = ring_narrows_v<W, typename Out::non_const_value_type>;
   const auto n = static_cast<std::int64_t>(out.extent(0));
   const int P = comm.size();
   const int me = comm.rank();

@@ -6,6 +6,7 @@
 // (error feedback), so it is sent in a later call instead of lost.
 #pragma once
 
+#include <oktopk/algorithm.hpp>
 #include <oktopk/fwd.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
@@ -21,13 +22,17 @@
 
 namespace oktopk::impl {
 
-/// The type a handle for gradients of type Value sends its sparse values in: Native (the
-/// arithmetic type, float or double) or a narrower one, bf16 or fp16 for float gradients and
-/// fp32 for double ones. The 16-bit gradient types send their float sums (Native) so far.
+/// The type a handle for gradients of type Value sends its sparse values in, for a method that
+/// takes a narrower wire (takes_narrow_wire(); Native for the others): a 16-bit gradient's own
+/// type; for float gradients Native (the arithmetic type) or bf16 or fp16; for double ones
+/// Native or fp32. make_sparse_allreduce refuses the other pairs.
 template <class Value>
-Wire sparse_wire(const Options& options) {
-  if constexpr (is_half_v<Value>) {
-    return Wire::Native;
+Wire sparse_wire(Algorithm algorithm, const Options& options) {
+  if (!takes_narrow_wire(algorithm)) return Wire::Native;
+  if constexpr (std::is_same_v<Value, bfloat16>) {
+    return Wire::BFloat16;
+  } else if constexpr (std::is_same_v<Value, float16>) {
+    return Wire::Float16;
   } else if constexpr (std::is_same_v<Value, float>) {
     return options.wire == Wire::Float32 ? Wire::Native : options.wire;
   } else {

@@ -51,8 +51,9 @@ struct OutputRounding<float16> {
   static constexpr double subnormal = 0x1p-25;
 };
 
-/// What sending a value as the 16-bit type of OutputRounding<W> may change it by (the same
-/// unit and subnormal terms), for a wire w; zero for a wire as wide as the arithmetic type.
+/// What sending a value on wire w may change it by (OutputRounding's unit and subnormal
+/// terms for the wire's type), for w a sparse_wire() or dense_wire() result: Native is as
+/// wide as the arithmetic type (zero), Float32 narrows double gradients.
 struct WireRounding {
   double unit = 0.0;
   double subnormal = 0.0;
@@ -62,6 +63,7 @@ inline WireRounding wire_rounding(Wire w) {
     return {OutputRounding<bfloat16>::unit, OutputRounding<bfloat16>::subnormal};
   if (w == Wire::Float16)
     return {OutputRounding<float16>::unit, OutputRounding<float16>::subnormal};
+  if (w == Wire::Float32) return {0x1p-24, 0x1p-150};
   return {};
 }
 

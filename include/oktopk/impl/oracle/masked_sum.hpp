@@ -56,7 +56,7 @@ void expected_masked_sum(const ExecSpace& exec, const SparseAllreduce<ExecSpace,
   // u_w·|a| + eta_w, and the methods that send sums (TopkDSA, Ok-Topk) round the sum R' of the
   // rounded terms once more, by at most u_w·|R'| + eta_w <= u_w(1 + u_w)·sum|a| + u_w·c·eta_w +
   // eta_w: together (2u_w + u_w^2)·sum|a| + (c + 1)(1 + u_w)·eta_w, doubled for safety.
-  const WireRounding wire = wire_rounding(sparse_wire<Value>(handle.options()));
+  const WireRounding wire = wire_rounding(sparse_wire<Value>(handle.algorithm(), handle.options()));
   const auto wire_unit = static_cast<Real>(wire.unit);
   const auto wire_subnormal = static_cast<Real>(wire.subnormal);
   Kokkos::parallel_for(
