@@ -50,8 +50,8 @@ struct Options {
   /// the ranks' sums are still formed in the arithmetic type. Dense allreduces on a narrower
   /// wire run on OkTopk's ring whatever dense_allreduce says (MPI has no 16-bit floating
   /// type). The sparse methods keep each sent value's rounding error in the sender's
-  /// residual. gtopk and s2 take native only, so far, and send a 16-bit gradient's values as
-  /// float (make_sparse_allreduce says so).
+  /// residual. gtopk and s2 take native only, so far (for float gradients fp32 too, which is
+  /// the same), and send a 16-bit gradient's values as float (make_sparse_allreduce says so).
   Wire wire = Wire::Native;
 
   // ---- Ok-Topk

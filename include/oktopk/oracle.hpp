@@ -55,10 +55,12 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 ///   order bounds, doubled for safety, in units of the output, i.e. after / P):
 ///   masked-sum methods: 2(c-1)·u·sum|terms| / P for the c >= 3 non-zero terms of R (0 for c <= 2:
 ///   a + b == b + a exactly; u = the unit roundoff of the arithmetic type, 2^-24 for float
-///   and 2^-53 for double), plus, with a 16-bit wire (Options::wire bf16 or fp16), twice what
-///   rounding the terms and the sum to it may change: 2((2u_w + u_w^2)·sum|terms| +
-///   (c + 1)(1 + u_w)·eta_w) / P (u_w = 2^-8 and eta_w = 2^-134 for bf16, 2^-11 and 2^-25 for
-///   fp16; the same amount widens the band around the global threshold);
+///   and 2^-53 for double), plus, with a wire narrower than the arithmetic type (Options::wire
+///   bf16 or fp16 for float gradients, fp32 for double ones, and always for the 16-bit
+///   gradient types, whose values travel as themselves), twice what rounding the terms and the
+///   sum to it may change: 2((2u_w + u_w^2)·sum|terms| + (c + 1)(1 + u_w)·eta_w) / P (u_w = 2^-8
+///   and eta_w = 2^-134 for bf16, 2^-11 and 2^-25 for fp16, 2^-24 and 2^-150 for fp32; the same
+///   amount widens the band around the global threshold);
 ///   S2: per sketch cell of load L (entries with a non-zero on some rank) and mass M (sum
 ///   over them and over ranks of |acc|), both ways of summing are within (L + P)·u·M of the
 ///   exact cell, and the median moves no more than its inputs, so 4·max over the entry's cells

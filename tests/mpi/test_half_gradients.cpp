@@ -455,15 +455,15 @@ TEST(HalfGradients, FactoryRefusesMixedTypesAndOtherWires) {
         oktopk::make_sparse_allreduce<Exec, bfloat16>(Exec(), Algorithm::Dense, comm, 100,
                                                       Options{}.set_wire(oktopk::Wire::Float32));
       },
-      "oktopk::make_sparse_allreduce: wire=fp32 does not apply to bfloat16 gradients: they are "
-      "sent as bfloat16 (wire=native)");
+      "oktopk::make_sparse_allreduce: wire=fp32 does not apply to bfloat16 gradients, which take "
+      "wire=native or wire=bf16");
   expect_invalid_argument(
       [&] {
         oktopk::make_sparse_allreduce<Exec, float16>(Exec(), Algorithm::TopkA, comm, 100,
                                                      Options{}.set_wire(oktopk::Wire::BFloat16));
       },
-      "oktopk::make_sparse_allreduce: wire=bf16 does not apply to float16 gradients: they are "
-      "sent as float16 (wire=native)");
+      "oktopk::make_sparse_allreduce: wire=bf16 does not apply to float16 gradients, which take "
+      "wire=native or wire=fp16");
   // A 16-bit gradient's own type is its native wire, where the method takes a narrower one.
   const Options own_type = Options{}.set_wire(oktopk::Wire::BFloat16);
   EXPECT_NO_THROW((oktopk::make_sparse_allreduce<Exec, bfloat16>(Exec(), Algorithm::OkTopk, comm,

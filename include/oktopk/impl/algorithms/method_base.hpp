@@ -144,7 +144,7 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
   }
 
   /// Dense allreduce of `in` (SUM) into `out`, then out /= P, by options_.dense_allreduce
-  /// (on the ring whatever it says for a 16-bit wire: see dense_on_ring()). `in` and `out` may
+  /// (on the ring whatever it says for a narrowing wire: see dense_on_ring()). `in` and `out` may
   /// be the same. With `count_nonfinite`, returns how many averages this rank found not finite:
   /// all of them with MPI_Allreduce, those of the chunk it finished with the ring (0
   /// otherwise: warm-up calls do not wait for a count they do not use).

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // A ring allreduce that averages (Options::dense_allreduce = ring, and every dense allreduce
-// with a 16-bit wire): a reduce-scatter in P - 1 steps, then an allgather in P - 1 steps, each
-// step one message of about n/P values to the right-hand neighbour, so every rank sends
-// 2(P-1)/P n values, the bandwidth optimum. The division by P and the count of non-finite
-// results ride on the last reduce step: a call reads its input once and writes its output once,
-// where MPI_Allreduce followed by a division pass writes and reads the output once more.
+// on a wire narrower than the arithmetic type): a reduce-scatter in P - 1 steps, then an allgather
+// in P - 1 steps, each step one message of about n/P values to the right-hand neighbour, so every
+// rank sends 2(P-1)/P n values, the bandwidth optimum. The division by P and the count of
+// non-finite results ride on the last reduce step: a call reads its input once and writes its
+// output once, where MPI_Allreduce followed by a division pass writes and reads the output once
+// more.
 #pragma once
 
 #include <oktopk/communicator.hpp>
@@ -273,8 +274,8 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
       nonfinite = ring_add_average(exec, in, out, received, got.first, got_count, divisor);
     }
   }
-  // The allgather moves finished averages: out's own for a float wire, else their rounded
-  // copies in `wire`, widened into out as they arrive.
+  // The allgather moves finished averages: out's own for a wire of the arithmetic type, else
+  // their rounded copies in `wire`, widened into out as they arrive.
   const auto gathered = [&] {
     if constexpr (narrow) {
       return wire;
