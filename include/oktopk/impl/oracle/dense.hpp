@@ -62,7 +62,7 @@ void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Valu
     // evaluation in Real.
     const WireRounding w = wire_rounding(wire);
     const bool sums_in_double = std::is_same_v<Real, double>;
-    const double u = sums_in_double ? 0x1p-53 : 0x1p-24;
+    const double u = static_cast<double>(roundoff_v<Real>);
     // Half the smallest subnormal; for double the whole one (its half is no double).
     const double eta = sums_in_double ? 0x1p-1074 : 0x1p-150;
     const double growth = std::pow((1.0 + w.unit) * (1.0 + u), P) - 1.0;
