@@ -102,8 +102,9 @@ Method options (oktopk::Options, defaults are the library's):
                          bf16 or fp16; bf16 and fp16 round every value sent and sum in
                          float (dense on the ring: MPI has no 16-bit floating type), so
                          --algo dense --wire bf16 is the 16-bit dense baseline, as DDP's
-                         bf16_compress_hook; the sparse methods keep each rounding error
-                         in the residual (not gtopk and s2 so far) ()"
+                         bf16_compress_hook; S2 averages its sketch on the ring; the
+                         methods with error feedback keep each rounding error in the
+                         residual ()"
      << d.wire << R"()
   --threshold-period N   Ok-Topk: thresholds recomputed exactly every N calls ()"
      << d.threshold_period << R"()
@@ -324,17 +325,6 @@ Args parse(int argc, char* argv[]) {
     if (a.dump_path == a.dist.path ||
         std::filesystem::equivalent(a.dump_path, a.dist.path, ignored)) {
       throw UsageError("--dump-gradients " + a.dump_path + " is the file --dist replays");
-    }
-  }
-  const bool narrow_wire =
-      a.options.wire == oktopk::Wire::BFloat16 || a.options.wire == oktopk::Wire::Float16;
-  for (const oktopk::Algorithm algorithm : a.algorithms) {
-    if (narrow_wire && !oktopk::takes_narrow_wire(algorithm)) {
-      std::ostringstream os;
-      os << "--wire " << a.options.wire
-         << " works with --algo dense, topka, topkdsa, gaussiank and oktopk so far, not "
-         << algorithm;
-      throw UsageError(os.str());
     }
   }
   a.options.set_density(a.density).set_seed(a.seed);

@@ -73,8 +73,8 @@ Options:
   --wire W              the values' type on the wire: native (float), fp32, bf16 or fp16
                         (the model stays float32); bf16 and fp16 round every value sent and
                         sum in float; with --algo dense, on the ring: the 16-bit dense
-                        baseline, as DDP's bf16_compress_hook; the sparse methods keep each
-                        rounding error in the residual (not gtopk, s2)  (default native)
+                        baseline, as DDP's bf16_compress_hook; the methods with error
+                        feedback keep each rounding error in the residual  (default native)
   --option KEY=VALUE    any other oktopk::Options field by its name (repeatable), e.g.
                         --option guard_low=0 --option guard_factor=1.3333 (the reference's
                         one-sided guard); names and defaults: the user guide, "Options"
@@ -331,14 +331,6 @@ Settings parse(int argc, char* argv[]) {
     options.validate();
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
-  }
-  if ((options.wire == oktopk::Wire::BFloat16 || options.wire == oktopk::Wire::Float16) &&
-      !oktopk::takes_narrow_wire(s.algorithm)) {
-    std::ostringstream os;
-    os << "--wire " << options.wire
-       << " works with --algo dense, topka, topkdsa, gaussiank and oktopk so far, not "
-       << s.algorithm;
-    throw UsageError(os.str());
   }
   if (s.dump_steps < 1) throw UsageError("--dump-steps must be at least 1");
   if (s.steps_cap < 0) throw UsageError("--steps-per-epoch must be >= 0");

@@ -24,13 +24,6 @@ inline constexpr std::array<Algorithm, 7> all_algorithms = {
     Algorithm::Dense,     Algorithm::TopkA,  Algorithm::TopkDSA,  Algorithm::GTopk,
     Algorithm::GaussianK, Algorithm::OkTopk, Algorithm::S2Reducer};
 
-/// Whether `algorithm` sends values on a wire narrower than the arithmetic type (Options::wire
-/// bf16 or fp16 for float gradients, fp32 for double ones, a 16-bit gradient's own type): every
-/// method but gTopk (whose tree re-selects partial sums) and S2 (which sums sketches), so far.
-constexpr bool takes_narrow_wire(Algorithm algorithm) {
-  return algorithm != Algorithm::GTopk && algorithm != Algorithm::S2Reducer;
-}
-
 /// The command-line name: dense topka topkdsa gtopk gaussiank oktopk s2.
 std::string to_string(Algorithm algorithm);
 

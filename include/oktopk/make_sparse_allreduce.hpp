@@ -53,8 +53,8 @@ namespace oktopk {
 /// Every rank must pass the same algorithm, n, gradient type, options and layout: a mismatch
 /// throws the same std::invalid_argument on every rank (naming what differs) instead of hanging
 /// later. Invalid values (n outside [0, 2^31 - 1], options out of range, a layout that does not
-/// cover [0, n) exactly, a wire the gradient type does not take, a wire other than native for
-/// gtopk or s2) throw std::invalid_argument too.
+/// cover [0, n) exactly, a wire the gradient type does not take) throw std::invalid_argument
+/// too.
 /// Built with OKTOPK_ENABLE_GPU_AWARE_MPI=ON, a device ExecSpace throws std::runtime_error on
 /// every rank when MPI says it cannot read GPU memory (where MPI can be asked). If building the
 /// handle fails on some ranks only (its buffers do not fit in memory), every rank throws the
@@ -106,18 +106,6 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
                          << (takes_double                      ? Wire::Float32
                              : std::is_same_v<Value, bfloat16> ? Wire::BFloat16
                                                                : Wire::Float16));
-  // gTopk and S2 send the arithmetic type (float for the 16-bit types) only, so far: a wire
-  // named other than native (fp32 is float's native) asks for what they do not do.
-  const bool names_a_wire = takes_float
-                                ? options.wire == Wire::BFloat16 || options.wire == Wire::Float16
-                                : options.wire != Wire::Native;
-  OKTOPK_REQUIRE(takes_narrow_wire(algorithm) || !names_a_wire, std::invalid_argument, where,
-                 "wire=" << options.wire
-                         << " is implemented for methods dense, topka, topkdsa, gaussiank and "
-                            "oktopk so far; "
-                         << algorithm << " sends the values of " << impl::ValueTraits<Value>::name
-                         << " gradients as " << impl::ValueTraits<impl::arithmetic_t<Value>>::name
-                         << " (wire=native)");
   // After the agreement check: every rank has this layout, so every rank throws alike.
   layout.validate(n);
   const auto build = [&]() -> std::unique_ptr<SparseAllreduce<ExecSpace, Value>> {

@@ -49,9 +49,8 @@ struct Options {
   /// gradient always travels as itself. A narrower wire rounds each value to it when sending;
   /// the ranks' sums are still formed in the arithmetic type. Dense allreduces on a narrower
   /// wire run on OkTopk's ring whatever dense_allreduce says (MPI has no 16-bit floating
-  /// type). The sparse methods keep each sent value's rounding error in the sender's
-  /// residual. gtopk and s2 take native only, so far (for float gradients fp32 too, which is
-  /// the same), and send a 16-bit gradient's values as float (make_sparse_allreduce says so).
+  /// type), and so does S2's sketch table. The methods with error feedback keep each sent
+  /// value's rounding error in the sender's residual (gtopk: where the result kept the value).
   Wire wire = Wire::Native;
 
   // ---- Ok-Topk

@@ -35,7 +35,9 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 ///   every rank and the tree is simulated on the host: in rounds s = 1, 2, 4, ... while s < P,
 ///   rank r with r % 2s == 0 and r + s < P merges its set (a) with rank r+s's (b), adding
 ///   a + b at common indices, then keeps the pairs with |v| > t, t = the (k+1)-th largest |v|
-///   of the merged set (all of them if k >= its size, none if k == 0); rank 0's final set / P;
+///   of the merged set (all of them if k >= its size, none if k == 0); rank 0's final set / P.
+///   On a wire narrower than the arithmetic type, b is rounded to it before the merge and the
+///   final set before the division, with the method's own rounding, as the method sends them;
 /// - S2Reducer: impl::s2_oracle: the dense mean of acc, sketched once with the method's hashes
 ///   and decoded on the union of the ranks' non-zero rows (equal by linearity of the sketch).
 ///   With a layout: the Dense segments get the mean of acc over ranks; the SparseRows segments'
@@ -66,11 +68,14 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 ///   exact cell, and the median moves no more than its inputs, so 4·max over the entry's cells
 ///   of (L + P)·u·M / P (rows outside the union: 0; with a layout, Dense segments: as for the
 ///   ring below, since the method sums them inside a larger allreduce whose order MPI may
-///   choose otherwise); dense calls with dense_allreduce = ring (which sums in ring order):
-///   2(P-1)·u·sum over ranks of |acc| / P for P >= 3; other dense calls and gTopk: 0 (the same
-///   MPI_Allreduce as the library's dense path; the same a + b additions as the tree).
-///   Without `slack`, entries whose slack exceeds rel_tol·|expected| / 2 are set to NaN instead
-///   (they cannot be checked to rel_tol), which for S2 is most of them.
+///   choose otherwise); on a narrower wire, where the method averages its table on the ring,
+///   plus the ring's bound below of the heaviest of the entry's cells (M as the sum of
+///   magnitudes; for a Dense segment's entry its own sum over ranks of |acc|); dense calls with
+///   dense_allreduce = ring (which sums in ring order): 2(P-1)·u·sum over ranks of |acc| / P for P
+///   >= 3; other dense calls and gTopk: 0 (the same MPI_Allreduce as the library's dense path; the
+///   same a + b additions as the tree). Without `slack`, entries whose slack exceeds
+///   rel_tol·|expected| / 2 are set to NaN instead (they cannot be checked to rel_tol), which for
+///   S2 is most of them.
 ///
 /// Throws std::invalid_argument (on every rank) if any rank passes Views whose length is not
 /// handle.size() (an empty `slack` is "not given"), std::logic_error if the handle has not

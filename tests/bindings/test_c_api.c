@@ -723,10 +723,12 @@ static void test_typed_method(const char* method, int dtype, int64_t n) {
     if (call == 0) {
       /* What the first call held back: this rank's gradient, or 0 where it was sent. A 16-bit
        * gradient's values are sent as they are, but TopkDSA and Ok-Topk send their regions'
-       * sums rounded to the type, and the region's rank keeps each rounding error, at most
-       * unit * |sum| <= unit * (sum over ranks of |gradient|) at that entry (doubled: the
-       * gradients are gradient_value rounded to the type). */
-      const int sends_sums = strcmp(method, "topkdsa") == 0 || strcmp(method, "oktopk") == 0;
+       * sums rounded to the type, and gTopk its merged sets up the tree and the final set from
+       * the root: the rank that rounded a sum keeps its rounding error, at most unit * |sum| <=
+       * unit * (sum over ranks of |gradient|) at that entry (doubled: the gradients are
+       * gradient_value rounded to the type), once, since a rank sends at most one set. */
+      const int sends_sums = strcmp(method, "topkdsa") == 0 || strcmp(method, "oktopk") == 0 ||
+                             strcmp(method, "gtopk") == 0;
       const int rounds_sums = sends_sums && (dtype == OKTOPK_BFLOAT16 || dtype == OKTOPK_FLOAT16);
       residual_ok &= oktopk_get_residual_typed(a, residual_dtype, residual, n) == OKTOPK_SUCCESS;
       int64_t held = 0;

@@ -12,6 +12,7 @@
 #include <oktopk/layout.hpp>
 #include <oktopk/make_sparse_allreduce.hpp>
 #include <oktopk/oracle.hpp>
+#include <oktopk/impl/base/half_types.hpp>
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -561,6 +562,49 @@ TEST(S2LayoutOracle, MatchesTheMethod) {
       }
     }
   }
+}
+
+// On a 16-bit wire the fused buffer is averaged by the ring in that type: every call within
+// the oracle's slack for the ring's roundings, with error feedback off and on.
+TEST(S2LayoutOracle, MatchesTheMethodOnA16BitWire) {
+  for (const OracleCase& c : oracle_cases()) {
+    for (const oktopk::Wire wire : {oktopk::Wire::BFloat16, oktopk::Wire::Float16}) {
+      for (const bool feedback : {false, true}) {
+        for (const auto& [sketch_rows, columns] : {std::pair<int, std::int64_t>{3, 5}, {4, 17}}) {
+          std::ostringstream name;
+          name << c.name << ", wire " << wire << ", feedback " << (feedback ? "on" : "off")
+               << ", sketch " << sketch_rows << " x " << columns;
+          SCOPED_TRACE(name.str());
+          Options o = s2_options(sketch_rows, columns);
+          o.set_s2_error_feedback(feedback).set_wire(wire);
+          check_against_oracle(c.layout, o, 4, 300);
+        }
+      }
+    }
+  }
+}
+
+// On a 16-bit wire with error feedback, this rank's rounding of what it sends stays behind: a
+// Dense entry keeps g - round(g), and so does a sparse-row entry of an exact sketch, whose own
+// estimate is its cells as sent.
+TEST(S2Layout, ErrorFeedbackOnA16BitWireKeepsThisRanksRoundings) {
+  Communicator comm;
+  const Layout layout = mixed_layout();
+  Options o = s2_options(3, layout.sparse_entries());
+  o.set_s2_error_feedback(true).set_wire(oktopk::Wire::BFloat16);
+  const Handle h = make(Algorithm::S2Reducer, comm, layout.end(), o, layout);
+  const std::vector<float> g = inexact_gradient(layout, 9);  // most values bfloat16 lacks
+  reduce(*h, g);
+  const std::vector<float> residual = to_vector(h->residual());
+  std::int64_t differ = 0;
+  std::int64_t kept = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const float expected = g[i] - oktopk::to_float(oktopk::round_to<oktopk::bfloat16>(g[i]));
+    differ += residual[i] == expected ? 0 : 1;
+    kept += expected != 0.0f ? 1 : 0;
+  }
+  EXPECT_EQ(differ, 0);
+  EXPECT_GT(kept, 0);
 }
 
 // Dense warm-up calls take the dense oracle; the calls after them the S2 one, with the

@@ -311,8 +311,8 @@ TEST(ValueTypes, FactoryRefusesMixedTypesOnEveryRank) {
 
 // ---- Double gradients on a float32 wire (wire=fp32): values sent as floats, sums in double.
 
-const Algorithm kFloat32WireMethods[] = {Algorithm::Dense, Algorithm::TopkA, Algorithm::TopkDSA,
-                                         Algorithm::GaussianK, Algorithm::OkTopk};
+const std::vector<Algorithm> kFloat32WireMethods(oktopk::all_algorithms.begin(),
+                                                 oktopk::all_algorithms.end());
 
 std::unique_ptr<DoubleHandle> make_fp32_wire(Algorithm a, std::int64_t warmup = 1,
                                              std::int64_t n = kN) {
@@ -445,12 +445,13 @@ TEST(Float32Wire, EveryCallMatchesTheOracle) {
 
 // Over calls, P·(sum of the outputs) + (sum over ranks of the final residual) = the sum of every
 // rank's gradients, to double rounding: each value's rounding to float stays in its sender's
-// residual. Without that feedback the sums would differ by about 2^-25 of the values.
+// residual. Without that feedback the sums would differ by about 2^-25 of the values. (Dense
+// keeps no residual; gTopk's tree and S2's sketch do not account for every input on any wire.)
 TEST(Float32Wire, ErrorFeedbackKeepsEveryRoundingError) {
   Exec exec;
   const int P = world_size();
   for (const Algorithm a : kFloat32WireMethods) {
-    if (a == Algorithm::Dense) continue;
+    if (a == Algorithm::Dense || a == Algorithm::GTopk || a == Algorithm::S2Reducer) continue;
     SCOPED_TRACE(oktopk::to_string(a));
     const auto h = make_fp32_wire(a, 0);
     std::vector<double> inputs(kN, 0.0);
@@ -486,9 +487,10 @@ TEST(Float32Wire, ErrorFeedbackKeepsEveryRoundingError) {
   }
 }
 
-// Same gradient, same selection: a float value on the wire takes 4 bytes against 8, so the
-// sparse methods move at most 0.7 of a double wire's bytes over all ranks (indices stay 4
-// bytes; counts and thresholds are the same on both), at n large enough for the values to count.
+// Same gradient, same selection: a float value (an S2 sketch cell) on the wire takes 4 bytes
+// against 8, so the sparse methods move at most 0.7 of a double wire's bytes over all ranks
+// (indices stay 4 bytes; counts, thresholds and S2's bitmap are the same on both), at n large
+// enough for the values to count.
 TEST(Float32Wire, FloatValuesCutTheBytes) {
   if (world_size() < 2) GTEST_SKIP() << "nothing is sent at P = 1";
   Exec exec;
@@ -513,14 +515,20 @@ TEST(Float32Wire, FloatValuesCutTheBytes) {
 }
 
 // A value beyond float's range (3.4e38) cannot be sent as a float: the dense call refuses a sum
-// that overflows, the sparse call a value that rounds to Inf, on every rank and naming float's
-// range, and the handle stays as it was (call count, residual).
+// that overflows, the sparse call a value that rounds to Inf (S2: the sketch cell that holds it,
+// found by the rank that finishes that cell), on every rank and naming float's range, and the
+// handle stays as it was (call count, residual).
 TEST(Float32Wire, ValuesBeyondFloatRangeAreRefusedOnEveryRank) {
   Exec exec;
   const int P = world_size();
-  for (const Algorithm a : {Algorithm::Dense, Algorithm::TopkA}) {
+  for (const Algorithm a :
+       {Algorithm::Dense, Algorithm::TopkA, Algorithm::GTopk, Algorithm::S2Reducer}) {
     SCOPED_TRACE(oktopk::to_string(a));
-    const auto h = make_fp32_wire(a, 0);
+    // S2 with error feedback, so that it has a residual to keep.
+    Options o = options_for(a);
+    o.set_wire(oktopk::Wire::Float32).set_warmup_iterations(0).set_s2_error_feedback(true);
+    const auto h =
+        oktopk::make_sparse_allreduce<Exec, double>(exec, a, oktopk::Communicator(), kN, o);
     DoubleVector out("test::out", kN);
     h->reduce(exec, to_device(gradient(world_rank(), 1, kN), "test::grad"), out);
     const std::vector<double> residual_before = to_host(h->residual());
@@ -532,8 +540,10 @@ TEST(Float32Wire, ValuesBeyondFloatRangeAreRefusedOnEveryRank) {
     const std::string expected =
         a == Algorithm::Dense ? "with float32 on the wire, every value and partial sum sent must "
                                 "stay within float's 3.4e38"
-                              : "values sent as fp32 round to Inf beyond float's 3.4e38 on rank " +
-                                    std::to_string(P - 1);
+        : a == Algorithm::S2Reducer
+            ? "values sent as fp32 round to Inf beyond float's 3.4e38 on rank "
+            : "values sent as fp32 round to Inf beyond float's 3.4e38 on rank " +
+                  std::to_string(P - 1);
     EXPECT_NE(message.find(expected), std::string::npos) << message;
     EXPECT_EQ(h->stats().iteration, 1);
     const std::vector<double> residual_after = to_host(h->residual());
@@ -553,17 +563,13 @@ TEST(ValueTypes, WiresADoubleDoesNotTakeAreRefused) {
       },
       "oktopk::make_sparse_allreduce: wire=bf16 does not apply to float64 gradients, which take "
       "wire=native or wire=fp32");
-  for (const Algorithm a : {Algorithm::GTopk, Algorithm::S2Reducer}) {
-    expect_invalid_argument(
-        [&] {
-          oktopk::make_sparse_allreduce<Exec, double>(Exec(), a, comm, 100,
-                                                      Options{}.set_wire(oktopk::Wire::Float32));
-        },
-        "oktopk::make_sparse_allreduce: wire=fp32 is implemented for methods dense, topka, "
-        "topkdsa, gaussiank and oktopk so far; " +
-            oktopk::to_string(a) +
-            " sends the values of float64 gradients as float64 (wire=native)");
-  }
+  expect_invalid_argument(
+      [&] {
+        oktopk::make_sparse_allreduce<Exec, double>(Exec(), Algorithm::GTopk, comm, 100,
+                                                    Options{}.set_wire(oktopk::Wire::Float16));
+      },
+      "oktopk::make_sparse_allreduce: wire=fp16 does not apply to float64 gradients, which take "
+      "wire=native or wire=fp32");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // 16-bit values on the wire (Options::wire) for the dense allreduce: the ring simulated on the
-// host, bit for bit; the bytes it moves; the oracle's slack for it; overflow of float16; and
-// the methods that do not take a 16-bit wire yet (test_sparse_wire.cpp has those that do).
+// host, bit for bit; the bytes it moves; the oracle's slack for it; and overflow of float16
+// (test_sparse_wire.cpp has the sparse methods').
 #include "mpi/method_checks.hpp"
 
 #include <oktopk/impl/base/half_types.hpp>
@@ -243,25 +243,6 @@ TEST(DenseWire, SparseResultHoldsTheSameEntries) {
     for (std::size_t j = 0; j < d.out.size(); ++j)
       differing += bits_of(d.out[j]) != bits_of(s.out[j]);
     EXPECT_EQ(differing, 0) << "call " << call;
-  }
-}
-
-TEST(DenseWire, GTopkAndS2RefuseA16BitWireOnEveryRank) {
-  for (const Algorithm a : {Algorithm::GTopk, Algorithm::S2Reducer}) {
-    for (const Wire wire : {Wire::BFloat16, Wire::Float16}) {
-      const std::string message = expect_invalid_argument(
-          [&] {
-            oktopk::make_sparse_allreduce<Exec>(a, oktopk::Communicator(), 100,
-                                                Options{}.set_wire(wire));
-          },
-          "oktopk::make_sparse_allreduce");
-      EXPECT_NE(message.find("methods dense, topka, topkdsa, gaussiank and oktopk"),
-                std::string::npos)
-          << message;
-    }
-    // fp32 is their native type: accepted.
-    EXPECT_NO_THROW(oktopk::make_sparse_allreduce<Exec>(a, oktopk::Communicator(), 100,
-                                                        Options{}.set_wire(Wire::Float32)));
   }
 }
 

@@ -439,7 +439,8 @@ def bfloat16_rounded(x):
 
 def test_wire():
     """wire="bf16" on the dense method: bfloat16 values, the same on every rank, within the
-    documented bound of the mean; the sparse methods refuse it (so far) on every rank."""
+    documented bound of the mean; gtopk on it: the same on every rank, k entries; a wire that
+    does not exist is refused on every rank."""
     n = 3001
     h = oktopk.Handle(comm, "dense", n, wire="bf16")
     grad = gradient(rank, n, 0)
@@ -455,9 +456,18 @@ def test_wire():
     if size == 1:
         check(np.array_equal(out, bfloat16_rounded(grad)), "wire=bf16 at one rank: the rounding")
     h.close()
-    e = raises(ValueError, oktopk.Handle, comm, "gtopk", n, wire="bf16")
-    check(e is not None and "methods dense, topka, topkdsa, gaussiank and oktopk" in str(e),
-          f"gtopk with wire=bf16: {e}")
+    h = oktopk.Handle(comm, "gtopk", n, wire="bf16", density=0.01)
+    out = h.reduce(grad)
+    check(identical_on_all_ranks(out) and np.count_nonzero(out) == h.stats()["global_selected"]
+          and 0 < np.count_nonzero(out) <= int(0.01 * n), "gtopk on wire=bf16: k entries, the same "
+          "on every rank")
+    if size == 1:
+        check(np.array_equal(out[out != 0], bfloat16_rounded(out[out != 0])),
+              "gtopk on wire=bf16 at one rank: bfloat16 values")
+    h.close()
+    e = raises(ValueError, oktopk.Handle, comm, "gtopk", n, wire="fp8")
+    check(e is not None and "wire='fp8' is not native, fp32, bf16 or fp16" in str(e),
+          f"wire=fp8: {e}")
 
 
 def main():

@@ -57,11 +57,10 @@ embedding dimension for ``nn.Embedding``), runs of the other parameters one ``de
 Value types: each handle reduces its bucket in the bucket's own dtype, float32, float64,
 bfloat16 or float16 (a model cast with ``net.to(torch.bfloat16)`` gives bfloat16 buckets), with
 sums and the residual in float32 (float64 for float64 buckets); a 16-bit bucket's values travel
-as its type (gtopk and s2 send float32 sums). ``wire="bf16"`` (an Options field) sends a
-float32 model's values as bfloat16, ``wire="fp32"`` a float64 model's as float32, with methods
-dense, topka, topkdsa, gaussiank and oktopk. gloo in PyTorch 1.13 has no bfloat16 allreduce: the
-warm-up's dense iterations of a bfloat16 bucket then go through gloo in float32 and are rounded
-back. In whole-model mode every bucket must have the same dtype; per bucket, a model may mix
+as its type. ``wire="bf16"`` (an Options field) sends a float32 model's values as bfloat16,
+``wire="fp32"`` a float64 model's as float32, with every method. gloo in PyTorch 1.13 has no
+bfloat16 allreduce: the warm-up's dense iterations of a bfloat16 bucket then go through gloo in
+float32 and are rounded back. In whole-model mode every bucket must have the same dtype; per bucket, a model may mix
 them (DDP buckets by dtype), and a checkpoint restores each handle with its own.
 """
 

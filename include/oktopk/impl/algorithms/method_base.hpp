@@ -90,13 +90,9 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
   /// call it is for is iteration_ + 1.
   virtual impl::CountLevels accumulate_count_levels() const { return {}; }
 
-  /// Whether an output entry can be larger than every rank's |acc| at it (S2's sketch estimates
-  /// add up colliding entries). For float16 gradients the driver then checks the output for
-  /// entries that rounded to Inf; the other methods' averages cannot (see fits_value).
-  virtual bool output_may_exceed_inputs() const { return false; }
-
   /// How many values this rank sent in this call's step that rounded to Inf on a wire narrower
-  /// than the arithmetic type (sparse_wire()): beyond float16's 65504, say. The driver then
+  /// than the arithmetic type (value_wire()): beyond float16's 65504, say (S2: the entries of
+  /// the table chunk this rank finished on the ring that are not finite). The driver then
   /// rejects the call on every rank.
   virtual std::int64_t wire_overflows() const { return 0; }
 
@@ -297,8 +293,6 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
   // Non-finite averages of an as-is call, counted over all ranks: NaN or Inf in some rank's
   // gradient, or a sum that overflows. The same on every rank, so all throw below.
   std::int64_t nonfinite_averages = 0;
-  // float16 output entries that rounded to Inf although every input fit (S2 only).
-  std::int64_t overflowed = 0;
   // {rank + 1 of a rank whose values overflowed the sparse wire, how many there}, by MPI_MAX.
   std::int64_t wire_overflow[2] = {0, 0};
   run_or_abort(call, [&] {
@@ -319,7 +313,7 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
     } else if (this->iteration_ <= this->options_.warmup_iterations) {
       // Inputs are finite, but a narrow wire's partial sums can still overflow: count them
       // then, as the Dense method does, so that every rank rejects the call.
-      const bool narrow = dense_wire<Value>(this->options_) != Wire::Native;
+      const bool narrow = value_wire<Value>(this->options_) != Wire::Native;
       // In place for a sparse result: the next call's accumulate pass overwrites acc_ anyway.
       nonfinite_averages = sparse != nullptr ? dense_step(exec, acc_, acc_, narrow)
                                              : dense_step(exec, acc_, out, narrow);
@@ -337,7 +331,7 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
       } else {
         reduce_step(exec, acc_, out);
       }
-      if (sparse_wire<Value>(this->algorithm_, this->options_) != Wire::Native) {
+      if (value_wire<Value>(this->options_) != Wire::Native) {
         auto timer = phase(exec, "check");
         const std::int64_t mine = wire_overflows();
         wire_overflow[0] = mine > 0 ? this->comm_.rank() + 1 : 0;
@@ -346,18 +340,6 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
       }
       // A rejected call leaves the residual as it was (acc_ is scratch).
       if (uses_error_feedback() && wire_overflow[0] == 0) std::swap(this->residual_, acc_);
-      if constexpr (std::is_same_v<Value, float16>) {
-        if (output_may_exceed_inputs()) {
-          auto timer = phase(exec, "check");
-          overflowed =
-              sparse != nullptr
-                  ? count_nonfinite(
-                        exec, Kokkos::subview(sparse->values,
-                                              Kokkos::make_pair(std::int64_t{0}, sparse->size)))
-                  : count_nonfinite(exec, out);
-          this->comm_.allreduce_in_place(&overflowed, 1, MPI_MAX);
-        }
-      }
     }
     for (const auto& [name, traffic] : this->comm_.traffic())
       this->stats_.phases[name].traffic = traffic;
@@ -389,10 +371,10 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
     OKTOPK_REQUIRE(false, std::invalid_argument, where,
                    "the sum over ranks overflows to Inf at "
                        << nonfinite_averages << " entries (every gradient is finite"
-                       << (dense_wire<Value>(this->options_) == Wire::Float16
+                       << (value_wire<Value>(this->options_) == Wire::Float16
                                ? "; with float16 on the wire, every value and partial sum sent "
                                  "must stay within float16's 65504"
-                           : dense_wire<Value>(this->options_) == Wire::Float32
+                           : value_wire<Value>(this->options_) == Wire::Float32
                                ? "; with float32 on the wire, every value and partial sum sent "
                                  "must stay within float's 3.4e38"
                                : "")
@@ -401,7 +383,7 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
   if (wire_overflow[0] != 0) {
     --this->iteration_;
     this->stats_ = previous_stats;
-    const Wire sent = sparse_wire<Value>(this->algorithm_, this->options_);
+    const Wire sent = value_wire<Value>(this->options_);
     OKTOPK_REQUIRE(false, std::invalid_argument, where,
                    "values sent as "
                        << sent << " round to Inf beyond "
@@ -418,12 +400,6 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
   this->last_out_ = out;
   this->last_sparse_ = sparse != nullptr ? *sparse : sparse_result_type();
   this->last_was_sparse_ = sparse != nullptr;
-  OKTOPK_REQUIRE(overflowed == 0, std::runtime_error, where,
-                 overflowed << " entries of the average are beyond float16's 65504 and were "
-                            << "stored as Inf: " << this->algorithm_
-                            << "'s sketch estimates add up the entries that share a cell, so "
-                            << "they can exceed every input. The call took effect (the "
-                            << "residual and the handle's state moved on)");
 }
 
 template <class ExecSpace, class Value>
@@ -527,7 +503,7 @@ std::int64_t MethodBase<ExecSpace, Value>::dense_average(const ExecSpace& exec, 
     // A 16-bit wire carries float and 16-bit gradients only, whose arithmetic is float, and
     // a float wire narrows double gradients only (make_sparse_allreduce refuses the others).
     constexpr bool float_values = std::is_same_v<arithmetic_type, float>;
-    const Wire wire = dense_wire<Value>(this->options_);
+    const Wire wire = value_wire<Value>(this->options_);
     if (float_values && wire == Wire::BFloat16) {
       if constexpr (float_values) {
         nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_bfloat16_);
@@ -553,10 +529,11 @@ std::int64_t MethodBase<ExecSpace, Value>::dense_average(const ExecSpace& exec, 
       mpi_allreduce_in_place(exec, this->comm_, out, MPI_SUM);
     } else {
       // Out of place: MPI reads `in` where it lies, no copy into `out` first.
+      const auto length = static_cast<std::int64_t>(out.extent(0));
       const auto send = mpi_send_view(exec, in);
       auto receive = mpi_receive_view(exec, out);
-      this->comm_.allreduce(send.data(), receive.data(), this->n_, MPI_SUM);
-      mpi_received(exec, receive, out, 0, this->n_);
+      this->comm_.allreduce(send.data(), receive.data(), length, MPI_SUM);
+      mpi_received(exec, receive, out, 0, length);
     }
     const auto P = static_cast<float>(this->comm_.size());
     if (count_nonfinite) return divide_counting_nonfinite(exec, out, out, P);

@@ -438,8 +438,8 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     fence(exec, "oktopk::oktopk: region offsets");  // `host` goes out of scope
   }
 
-  /// The type the values travel in (sparse_wire()).
-  const Wire wire_ = sparse_wire<Value>(Algorithm::OkTopk, this->options_);
+  /// The type the values travel in (value_wire()).
+  const Wire wire_ = value_wire<Value>(this->options_);
   float local_threshold_ = 0.0f;
   float global_threshold_ = 0.0f;
   ThresholdLadder local_ladder_;

@@ -4,12 +4,14 @@
 // so the volume depends on neither P nor the number of non-zeros, and every rank decodes the
 // summed sketch (median over sketch rows) on the union of the marked rows. With a Layout,
 // only its SparseRows segments are sketched, and its Dense segments ride along in the same
-// allreduce, averaged exactly. The sketch's kernels are impl/kernels/count_sketch.hpp and
-// impl/kernels/sketch_segments.hpp; this file is S2's schedule and buffers.
+// allreduce, averaged exactly (on the native wire). The sketch's kernels are
+// impl/kernels/count_sketch.hpp and impl/kernels/sketch_segments.hpp; this file is S2's schedule
+// and buffers.
 #pragma once
 
 #include <oktopk/layout.hpp>
 #include <oktopk/impl/algorithms/method_base.hpp>
+#include <oktopk/impl/collectives/wire_values.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/count_sketch.hpp>
 #include <oktopk/impl/kernels/segment_map.hpp>
@@ -85,10 +87,11 @@ struct S2SegmentBuffers {
 /// \brief S2 Reducer: count sketch + row bitmap, both allreduced.
 ///
 /// Per call: bitmap of this rank's non-zero rows and a count sketch of its non-zeros ("sketch");
-/// allreduce of the table (SUM, 4·r·c bytes) and of the bitmap (MAX, i.e. OR, one byte per row)
-/// ("allreduce"); every rank decodes the median estimate / P on the union rows, 0 elsewhere
-/// ("decode"). Differences from the reference code: the decoded result is written to the output,
-/// the table is cleared every call, and each handle owns its sketch state.
+/// allreduce of the table (SUM, 4·r·c bytes for float; on a narrower wire the ring's average,
+/// below) and of the bitmap (MAX, i.e. OR, one byte per row) ("allreduce"); every rank decodes
+/// the median estimate / P on the union rows, 0 elsewhere ("decode"). Differences from the
+/// reference code: the decoded result is written to the output, the table is cleared every call,
+/// and each handle owns its sketch state.
 ///
 /// Error feedback (s2_error_feedback, off by default as in the reference): before the
 /// allreduce, each non-zero entry of acc loses the estimate this rank's own sketch gives it, so
@@ -106,6 +109,14 @@ struct S2SegmentBuffers {
 /// only, and the dense average goes straight to out. Default columns: ceil(2 * density * the
 /// SparseRows entries). Error feedback keeps nothing of the Dense entries (they are sent
 /// exactly). local_selected and global_selected then also count the Dense entries.
+///
+/// Wire (value_wire()): on a wire narrower than the arithmetic type, the table (or the fused
+/// buffer) is averaged by OkTopk's ring on the wire's type, which rounds what every rank sends
+/// and sums in the arithmetic type, and the decode divides by 1 (the bitmap keeps its bytes and
+/// MPI_MAX; the fused one's averages stay non-zero where a rank marked the row). Error feedback
+/// then estimates this rank's entries from its table as sent (rounded), and a Dense entry keeps
+/// this rank's rounding error; the roundings of the partial sums, like the sketch's collisions
+/// with other ranks' entries, are nobody's.
 template <class ExecSpace, class Value>
 class S2Reducer final : public MethodBase<ExecSpace, Value> {
   using Base = MethodBase<ExecSpace, Value>;
@@ -124,7 +135,7 @@ class S2Reducer final : public MethodBase<ExecSpace, Value> {
 
  protected:
   bool uses_error_feedback() const override { return this->options_.s2_error_feedback; }
-  bool output_may_exceed_inputs() const override { return true; }
+  std::int64_t wire_overflows() const override { return overflowed_; }
 
   void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
                    const vector_type& out) override {
@@ -133,6 +144,7 @@ class S2Reducer final : public MethodBase<ExecSpace, Value> {
       return;
     }
     auto& stats = this->stats_;
+    overflowed_ = 0;
     {
       auto timer = this->phase(exec, "sketch");
       stats.local_selected = sketch_nonzeros(exec, sketch_, acc, buffers_.table, buffers_.bitmap);
@@ -140,17 +152,18 @@ class S2Reducer final : public MethodBase<ExecSpace, Value> {
     if (uses_error_feedback()) {
       // Before the allreduce, while the table is still this rank's own sketch.
       auto timer = this->phase(exec, "residual");
+      round_for_wire(exec, buffers_.table, wire_);
       subtract_own_estimate(exec, sketch_, buffers_.table, acc);
     }
     {
       auto timer = this->phase(exec, "allreduce");
-      mpi_allreduce_in_place(exec, this->comm_, buffers_.table, MPI_SUM);
+      sum_table(exec, buffers_.table);
       mpi_allreduce_in_place(exec, this->comm_, buffers_.bitmap, MPI_MAX);
     }
     {
       auto timer = this->phase(exec, "decode");
-      stats.global_selected = decode_marked_rows(exec, sketch_, buffers_.table, buffers_.bitmap,
-                                                 out, static_cast<float>(this->comm_.size()));
+      stats.global_selected =
+          decode_marked_rows(exec, sketch_, buffers_.table, buffers_.bitmap, out, table_divisor());
     }
     stats.local_threshold = stats.global_threshold = 0.0f;
   }
@@ -177,19 +190,21 @@ class S2Reducer final : public MethodBase<ExecSpace, Value> {
       stats.local_selected =
           sketch_segments(exec, sketch_, map_, acc, b.table, b.bitmap) + map_.dense_entries;
     }
+    overflowed_ = 0;
     if (feedback) {
       // Before the allreduce, while the table is still this rank's own sketch.
       auto timer = this->phase(exec, "residual");
+      round_for_wire(exec, b.table, wire_);
       subtract_own_estimate_segments(exec, sketch_, map_, b.table, acc);
     }
     {
       auto timer = this->phase(exec, "pack");
-      pack_dense_segments(exec, map_, acc, b.dense, feedback);
+      pack_dense_segments(exec, map_, acc, b.dense, feedback, wire_);
     }
-    const auto P = static_cast<float>(this->comm_.size());
+    const float P = table_divisor();
     {
       auto timer = this->phase(exec, "allreduce");
-      mpi_allreduce_in_place(exec, this->comm_, b.fused, MPI_SUM);
+      sum_table(exec, b.fused);
     }
     {
       auto timer = this->phase(exec, "decode");
@@ -201,6 +216,27 @@ class S2Reducer final : public MethodBase<ExecSpace, Value> {
     stats.local_threshold = stats.global_threshold = 0.0f;
   }
 
+  /// Sums `table` over the ranks in place: MPI_Allreduce (SUM) on the native wire; on a
+  /// narrower one the ring's average, counting the entries of the chunk this rank finished that
+  /// lie beyond the wire type's range.
+  template <class Table>
+  void sum_table(const ExecSpace& exec, const Table& table) {
+    if (wire_ == Wire::Native) {
+      mpi_allreduce_in_place(exec, this->comm_, table, MPI_SUM);
+    } else {
+      overflowed_ = this->dense_average(exec, table, table, true);
+    }
+  }
+
+  /// What the decode divides the summed table by: P, or 1 after the ring's average.
+  float table_divisor() const {
+    return wire_ == Wire::Native ? static_cast<float>(this->comm_.size()) : 1.0f;
+  }
+
+  /// The type the table travels in (value_wire()).
+  const Wire wire_ = value_wire<Value>(this->options_);
+  /// Table entries this rank finished that lie beyond the wire type's range.
+  std::int64_t overflowed_ = 0;
   CountSketch sketch_;
   S2Buffers<ExecSpace, Real> buffers_;
   SegmentMap<typename ExecSpace::memory_space> map_;

@@ -55,8 +55,8 @@ class TopkAllgather final : public MethodBase<ExecSpace, Value> {
   std::int64_t wire_overflows() const override { return gather_.overflowed; }
 
  private:
-  /// The type the values travel in (sparse_wire()).
-  const Wire wire_ = sparse_wire<Value>(Algorithm::TopkA, this->options_);
+  /// The type the values travel in (value_wire()).
+  const Wire wire_ = value_wire<Value>(this->options_);
   typename Base::index_vector_type indices_{"oktopk::TopkA::indices", 0};
   real_vector_type values_{"oktopk::TopkA::values", 0};
   SparseGather<ExecSpace, Real> gather_;

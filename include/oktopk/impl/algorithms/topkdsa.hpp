@@ -161,8 +161,8 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
     decode_values(exec, words_, 0, this->n_, sums, wire_);
   }
 
-  /// The type the values travel in (sparse_wire()).
-  const Wire wire_ = sparse_wire<Value>(Algorithm::TopkDSA, this->options_);
+  /// The type the values travel in (value_wire()).
+  const Wire wire_ = value_wire<Value>(this->options_);
   Kokkos::View<std::uint16_t*, memory_space> send_words_{"oktopk::TopkDSA::send_words", 0};
   Kokkos::View<std::uint16_t*, memory_space> words_{"oktopk::TopkDSA::words", 0};
   std::int64_t dense_overflowed_ = 0;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// One value on a sparse method's wire (Options::wire): rounded to the wire's type, and
-// written as, or read from, the 16-bit words the messages carry. Device functions, with the
+// The type a handle's values travel in (Options::wire, value_wire()), and one value on that
+// wire: rounded to the wire's type, and written as, or read from, the 16-bit words a sparse
+// method's messages carry. Device functions, with the
 // wire a runtime argument (the same branch for every thread of a kernel).
 #pragma once
 
@@ -11,10 +12,29 @@
 #include <Kokkos_Macros.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace oktopk::impl {
 
-/// 16-bit words one value of type Real takes on `wire` (a sparse_wire() result).
+/// The type a handle for gradients of type Value sends its values in, in every method and in
+/// its dense calls: a 16-bit gradient's own type; for float gradients Native (the arithmetic
+/// type) or bf16 or fp16 as Options::wire says (fp32 is Native); for double ones Native or fp32.
+/// Anything but Native is narrower than the arithmetic type: values are rounded when sent.
+/// make_sparse_allreduce refuses the other pairs.
+template <class Value>
+Wire value_wire(const Options& options) {
+  if constexpr (std::is_same_v<Value, bfloat16>) {
+    return Wire::BFloat16;
+  } else if constexpr (std::is_same_v<Value, float16>) {
+    return Wire::Float16;
+  } else if constexpr (std::is_same_v<Value, float>) {
+    return options.wire == Wire::Float32 ? Wire::Native : options.wire;
+  } else {
+    return options.wire;
+  }
+}
+
+/// 16-bit words one value of type Real takes on `wire` (a value_wire() result).
 template <class Real>
 constexpr std::int64_t wire_words(Wire wire) {
   if (wire == Wire::BFloat16 || wire == Wire::Float16) return 1;

@@ -13,6 +13,7 @@
 #include <oktopk/options.hpp>
 #include <oktopk/impl/base/half_types.hpp>
 #include <oktopk/impl/base/value_traits.hpp>
+#include <oktopk/impl/base/wire_rounding.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
@@ -24,29 +25,13 @@
 
 namespace oktopk::impl {
 
-/// What a handle for gradients of type Value sends in its dense allreduces: a 16-bit gradient
-/// goes as itself, float as options.wire says (Native for fp32), double as Native or fp32.
-/// Anything but Native is narrower than the arithmetic type: values are rounded when sent.
-template <class Value>
-Wire dense_wire(const Options& options) {
-  if constexpr (std::is_same_v<Value, bfloat16>) {
-    return Wire::BFloat16;
-  } else if constexpr (std::is_same_v<Value, float16>) {
-    return Wire::Float16;
-  } else if constexpr (std::is_same_v<Value, float>) {
-    return options.wire == Wire::Float32 ? Wire::Native : options.wire;
-  } else {
-    return options.wire;
-  }
-}
-
 /// Whether a handle for Value gradients runs its dense allreduces on the ring: when asked to,
 /// and with a wire narrower than the arithmetic type, since MPI has no 16-bit floating type to
 /// sum and its float sums of double gradients would not be formed in double.
 template <class Value>
 bool dense_on_ring(const Options& options) {
   return options.dense_allreduce == DenseAlgorithm::Ring ||
-         dense_wire<Value>(options) != Wire::Native;
+         value_wire<Value>(options) != Wire::Native;
 }
 
 /// Whether a ring whose messages carry W rounds the values of type Value it sends: W is

@@ -40,7 +40,7 @@ struct SparseGather {
   // (gather_pairs).
   Kokkos::View<std::uint16_t*, Memory> send_pairs{"oktopk::SparseGather::send_pairs", 0};
   Kokkos::View<std::uint16_t*, Memory> pairs{"oktopk::SparseGather::pairs", 0};
-  /// The type the values travel in (sparse_wire(); the method sets it), and how many values
+  /// The type the values travel in (value_wire(); the method sets it), and how many values
   /// this rank sent that rounded to Inf in it, over the calls since the method reset it.
   Wire wire = Wire::Native;
   std::int64_t overflowed = 0;

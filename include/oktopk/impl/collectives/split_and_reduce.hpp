@@ -48,7 +48,7 @@ struct SplitReduce {
   Kokkos::View<Real*, Memory> region_storage{"oktopk::SplitReduce::region", 0};
   /// Entries this rank selected (the sum of send_counts).
   std::int64_t selected = 0;
-  /// The type the values travel in (sparse_wire(); the method sets it). For a wire narrower
+  /// The type the values travel in (value_wire(); the method sets it). For a wire narrower
   /// than Real, the values go as 16-bit words, and send_values holds them rounded as sent.
   Wire wire = Wire::Native;
   Kokkos::View<std::uint16_t*, Memory> send_words{"oktopk::SplitReduce::send_words", 0};

@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The values of a sparse method on the wire (Options::wire): the type they travel in, and the
-// kernels that write them as 16-bit words, read them back and keep their rounding errors in
-// the residual (wire_rounding.hpp rounds one value). A value sent in a type narrower than the
-// arithmetic type arrives rounded; the methods keep what the rounding lost in the residual
-// (error feedback), so it is sent in a later call instead of lost.
+// The values of a sparse method on the wire (Options::wire): the kernels that write them as
+// 16-bit words, read them back and keep their rounding errors in the residual
+// (wire_rounding.hpp says which type they travel in, and rounds one value). A value sent in a type
+// narrower than the arithmetic type arrives rounded; the methods keep what the rounding lost in the
+// residual (error feedback), so it is sent in a later call instead of lost.
 #pragma once
 
-#include <oktopk/algorithm.hpp>
 #include <oktopk/fwd.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
@@ -21,24 +20,6 @@
 #include <type_traits>
 
 namespace oktopk::impl {
-
-/// The type a handle for gradients of type Value sends its sparse values in, for a method that
-/// takes a narrower wire (takes_narrow_wire(); Native for the others): a 16-bit gradient's own
-/// type; for float gradients Native (the arithmetic type) or bf16 or fp16; for double ones
-/// Native or fp32. make_sparse_allreduce refuses the other pairs.
-template <class Value>
-Wire sparse_wire(Algorithm algorithm, const Options& options) {
-  if (!takes_narrow_wire(algorithm)) return Wire::Native;
-  if constexpr (std::is_same_v<Value, bfloat16>) {
-    return Wire::BFloat16;
-  } else if constexpr (std::is_same_v<Value, float16>) {
-    return Wire::Float16;
-  } else if constexpr (std::is_same_v<Value, float>) {
-    return options.wire == Wire::Float32 ? Wire::Native : options.wire;
-  } else {
-    return options.wire;
-  }
-}
 
 /// words = values(0 .. count - 1) for `wire`, and values(j) = what the receivers get (its
 /// own contribution then adds what the others add). Returns how many rounded to Inf or NaN:
@@ -72,6 +53,45 @@ void decode_values(const ExecSpace& exec, const Words& words, std::int64_t begin
         Real v;
         get_wire_value(words, width * j, wire, v);
         values(j) = v;
+      });
+}
+
+/// values(i) = what `wire` delivers of values(i), for every i: a table rounded before it is
+/// sent, when its sender needs to know what the others get.
+template <class ExecSpace, class Values>
+void round_for_wire(const ExecSpace& exec, const Values& values, Wire wire) {
+  if (wire == Wire::Native) return;
+  Kokkos::parallel_for(
+      "oktopk::wire::round",
+      RangeOf<ExecSpace>(exec, 0, static_cast<std::int64_t>(values.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t i) { values(i) = wire_rounded(values(i), wire); });
+}
+
+/// errors(j) = values(j) - what `wire` delivers of it, for j < count: the rounding error of a
+/// value about to be sent (0 for the Native wire).
+template <class ExecSpace, class Values, class Errors>
+void wire_errors(const ExecSpace& exec, const Values& values, std::int64_t count,
+                 const Errors& errors, Wire wire) {
+  Kokkos::parallel_for(
+      "oktopk::wire::errors", RangeOf<ExecSpace>(exec, 0, count), KOKKOS_LAMBDA(std::int64_t j) {
+        const auto v = values(j);
+        errors(j) = v - wire_rounded(v, wire);
+      });
+}
+
+/// The error feedback of values this rank sent that the result kept: acc(indices(j)) +=
+/// errors(j) for j < count where indices(j) is among kept(0 .. kept_count - 1), which rise
+/// strictly. Indices must be distinct.
+template <class ExecSpace, class Acc, class Idx, class Errors, class Kept>
+void add_kept_wire_errors(const ExecSpace& exec, const Acc& acc, const Idx& indices,
+                          const Errors& errors, std::int64_t count, const Kept& kept,
+                          std::int64_t kept_count) {
+  Kokkos::parallel_for(
+      "oktopk::wire::add_kept_errors", RangeOf<ExecSpace>(exec, 0, count),
+      KOKKOS_LAMBDA(std::int64_t j) {
+        const auto key = indices(j);
+        const std::int64_t at = lower_bound(kept, kept_count, key);
+        if (at < kept_count && kept(at) == key) acc(key) += errors(j);
       });
 }
 

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The count sketch's kernels over a fused buffer with a Layout (S2 with a layout): only the
 // SparseRows segments are sketched, keyed by their entry numbers in the SegmentMap, and the
-// Dense segments are packed for an exact average.
+// Dense segments are packed for their average (exact on the native wire).
 #pragma once
 
+#include <oktopk/options.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/base/wire_rounding.hpp>
 #include <oktopk/impl/kernels/count_sketch.hpp>
 #include <oktopk/impl/kernels/segment_map.hpp>
 
@@ -56,18 +58,20 @@ void subtract_own_estimate_segments(const ExecSpace& exec, const CountSketch& sk
       });
 }
 
-/// dense(d) = acc(position of packed entry d); with `clear`, acc there becomes 0 (the entry is
-/// sent exactly, so error feedback keeps nothing of it).
+/// dense(d) = acc(position of packed entry d); with `feedback`, acc there keeps what `wire`
+/// loses of it, acc - wire_rounded(acc): 0 on the native wire (the entry is sent exactly, so
+/// error feedback keeps nothing of it), this rank's rounding error on a narrower one.
 template <class ExecSpace, class Map, class Acc, class Dense>
 void pack_dense_segments(const ExecSpace& exec, const Map& map, const Acc& acc, const Dense& dense,
-                         bool clear) {
+                         bool feedback, Wire wire) {
   const Map m = map;
   Kokkos::parallel_for(
       "oktopk::count_sketch::pack_dense", RangeOf<ExecSpace>(exec, 0, m.dense_entries),
       KOKKOS_LAMBDA(std::int64_t d) {
         const std::int64_t i = m.dense_position(d);
-        dense(d) = acc(i);
-        if (clear) acc(i) = 0.0f;
+        const auto v = acc(i);
+        dense(d) = v;
+        if (feedback) acc(i) = v - wire_rounded(v, wire);
       });
 }
 

@@ -13,6 +13,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
@@ -52,7 +53,7 @@ struct OutputRounding<float16> {
 };
 
 /// What sending a value on wire w may change it by (OutputRounding's unit and subnormal
-/// terms for the wire's type), for w a sparse_wire() or dense_wire() result: Native is as
+/// terms for the wire's type), for w a value_wire() result: Native is as
 /// wide as the arithmetic type (zero), Float32 narrows double gradients.
 struct WireRounding {
   double unit = 0.0;
@@ -65,6 +66,34 @@ inline WireRounding wire_rounding(Wire w) {
     return {OutputRounding<float16>::unit, OutputRounding<float16>::subnormal};
   if (w == Wire::Float32) return {0x1p-24, 0x1p-150};
   return {};
+}
+
+/// How far an average that OkTopk's ring formed on a narrower wire (ring_allreduce_average)
+/// may lie from the exact one: scale · (sum over ranks of the terms' magnitudes) + floor.
+template <class Real>
+struct RingWireBound {
+  Real scale = 0;
+  Real floor = 0;
+};
+
+/// Every term of a ring sum meets at most P roundings to the wire type (its own, those of the
+/// P - 2 partial sums sent on, the average's; at P = 1 its own) and P in the type the ring sums
+/// in (the P - 1 additions, the division; float for a 16-bit wire, double for fp32): a relative
+/// error of at most (1 + u_w)^P (1 + u)^P - 1 of the sum of magnitudes, u_w the wire type's
+/// unit roundoff; plus, where a result is subnormal, at most half the type's smallest
+/// subnormal per rounding (eta_w, and eta of the sum type), doubled for what later roundings
+/// scale it by. An oracle's own sum meets fewer roundings, so it lies within that bound too:
+/// the bound is doubled, and raised by (1 + u)^(P+2) for its own evaluation in Real.
+template <class Real>
+RingWireBound<Real> ring_wire_bound(Wire wire, int P) {
+  const WireRounding w = wire_rounding(wire);
+  const bool sums_in_double = std::is_same_v<Real, double>;
+  const double u = static_cast<double>(roundoff_v<Real>);
+  // Half the smallest subnormal; for double the whole one (its half is no double).
+  const double eta = sums_in_double ? 0x1p-1074 : 0x1p-150;
+  const double growth = std::pow((1.0 + w.unit) * (1.0 + u), P) - 1.0;
+  return {static_cast<Real>(2.0 * growth / P * std::pow(1.0 + u, P + 2)),
+          static_cast<Real>(2.0 * 4.0 * P * (w.subnormal + eta))};
 }
 
 KOKKOS_INLINE_FUNCTION float quiet_nan() { return bits_to_float(0x7fc00000u); }

@@ -13,9 +13,7 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 namespace oktopk::impl {
 
@@ -37,7 +35,7 @@ void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Valu
     mpi_received(exec, receive, expected, 0, static_cast<std::int64_t>(n));
   }
   divide(exec, expected, expected, static_cast<float>(P));
-  const Wire wire = dense_wire<Value>(handle.options());
+  const Wire wire = value_wire<Value>(handle.options());
   const bool narrow_wire = wire != Wire::Native;
   if (!narrow_wire && !(dense_on_ring<Value>(handle.options()) && P > 2)) {
     Kokkos::deep_copy(exec, bound, 0.0f);
@@ -51,23 +49,9 @@ void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Valu
   Real scale = 0;
   Real floor = 0;
   if (narrow_wire) {
-    // Every term of a ring sum meets at most P roundings to the wire type (its own, those of
-    // the P - 2 partial sums sent on, the average's; at P = 1 its own) and P in the type the
-    // ring sums in (the P - 1 additions, the division; float for a 16-bit wire, double for
-    // fp32): a relative error of at most (1 + u_w)^P (1 + u)^P - 1 of the sum of magnitudes,
-    // u_w the wire type's unit roundoff; plus, where a result is subnormal, at most half the
-    // type's smallest subnormal per rounding (eta_w, and eta of the sum type), doubled for
-    // what later roundings scale it by. The oracle's own sum meets fewer roundings, so it lies
-    // within that bound too: the bound is doubled, and raised by (1 + u)^(P+2) for its own
-    // evaluation in Real.
-    const WireRounding w = wire_rounding(wire);
-    const bool sums_in_double = std::is_same_v<Real, double>;
-    const double u = static_cast<double>(roundoff_v<Real>);
-    // Half the smallest subnormal; for double the whole one (its half is no double).
-    const double eta = sums_in_double ? 0x1p-1074 : 0x1p-150;
-    const double growth = std::pow((1.0 + w.unit) * (1.0 + u), P) - 1.0;
-    scale = static_cast<Real>(2.0 * growth / P * std::pow(1.0 + u, P + 2));
-    floor = static_cast<Real>(2.0 * 4.0 * P * (w.subnormal + eta));
+    const RingWireBound<Real> ring = ring_wire_bound<Real>(wire, P);
+    scale = ring.scale;
+    floor = ring.floor;
   } else {
     // The ring adds the same P values in another order: first-order bound, doubled.
     scale = Real(2) * static_cast<Real>(P - 1) * roundoff_v<Real> / static_cast<Real>(P);

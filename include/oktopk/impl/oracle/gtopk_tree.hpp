@@ -9,6 +9,7 @@
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/base/wire_rounding.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 #include <oktopk/impl/oracle/common.hpp>
@@ -26,7 +27,10 @@
 
 namespace oktopk::impl {
 
-/// gTopk: the tree simulated on the host from everyone's local selection.
+/// gTopk: the tree simulated on the host from everyone's local selection. On a narrower wire
+/// (value_wire()) every set is rounded where the method sends it (a child's before its
+/// parent merges it, the root's before the broadcast), with the method's own rounding
+/// function, so the simulation stays exact.
 template <class ExecSpace, class Value, class Real = arithmetic_t<Value>>
 void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
                     const OracleConstVector<ExecSpace, Real>& acc,
@@ -37,6 +41,10 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Valu
   const int P = comm.size();
   const float local_threshold = handle.stats().local_threshold;
   const std::int64_t k = handle.k();
+  const Wire wire = value_wire<Value>(handle.options());
+  const auto send = [wire](auto& set) {
+    for (auto& entry : set) entry.second = wire_rounded(entry.second, wire);
+  };
 
   // This rank's leaf: its entries above its threshold, ascending (select_above keeps order).
   std::int64_t count = count_above(exec, acc, local_threshold);
@@ -77,6 +85,7 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Valu
   for (int s = 1; s < P; s *= 2) {
     for (int r = 0; r + s < P; r += 2 * s) {
       const Set& a = sets[r];
+      send(sets[r + s]);
       const Set& b = sets[r + s];
       Set merged;
       merged.reserve(a.size() + b.size());
@@ -109,6 +118,7 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Valu
     }
   }
 
+  send(sets[0]);
   const Set& result = sets[0];
   const auto size = static_cast<std::size_t>(result.size());
   Kokkos::View<index_type*, Memory> result_idx(

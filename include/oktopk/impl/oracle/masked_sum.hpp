@@ -52,11 +52,11 @@ void expected_masked_sum(const ExecSpace& exec, const SparseAllreduce<ExecSpace,
   const float global_threshold = stats.global_threshold;
   const auto ranks = static_cast<float>(comm.size());
   const Real u = roundoff_v<Real>;
-  // A narrower wire (sparse_wire()) rounds each term as it is sent, by at most
+  // A narrower wire (value_wire()) rounds each term as it is sent, by at most
   // u_w·|a| + eta_w, and the methods that send sums (TopkDSA, Ok-Topk) round the sum R' of the
   // rounded terms once more, by at most u_w·|R'| + eta_w <= u_w(1 + u_w)·sum|a| + u_w·c·eta_w +
   // eta_w: together (2u_w + u_w^2)·sum|a| + (c + 1)(1 + u_w)·eta_w, doubled for safety.
-  const WireRounding wire = wire_rounding(sparse_wire<Value>(handle.algorithm(), handle.options()));
+  const WireRounding wire = wire_rounding(value_wire<Value>(handle.options()));
   const auto wire_unit = static_cast<Real>(wire.unit);
   const auto wire_subnormal = static_cast<Real>(wire.subnormal);
   Kokkos::parallel_for(

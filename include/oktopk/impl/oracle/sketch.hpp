@@ -11,6 +11,7 @@
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/base/wire_rounding.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/kernels/count_sketch.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
@@ -61,6 +62,16 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
   sketch_nonzeros(exec, sketch, mean, table, mean_rows);
   decode_marked_rows(exec, sketch, table, bitmap, out, 1.0f);
   fence(exec, "oktopk::expected_result::s2_oracle");
+}
+
+/// What S2's ring on a narrower wire (value_wire()) may move an average of its table by
+/// (ring_wire_bound, of the sum of the magnitudes of what the ranks put in a cell); nothing on
+/// the native wire, whose MPI sum the oracle's slack for summation order covers. The median of
+/// a cell's estimates moves by no more than its cells do.
+template <class Value, class Real>
+RingWireBound<Real> s2_ring_bound(const Options& options, int P) {
+  const Wire wire = value_wire<Value>(options);
+  return wire == Wire::Native ? RingWireBound<Real>{} : ring_wire_bound<Real>(wire, P);
 }
 
 /// The median of e[0, count) (sorted in place): the middle value, or for even counts the mean
@@ -133,6 +144,8 @@ void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace, 
   // The MPI sums of the method's fused buffer and of the oracle's whole one may add in
   // different orders once there are three terms or more.
   const Real dense_order = P > 2 ? Real(2) * static_cast<Real>(P - 1) * u / ranks : Real(0);
+  // On a narrower wire, the ring's roundings of every average in the fused buffer.
+  const RingWireBound<Real> ring = s2_ring_bound<Value, Real>(handle.options(), P);
   first_key = 0;
   for (const Segment& segment : layout.segments()) {
     const std::int64_t offset = segment.offset;
@@ -140,7 +153,9 @@ void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace, 
     if (segment.kind == SegmentKind::Dense) {
       Kokkos::parallel_for(
           "oktopk::expected_result::s2_layout_dense", RangeOf<ExecSpace>(exec, offset, end),
-          KOKKOS_LAMBDA(std::int64_t i) { slack(i) *= dense_order; });
+          KOKKOS_LAMBDA(std::int64_t i) {
+            slack(i) = slack(i) * (dense_order + ring.scale) + ring.floor;
+          });
       continue;
     }
     // One work item per row: it alone reads and rewrites its entries, so the row's union
@@ -162,12 +177,14 @@ void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace, 
             }
             Real e[max_sketch_rows] = {};
             Real worst = 0;
+            Real heaviest = 0;
             s.for_each_cell(key_base + i, [&](int q, std::int64_t c, float sign) {
               e[q] = sign * table(c);
               worst = max_of(worst, (load(c) + ranks) * mass(c));
+              heaviest = max_of(heaviest, mass(c));
             });
             expected(i) = oracle_median(e, s.sketch_rows);
-            slack(i) = Real(4) * u * worst / ranks;
+            slack(i) = Real(4) * u * worst / ranks + ring.scale * heaviest + ring.floor;
           }
         });
     first_key += segment.length;
@@ -209,14 +226,17 @@ void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>&
       });
   const auto ranks = static_cast<Real>(comm.size());
   const Real u = roundoff_v<Real>;
+  const RingWireBound<Real> ring = s2_ring_bound<Value, Real>(handle.options(), comm.size());
   Kokkos::parallel_for(
       "oktopk::expected_result::s2_slack", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
         Real worst = 0;
+        Real heaviest = 0;
         s.for_each_cell(i, [&](int, std::int64_t c, float) {
           worst = max_of(worst, (load(c) + ranks) * mass(c));
+          heaviest = max_of(heaviest, mass(c));
         });
-        slack(i) = Real(4) * u * worst / ranks;
+        slack(i) = Real(4) * u * worst / ranks + ring.scale * heaviest + ring.floor;
       });
 }
 
