@@ -3,6 +3,7 @@
 // and the method options) into Args, with a UsageError for anything it does not accept.
 #include "command_line.hpp"
 
+#include "common/gradient_types.hpp"
 #include "report.hpp"
 #include "trace.hpp"
 
@@ -65,12 +66,22 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
                          ranks, without the draws' cost per call (seconds at n = 2^26 on one
                          core), at the price of one or two more vectors of memory per rank
   --seed S               seed of the gradients and of the methods' Options (default 1)
+  --dtype T              the gradient's and the output's type: float32, float64, bfloat16
+                         or float16 (default float32). The draws are the same whatever T:
+                         made as floats, then rounded to nearest even into a 16-bit T (exact
+                         into float64), so that every type reduces the same gradients; a
+                         16-bit handle sums and keeps its residual in float, a float64 one in
+                         double. The wires a type takes: float32 any, float64 native or fp32,
+                         a 16-bit type its own (native, or bf16/fp16 as its name). The
+                         table's header line and json's rows name it; csv's columns are the
+                         same for every type
   --check                compare every output element with the oracle (oktopk/oracle.hpp)
   --sparse-result        call reduce_sparse, which returns the result as indices and values,
                          instead of reduce, which writes n floats (--check scatters the
                          entries into n floats after the timed call)
   --mpi-baseline         also time a bare MPI_Allreduce of the same gradients (row
-                         mpi_allreduce), the floor the dense method is measured against
+                         mpi_allreduce), the floor the dense method is measured against;
+                         float32 and float64 only (MPI has no 16-bit floating type)
   --format F             table, csv or json (default table)
   --phases               also print, per method and phase, the time (median over iterations
                          of the max over ranks) and bytes (mean over iterations of the max
@@ -135,6 +146,8 @@ Method options (oktopk::Options, defaults are the library's):
 
 Gradient files: the 8 bytes "OKTOPKG1", int64 n, int64 count, then count gradients of n
 float32 each, all little endian. Every rank reads the file itself (a shared file system).
+--dump-gradients writes the float32 draws, whatever --dtype; a replay with --dtype T rounds
+them into T as it does the draws.
 )";
   return os.str();
 }
@@ -250,6 +263,8 @@ Args parse(int argc, char* argv[]) {
       a.seed = parse_number<std::uint64_t>(flag, value);
     } else if (flag == "--format") {
       a.format = value;
+    } else if (flag == "--dtype") {
+      a.dtype = value;
     } else if (flag == "--dump-gradients") {
       if (value.empty()) throw UsageError("--dump-gradients needs a path");
       a.dump_path = value;
@@ -316,6 +331,14 @@ Args parse(int argc, char* argv[]) {
     throw UsageError("--format must be table, csv or json, got '" + a.format + "'");
   }
   if (a.algorithms.empty()) throw UsageError("--algo names no method");
+  if (!oktopk::apps::is_dtype(a.dtype)) {
+    throw UsageError(std::string("--dtype must be ") + oktopk::apps::dtype_list + ", got '" +
+                     a.dtype + "'");
+  }
+  if (a.mpi_baseline && a.dtype != "float32" && a.dtype != "float64") {
+    throw UsageError("--mpi-baseline times MPI_Allreduce, which has no " + a.dtype +
+                     " type: use --dtype float32 or float64");
+  }
   if (a.shifted_draws && (a.dist.kind == DistKind::Rows || a.dist.kind == DistKind::File)) {
     throw UsageError("--shifted-draws works with normal, laplace, lognormal and correlated:RHO");
   }

@@ -42,6 +42,7 @@ struct Args {
   bool sparse_result = false;
   bool help = false;
   std::string format = "table";
+  std::string dtype = "float32";  // the gradient's type, by the library's name for it
   std::string dump_path;
   std::string trace_path;
   oktopk::Options options;

@@ -3,6 +3,8 @@
 // --mpi-baseline): per call a barrier, the timed reduce, then the bookkeeping of that call.
 #include "measure.hpp"
 
+#include "common/gradient_types.hpp"
+
 #include <oktopk/oracle.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -15,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -89,10 +92,15 @@ std::vector<PhaseRow> aggregate_phases(const oktopk::Communicator& world, const 
   return rows;
 }
 
+template <class Value>
+using ValuesOf = Kokkos::View<Value*, Exec::memory_space>;
+
 /// out = 0 but at the entries' indices, where it holds their values.
-void scatter_entries(const Exec& exec, const oktopk::SparseResult<Exec::memory_space>& entries,
-                     const Vector& out) {
-  Kokkos::deep_copy(exec, out, 0.0f);
+template <class Value>
+void scatter_entries(const Exec& exec,
+                     const oktopk::SparseResult<Exec::memory_space, Value>& entries,
+                     const ValuesOf<Value>& out) {
+  Kokkos::deep_copy(exec, out, Value{});
   const auto indices = entries.indices;
   const auto values = entries.values;
   Kokkos::parallel_for(
@@ -101,24 +109,74 @@ void scatter_entries(const Exec& exec, const oktopk::SparseResult<Exec::memory_s
       KOKKOS_LAMBDA(std::int64_t j) { out(indices(j)) = values(j); });
 }
 
-}  // namespace
+/// The View a Value handle reduces: for float the draws' own, else a vector of its own that
+/// round_draws fills.
+template <class Value>
+auto gradient_for(const Vector& draws) {
+  if constexpr (std::is_same_v<Value, float>) {
+    return draws;
+  } else {
+    return ValuesOf<Value>("oktopk::bench::grad", draws.extent(0));
+  }
+}
 
-Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const Args& args,
-                     oktopk::Algorithm algorithm, GradientSource& source, Progress& progress,
-                     Trace& trace) {
+/// grad = the float draws stored as Values: rounded into a 16-bit type, exact into double.
+template <class Value>
+void round_draws(const Exec& exec, const Vector& draws, const ValuesOf<Value>& grad) {
+  Kokkos::parallel_for(
+      "oktopk::bench::round_draws",
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, grad.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i) { grad(i) = oktopk::apps::value_from_float<Value>(draws(i)); });
+}
+
+/// The non-zeros of out.
+template <class Value>
+std::int64_t count_nonzeros(const Exec& exec, const ValuesOf<Value>& out) {
+  std::int64_t count = 0;
+  Kokkos::parallel_reduce(
+      "oktopk::bench::nnz",
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, out.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& sum) {
+        sum += oktopk::apps::number_of(out(i)) != 0 ? 1 : 0;
+      },
+      count);
+  return count;
+}
+
+/// acc = residual + grad, in the handle's arithmetic type: the method's input as it computes it.
+template <class Value, class Arithmetic>
+void form_input(const Exec& exec,
+                const Kokkos::View<const Arithmetic*, Exec::memory_space>& residual,
+                const ValuesOf<Value>& grad,
+                const Kokkos::View<Arithmetic*, Exec::memory_space>& acc) {
+  Kokkos::parallel_for(
+      "oktopk::bench::acc",
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, acc.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i) { acc(i) = residual(i) + oktopk::apps::number_of(grad(i)); });
+}
+
+/// run_algorithm for gradients of type Value.
+template <class Value>
+Result run_typed(const Exec& exec, const oktopk::Communicator& world, const Args& args,
+                 oktopk::Algorithm algorithm, GradientSource& source, Progress& progress,
+                 Trace& trace) {
+  using Handle = oktopk::SparseAllreduce<Exec, Value>;
+  using Arithmetic = typename Handle::arithmetic_type;
+  using Reals = typename Handle::residual_vector_type;
   const int P = world.size();
   const auto n = static_cast<std::size_t>(args.n);
   // The handle gets its own duplicate, so the benchmark's own calls never mix with its traffic.
   oktopk::Communicator comm(MPI_COMM_WORLD);
-  const auto handle =
-      oktopk::make_sparse_allreduce(exec, algorithm, comm, args.n, args.options, args.layout);
-  Vector grad("oktopk::bench::grad", n);
-  Vector out("oktopk::bench::out", n);
-  Vector acc, expected, slack;
+  const auto handle = oktopk::make_sparse_allreduce<Exec, Value>(exec, algorithm, comm, args.n,
+                                                                 args.options, args.layout);
+  Vector draws("oktopk::bench::draws", n);
+  const ValuesOf<Value> grad = gradient_for<Value>(draws);
+  ValuesOf<Value> out("oktopk::bench::out", n);
+  Reals acc, expected, slack;
   if (args.check) {
-    acc = Vector("oktopk::bench::acc", n);
-    expected = Vector("oktopk::bench::expected", n);
-    slack = Vector("oktopk::bench::slack", n);
+    acc = Reals("oktopk::bench::acc", n);
+    expected = Reals("oktopk::bench::expected", n);
+    slack = Reals("oktopk::bench::slack", n);
   }
   const std::int64_t calls = args.warmup + args.iters;
   const auto iters = static_cast<std::size_t>(args.iters);
@@ -130,20 +188,14 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
   Result result;
   result.algo = oktopk::to_string(algorithm);
   result.k = handle->k();
-  oktopk::SparseResult<Exec::memory_space> entries;  // --sparse-result
+  typename Handle::sparse_result_type entries;  // --sparse-result
 
   for (std::int64_t call = 0; call < calls; ++call) {
-    source.fill(exec, call, grad);
+    source.fill(exec, call, draws);
+    if constexpr (!std::is_same_v<Value, float>) round_draws<Value>(exec, draws, grad);
     const bool timed = call >= args.warmup;
     if (timed && args.check) {
-      // The method's input, as it computes it: residual before the call plus the gradient.
-      const auto residual = handle->residual();
-      const auto g = grad;
-      const auto a = acc;
-      Kokkos::parallel_for(
-          "oktopk::bench::acc",
-          Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-          KOKKOS_LAMBDA(std::int64_t i) { a(i) = residual(i) + g(i); });
+      form_input<Value, Arithmetic>(exec, handle->residual(), grad, acc);
     }
     exec.fence();
     // The log only in the timed calls: the warm-up's messages would be kept and dropped unread.
@@ -159,7 +211,7 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
     const double elapsed = timer.seconds();
     if (args.sparse_result) {
       // The output the oracle and the counts read, untimed.
-      scatter_entries(exec, entries, out);
+      scatter_entries<Value>(exec, entries, out);
     }
     if (timed) {
       const auto j = static_cast<std::size_t>(call - args.warmup);
@@ -169,15 +221,7 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
       bytes_call_max =
           std::max(bytes_call_max, static_cast<double>(max_bytes(stats.total_traffic())));
       trace.add_call(result.algo, call - args.warmup, comm);
-      std::int64_t nonzeros = 0;
-      Kokkos::parallel_reduce(
-          "oktopk::bench::nnz",
-          Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-          KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
-            count += out(i) != 0.0f ? 1 : 0;
-          },
-          nonzeros);
-      nnz_sum += static_cast<double>(nonzeros);
+      nnz_sum += static_cast<double>(count_nonzeros<Value>(exec, out));
       if (args.phases) {
         for (const auto& [name, phase] : stats.phases) {
           phase_log[j][name] = {phase.seconds, max_bytes(phase.traffic)};
@@ -204,22 +248,22 @@ Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const 
   result.bytes_call_max = bytes_call_max;
   world.allreduce_in_place(&result.bytes_call_max, 1, MPI_MAX);
   result.nnz_avg = nnz_sum / static_cast<double>(iters);
-  Kokkos::parallel_reduce(
-      "oktopk::bench::nnz", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) { count += out(i) != 0.0f ? 1 : 0; },
-      result.nnz);
+  result.nnz = count_nonzeros<Value>(exec, out);
   if (args.phases) result.phases = aggregate_phases(world, phase_log);
   trace.flush();
   return result;
 }
 
-Result run_mpi_baseline(const Exec& exec, const oktopk::Communicator& world, const Args& args,
-                        GradientSource& source, Progress& progress, Trace& trace) {
+/// run_mpi_baseline for gradients of type Value (float or double: MPI's own types).
+template <class Value>
+Result run_mpi_typed(const Exec& exec, const oktopk::Communicator& world, const Args& args,
+                     GradientSource& source, Progress& progress, Trace& trace) {
   const auto n = static_cast<std::size_t>(args.n);
   oktopk::Communicator comm(MPI_COMM_WORLD);
-  Vector grad("oktopk::bench::grad", n);
-  Kokkos::View<float*, Kokkos::HostSpace> send("oktopk::bench::mpi_send", n);
-  Kokkos::View<float*, Kokkos::HostSpace> receive("oktopk::bench::mpi_receive", n);
+  Vector draws("oktopk::bench::draws", n);
+  const ValuesOf<Value> grad = gradient_for<Value>(draws);
+  Kokkos::View<Value*, Kokkos::HostSpace> send("oktopk::bench::mpi_send", n);
+  Kokkos::View<Value*, Kokkos::HostSpace> receive("oktopk::bench::mpi_receive", n);
   const std::int64_t calls = args.warmup + args.iters;
   const auto iters = static_cast<std::size_t>(args.iters);
   std::vector<double> seconds(iters, 0.0);
@@ -230,7 +274,8 @@ Result run_mpi_baseline(const Exec& exec, const oktopk::Communicator& world, con
   result.k = std::min<std::int64_t>(
       args.n, static_cast<std::int64_t>(std::floor(args.density * static_cast<double>(args.n))));
   for (std::int64_t call = 0; call < calls; ++call) {
-    source.fill(exec, call, grad);
+    source.fill(exec, call, draws);
+    if constexpr (!std::is_same_v<Value, float>) round_draws<Value>(exec, draws, grad);
     Kokkos::deep_copy(exec, send, grad);
     exec.fence();
     comm.reset_traffic();
@@ -254,10 +299,27 @@ Result run_mpi_baseline(const Exec& exec, const oktopk::Communicator& world, con
   result.bytes_avg /= world.size();
   world.allreduce_in_place(&result.bytes_max, 1, MPI_MAX);
   result.bytes_call_max = result.bytes_max;  // the same bytes every call
-  for (std::size_t i = 0; i < n; ++i) result.nnz += receive(i) != 0.0f ? 1 : 0;
+  for (std::size_t i = 0; i < n; ++i) result.nnz += receive(i) != Value{0} ? 1 : 0;
   result.nnz_avg = static_cast<double>(result.nnz);
   trace.flush();
   return result;
+}
+
+}  // namespace
+
+Result run_algorithm(const Exec& exec, const oktopk::Communicator& world, const Args& args,
+                     oktopk::Algorithm algorithm, GradientSource& source, Progress& progress,
+                     Trace& trace) {
+  return oktopk::apps::with_dtype(args.dtype, [&](auto value) {
+    return run_typed<decltype(value)>(exec, world, args, algorithm, source, progress, trace);
+  });
+}
+
+Result run_mpi_baseline(const Exec& exec, const oktopk::Communicator& world, const Args& args,
+                        GradientSource& source, Progress& progress, Trace& trace) {
+  // parse() takes --mpi-baseline with float32 and float64 only.
+  return args.dtype == "float64" ? run_mpi_typed<double>(exec, world, args, source, progress, trace)
+                                 : run_mpi_typed<float>(exec, world, args, source, progress, trace);
 }
 
 }  // namespace oktopk::bench

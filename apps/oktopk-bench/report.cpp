@@ -37,11 +37,12 @@ void Printer::begin(std::int64_t k) {
     std::ostringstream options;
     options << args_.options;
     std::printf(
-        "# oktopk-bench: P=%d n=%lld k=%lld dist=%s seed=%llu warmup=%lld iters=%lld "
+        "# oktopk-bench: P=%d n=%lld k=%lld dtype=%s dist=%s seed=%llu warmup=%lld iters=%lld "
         "check=%s exec=%s\n",
-        P_, static_cast<long long>(args_.n), static_cast<long long>(k), args_.dist.text.c_str(),
-        static_cast<unsigned long long>(args_.seed), static_cast<long long>(args_.warmup),
-        static_cast<long long>(args_.iters), args_.check ? "on" : "off", Exec::name());
+        P_, static_cast<long long>(args_.n), static_cast<long long>(k), args_.dtype.c_str(),
+        args_.dist.text.c_str(), static_cast<unsigned long long>(args_.seed),
+        static_cast<long long>(args_.warmup), static_cast<long long>(args_.iters),
+        args_.check ? "on" : "off", Exec::name());
     std::printf("# options: %s\n", options.str().c_str());
     if (!args_.layout.empty()) {
       std::ostringstream layout;
@@ -85,6 +86,7 @@ void Printer::row(const Result& r) {
         static_cast<long long>(r.nnz), checked ? wrong.c_str() : "null", r.nnz_avg,
         r.k > 0 ? format("%.17g", r.bytes_call_max / 4.0 / static_cast<double>(r.k)).c_str()
                 : "null");
+    std::printf(", \"dtype\": \"%s\"", args_.dtype.c_str());
     if (args_.phases) {
       std::printf(", \"phases\": [");
       for (std::size_t p = 0; p < r.phases.size(); ++p) {

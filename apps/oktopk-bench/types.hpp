@@ -1,15 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// oktopk-bench: the execution space, handle and vector types that all its files share.
+// oktopk-bench: the execution space and the vector of draws that all its files share.
 #pragma once
-
-#include <oktopk/oktopk.hpp>
 
 #include <Kokkos_Core.hpp>
 
 namespace oktopk::bench {
 
 using Exec = Kokkos::DefaultExecutionSpace;
-using Handle = oktopk::SparseAllreduce<Exec>;
-using Vector = Handle::vector_type;
+/// The gradients as drawn (or read from a file): float32, whatever --dtype rounds them into.
+using Vector = Kokkos::View<float*, Exec::memory_space>;
 
 }  // namespace oktopk::bench

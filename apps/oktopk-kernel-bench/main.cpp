@@ -3,6 +3,7 @@
 // reference (copy) and two naive top-k references: std::nth_element on the host and a full
 // sort of |x| on the execution space (the device sort a radix select replaces). Links no MPI.
 #include "common/cli.hpp"
+#include "common/gradient_types.hpp"
 #include "common/kokkos_compat.hpp"
 
 #include <oktopk/pack.hpp>
@@ -24,7 +25,6 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace {
@@ -103,9 +103,8 @@ Options parse(int argc, char* argv[]) {
   if (!(o.density > 0.0 && o.density <= 1.0)) fail("--density must be in (0, 1]");
   if (o.reps < 1) fail("--reps must be at least 1");
   if (o.format != "csv" && o.format != "table") fail("--format must be csv or table");
-  if (o.dtype != "float32" && o.dtype != "float64" && o.dtype != "bfloat16" &&
-      o.dtype != "float16") {
-    fail("--dtype must be float32, float64, bfloat16 or float16, got '" + o.dtype + "'");
+  if (!oktopk::apps::is_dtype(o.dtype)) {
+    fail(std::string("--dtype must be ") + oktopk::apps::dtype_list + ", got '" + o.dtype + "'");
   }
   return o;
 }
@@ -140,24 +139,8 @@ double median_seconds(
 /// |x| as a float, as the library ranks it: a 16-bit value widened exactly, a double rounded.
 template <class Value>
 KOKKOS_INLINE_FUNCTION float magnitude_of(Value x) {
-  float f = 0.0f;
-  if constexpr (std::is_same_v<Value, oktopk::bfloat16> || std::is_same_v<Value, oktopk::float16>) {
-    f = oktopk::to_float(x);
-  } else {
-    f = static_cast<float>(x);
-  }
+  const auto f = static_cast<float>(oktopk::apps::number_of(x));
   return f < 0.0f ? -f : f;
-}
-
-/// f as a Value (rounded to nearest even for the 16-bit types). A function, not a branch in
-/// the kernel: nvcc refuses `if constexpr` around a device lambda's first use of a capture.
-template <class Value>
-KOKKOS_INLINE_FUNCTION Value from_float(float f) {
-  if constexpr (std::is_same_v<Value, oktopk::bfloat16> || std::is_same_v<Value, oktopk::float16>) {
-    return oktopk::round_to<Value>(f);
-  } else {
-    return static_cast<Value>(f);
-  }
 }
 
 /// Rounds normal(0, 1) draws into x: the same draws whatever x's type.
@@ -172,7 +155,7 @@ void fill_normal(const ExecSpace& exec, const Values& x, std::uint64_t seed) {
         auto gen = pool.get_state();
         const auto draw = static_cast<float>(gen.normal());
         pool.free_state(gen);
-        x(i) = from_float<Value>(draw);
+        x(i) = oktopk::apps::value_from_float<Value>(draw);
       });
 }
 
@@ -315,15 +298,11 @@ int main(int argc, char* argv[]) {
   Kokkos::ScopeGuard kokkos(argc, argv);
   try {
     using Exec = Kokkos::DefaultExecutionSpace;
-    if (options.dtype == "float64") {
-      print(options, run<Exec, double, double>(options));
-    } else if (options.dtype == "bfloat16") {
-      print(options, run<Exec, oktopk::bfloat16, float>(options));
-    } else if (options.dtype == "float16") {
-      print(options, run<Exec, oktopk::float16, float>(options));
-    } else {
-      print(options, run<Exec, float, float>(options));
-    }
+    oktopk::apps::with_dtype(options.dtype, [&](auto value) {
+      using Value = decltype(value);
+      using Real = decltype(oktopk::apps::number_of(value));  // float for the 16-bit types
+      print(options, run<Exec, Value, Real>(options));
+    });
   } catch (const std::exception& e) {
     std::cerr << "oktopk-kernel-bench: " << e.what() << "\n";
     return 1;
