@@ -526,6 +526,18 @@ def test_momentum_correction_sparse(whole_model=False, masking=True):
               f"{name}: without masking the velocities stay where this rank sent")
 
 
+def test_velocity_type():
+    """Momentum correction keeps a 16-bit parameter's velocity in float32, as the handles keep
+    the residual, so that a gradient small beside the velocity is not rounded away."""
+    state = okt.OkTopkHookState(algorithm="oktopk", density=0.05, momentum=MOMENTUM)
+    run = Run(state, dtype="mixed")
+    identical, _ = train(run, 4)
+    types = {p.dtype: state._velocities[state._param_index[p.data_ptr()][0]].dtype
+             for p in run.model.parameters()}
+    check(identical and types == {torch.bfloat16: torch.float32, torch.float32: torch.float32},
+          f"momentum correction keeps the velocities of a mixed model in float32: {types}")
+
+
 def test_version_1_state():
     """A state saved before momentum correction (version 1) loads as saved without it."""
     state = okt.OkTopkHookState(algorithm="topka", density=0.05)
@@ -614,6 +626,7 @@ def main():
         test_momentum_correction_sparse()
         test_momentum_correction_sparse(whole_model=True)
         test_momentum_correction_sparse(masking=False)
+        test_velocity_type()
         test_version_1_state()
         test_state_errors()
         test_nan_fails_everywhere()

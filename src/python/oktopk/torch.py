@@ -56,7 +56,8 @@ embedding dimension for ``nn.Embedding``), runs of the other parameters one ``de
 
 Value types: each handle reduces its bucket in the bucket's own dtype, float32, float64,
 bfloat16 or float16 (a model cast with ``net.to(torch.bfloat16)`` gives bfloat16 buckets), with
-sums and the residual in float32 (float64 for float64 buckets); a 16-bit bucket's values travel
+sums and the residual in float32 (float64 for float64 buckets), and momentum correction's
+velocity of a 16-bit parameter in float32 too; a 16-bit bucket's values travel
 as its type. ``wire="bf16"`` (an Options field) sends a float32 model's values as bfloat16,
 ``wire="fp32"`` a float64 model's as float32, with every method. gloo in PyTorch 1.13 has no
 bfloat16 allreduce: the warm-up's dense iterations of a bfloat16 bucket then go through gloo in
@@ -133,6 +134,13 @@ class _Completer:
                         future.set_exception(error)
             finally:
                 self._queue.task_done()
+
+
+def _velocity_dtype(dtype):
+    """The type momentum correction keeps a velocity in: float32 for a 16-bit parameter (as the
+    handles keep the residual), so that gradients small beside the velocity are not rounded
+    away; the parameter's own type otherwise."""
+    return _torch.float32 if dtype in (_torch.bfloat16, _torch.float16) else dtype
 
 
 def _numpy_copy(tensor):
@@ -531,21 +539,24 @@ class OkTopkHookState:
                 if velocity is None:
                     velocity = self._claim_velocity(where, index, grad)
                     self._velocities[index] = velocity
+                # A 16-bit gradient is widened, so the velocity's sum is formed in float32.
+                term = grad if velocity.dtype == grad.dtype else grad.float()
                 if self.weight_decay != 0.0:
-                    grad.add_(parameter.detach().reshape(grad.shape), alpha=self.weight_decay)
-                velocity.mul_(self.momentum).add_(grad)
+                    term.add_(parameter.detach().reshape(grad.shape), alpha=self.weight_decay)
+                velocity.mul_(self.momentum).add_(term)
                 grad.copy_(velocity)
 
     def _claim_velocity(self, where, index, grad):
         """A parameter's velocity on its first use: restored by load_state_dict, or zero."""
         saved = self._saved_velocities.pop(index, None)
+        dtype = _velocity_dtype(grad.dtype)
         if saved is None:
-            return _torch.zeros_like(grad)
+            return _torch.zeros_like(grad, dtype=dtype)
         if saved.size != grad.numel():
             raise RuntimeError(f"{where}: the checkpoint's velocity of parameter {index} has "
                                f"{saved.size} elements, the parameter {grad.numel()}: not the "
                                "model the state was saved from")
-        return _torch.from_numpy(saved.copy()).to(grad.dtype).reshape(grad.shape)
+        return _torch.from_numpy(saved.copy()).to(dtype).reshape(grad.shape)
 
     def _reduce_bucket(self, where, bucket, index, layout, last):
         slot = self._slots.get(index)
