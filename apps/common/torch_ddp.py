@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """What the PyTorch DDP example programs (apps/torch-ddp-*/train.py) share: the command line of
-the hook and the optimizer, the gloo process group over mpi4py's ranks, and how an error ends
-the job.
+the hook and the optimizer, the gloo process group over mpi4py's ranks, DDP's own hooks on
+bfloat16 where gloo cannot send it, the bytes a step sends, the check that the replicas agree,
+and how an error ends the job.
 
 The processes find each other through MPI (mpi4py), not torch.distributed.run: rank 0 makes a
 store file for gloo and broadcasts its path, so no port is fixed.
 """
 
 import argparse
+import hashlib
 import os
 import shutil
 import sys
@@ -15,7 +17,12 @@ import tempfile
 
 from mpi4py import MPI
 
-HOOKS = ("oktopk", "topka", "topkdsa", "gtopk", "gaussiank", "s2", "dense", "none")
+OKTOPK_HOOKS = ("oktopk", "topka", "topkdsa", "gtopk", "gaussiank", "s2", "dense")
+# DDP's own: its allreduce, and its hooks that send the values as 16-bit floats.
+DDP_HOOKS = ("none", "bf16_compress", "fp16_compress")
+HOOKS = OKTOPK_HOOKS + DDP_HOOKS
+# The values' type on an OkTopk hook's wire, and its bytes (native: the model's own type).
+WIRE_BYTES = {"native": None, "bf16": 2, "fp16": 2}
 OPTIMIZERS = ("sgd", "adam")
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
@@ -35,6 +42,10 @@ class DataError(SameOnEveryRank):
     """A missing or damaged data file."""
 
 
+class ReplicaError(SameOnEveryRank):
+    """The ranks' parameters differ at the end (every rank sees the same digests)."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line (on rank 0) instead of exiting."""
 
@@ -49,8 +60,14 @@ class Parser(argparse.ArgumentParser):
 def add_training_arguments(parser, default_lr):
     """The flags of the hook and the optimizer; ``default_lr``: {"sgd": lr, "adam": lr}."""
     parser.add_argument("--hook", default="oktopk", choices=HOOKS,
-                        help="OkTopk method of the hook, or none for DDP's own allreduce "
-                             "(default oktopk)")
+                        help="OkTopk method of the hook; none for DDP's own allreduce; "
+                             "bf16_compress or fp16_compress for DDP's hooks that send the "
+                             "values as 16-bit floats (default oktopk)")
+    parser.add_argument("--wire", default="native", choices=tuple(WIRE_BYTES),
+                        help="the values' type on an OkTopk hook's wire: native (the model's "
+                             "own), bf16 or fp16 (a float32 model's values rounded to 16 bits "
+                             "when sent, the rounding error kept in the residual) (default "
+                             "native)")
     parser.add_argument("--density", type=float, default=0.01,
                         help="fraction of each gradient the sparse methods keep, (0, 1] "
                              "(default 0.01)")
@@ -95,20 +112,23 @@ def check_training_arguments(parser, args, default_lr):
         parser.error(f"--weight-decay must be a finite number >= 0, not {args.weight_decay}")
     if args.start_iter < 0:
         parser.error(f"--start-iter must be >= 0, not {args.start_iter}")
+    if args.wire != "native" and args.hook not in OKTOPK_HOOKS:
+        parser.error(f"--wire {args.wire} is for an OkTopk hook, not --hook {args.hook}")
 
 
 def uses_momentum_correction(args):
     """Whether the hook keeps the velocity (SGD through a hook, correction on)."""
-    return (args.optimizer == "sgd" and args.hook != "none"
+    return (args.optimizer == "sgd" and args.hook in OKTOPK_HOOKS
             and args.momentum_correction == "on")
 
 
 def register_hook(model, args, sparse_rows=None):
-    """Registers OkTopk's hook on the DDP ``model`` as the flags say; returns its state, or None
-    for --hook none."""
+    """Registers the hook the flags name on the DDP ``model``; returns OkTopk's hook state, or
+    None for DDP's own hooks."""
     import oktopk.torch as okt
 
-    if args.hook == "none":
+    if args.hook in DDP_HOOKS:
+        _register_ddp_hook(model, args.hook)
         return None
     settings = {}
     if uses_momentum_correction(args):
@@ -116,11 +136,110 @@ def register_hook(model, args, sparse_rows=None):
                         momentum_masking=args.momentum_masking == "on")
     if sparse_rows is not None:
         settings.update(sparse_rows=sparse_rows)
+    if args.wire != "native":
+        settings.update(wire=args.wire)
     state = okt.OkTopkHookState(algorithm=args.hook, density=args.density,
                                 start_iter=args.start_iter, whole_model=args.whole_model,
                                 **settings)
     model.register_comm_hook(state, okt.oktopk_hook)
     return state
+
+
+def backend_takes_bfloat16():
+    """Collective: whether the default group's backend broadcasts and sums bfloat16 tensors
+    (gloo in PyTorch 1.13 does neither: "Invalid scalar type", raised before anything is sent,
+    alike on every rank)."""
+    import torch
+    import torch.distributed as dist
+
+    probe = torch.zeros(1, dtype=torch.bfloat16)
+    try:
+        dist.broadcast(probe, 0)
+        dist.all_reduce(probe)
+    except RuntimeError:
+        return False
+    return True
+
+
+def make_ddp(module):
+    """DistributedDataParallel over ``module``. Building it broadcasts rank 0's parameters and
+    buffers; where the backend cannot send bfloat16 and the module has some, every tensor goes
+    as its bit pattern through MPI.COMM_WORLD instead (exact; the group's ranks are
+    COMM_WORLD's, in the same order: init_process_group)."""
+    import torch
+    import torch.nn.parallel.distributed as ddp_module
+
+    tensors = list(module.parameters()) + list(module.buffers())
+    if all(t.dtype != torch.bfloat16 for t in tensors) or backend_takes_bfloat16():
+        return ddp_module.DistributedDataParallel(module)
+
+    def broadcast_bits(module, process_group, broadcast_bucket_size, src,
+                       params_and_buffers_to_ignore):
+        named = list(module.named_parameters()) + list(module.named_buffers())
+        with torch.no_grad():
+            for name, tensor in named:
+                if name in params_and_buffers_to_ignore:
+                    continue
+                staged = tensor.detach().contiguous()
+                comm.Bcast(_bits(torch, staged).numpy(), root=src)
+                if staged.data_ptr() != tensor.data_ptr():
+                    tensor.copy_(staged)
+
+    # PyTorch 1.13's DDP broadcasts through this module-level function (private; a backend
+    # that sends bfloat16 never comes here).
+    original = ddp_module._sync_module_states
+    ddp_module._sync_module_states = broadcast_bits
+    try:
+        return ddp_module.DistributedDataParallel(module)
+    finally:
+        ddp_module._sync_module_states = original
+
+
+def _bits(torch, tensor):
+    """A contiguous tensor's elements as integers of the same width (a view: same storage)."""
+    kinds = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return tensor.view(kinds[tensor.element_size()])
+
+
+def _register_ddp_hook(model, hook):
+    """DDP's own: its allreduce (none), or its bf16_compress_hook / fp16_compress_hook. Where
+    the backend cannot sum bfloat16, a bfloat16 mean (either hook's on a bfloat16 bucket, and
+    bf16_compress's on any) goes through float32 instead: the values divided by P in bfloat16
+    as DDP divides them, summed as float32 and rounded to bfloat16 once, where a backend that
+    sums bfloat16 (NCCL's ring) rounds after each of its P - 1 steps."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    if hook == "fp16_compress":  # gloo sums float16
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        return
+    import torch
+
+    model_has_bfloat16 = any(p.dtype == torch.bfloat16 for p in model.parameters())
+    if (hook == "bf16_compress" or model_has_bfloat16) and not backend_takes_bfloat16():
+        model.register_comm_hook(hook == "bf16_compress", _bfloat16_mean_through_float32)
+    elif hook == "bf16_compress":
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+
+
+def _bfloat16_mean_through_float32(compress, bucket):
+    """The comm hook of _register_ddp_hook's fallback; ``compress``: bf16_compress's (every
+    bucket rounded to bfloat16), else DDP's allreduce (only bfloat16 buckets)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    buffer = bucket.buffer()
+    if not compress and buffer.dtype != torch.bfloat16:
+        return default_hooks.allreduce_hook(None, bucket)
+    # A bfloat16 buffer is itself here (to() returns it) and is divided in place, as DDP does.
+    values = buffer.to(torch.bfloat16).div_(dist.get_world_size()).float()
+    future = dist.all_reduce(values, async_op=True).get_future()
+
+    def unpack(done):
+        buffer.copy_(done.value()[0].to(torch.bfloat16))
+        return buffer
+
+    return future.then(unpack)
 
 
 def make_optimizer(torch, parameters, args):
@@ -143,9 +262,34 @@ def describe_optimizer(args):
             f"{where}")
 
 
-def dense_bytes_per_step(n):
-    """What a dense ring allreduce of n float32 sends per rank: 2 (P - 1) / P of the bytes."""
-    return 2 * (size - 1) / size * 4 * n
+def bytes_sent(state, args, n, value_bytes, iteration):
+    """What this rank sent in step ``iteration`` of a model of n parameters of value_bytes
+    each: the OkTopk hook's own count for its sparse methods, else the dense ring's
+    2 (P - 1) / P of the n values in the width they travel in: 2 bytes with DDP's compression
+    hooks, the wire's with OkTopk's dense method, the model's with DDP's allreduce and in the
+    hook's warm-up."""
+    if args.hook in ("bf16_compress", "fp16_compress"):
+        width = 2
+    elif args.hook == "none" or iteration < args.start_iter:
+        width = value_bytes
+    elif args.hook == "dense":
+        width = WIRE_BYTES[args.wire] or value_bytes
+    else:
+        return state.bytes_sent_last_iteration()
+    return 2 * (size - 1) / size * width * n
+
+
+def check_replicas(model):
+    """Collective: raises ReplicaError unless every rank's parameters are the same bits."""
+    import torch
+
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            digest.update(_bits(torch, parameter.detach().contiguous()).numpy().tobytes())
+    digests = comm.allgather(digest.hexdigest())
+    if len(set(digests)) != 1:
+        raise ReplicaError(f"the ranks' parameters differ at the end: digests {digests}")
 
 
 def init_process_group(prefix):

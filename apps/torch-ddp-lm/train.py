@@ -8,11 +8,12 @@ Every rank trains the same small word-level causal Transformer (token embedding,
 positional embedding, two encoder layers, an output layer of its own: untied, so the embedding's
 gradient keeps only the rows of the words a step saw) on its own sequences of each step's batch;
 DDP averages the gradients over the ranks through the hook chosen with --hook: an OkTopk method
-(oktopk, topka, ... or dense, OkTopk's dense allreduce) through oktopk.torch.oktopk_hook, or
-none (DDP's own allreduce). With --optimizer sgd and a hook, the hook keeps the momentum (and
-weight decay) itself and reduces each rank's velocity (--momentum-correction on, the default;
---momentum-masking on also clears a rank's velocity where the reduce sent the rank's entry);
-the optimizer is then plain SGD.
+(oktopk, topka, ... or dense, OkTopk's dense allreduce) through oktopk.torch.oktopk_hook, its
+values sent in the model's type or as --wire says; or none (DDP's own allreduce), or DDP's
+bf16_compress_hook or fp16_compress_hook. With --optimizer sgd and an OkTopk hook, the hook
+keeps the momentum (and weight decay) itself and reduces each rank's velocity
+(--momentum-correction on, the default; --momentum-masking on also clears a rank's velocity
+where the reduce sent the rank's entry); the optimizer is then plain SGD.
 
 The text is scripts/kjv-corpus.sh's: one verse a line, led by its reference ("Ge1:1 In the
 beginning ..."), which is dropped. Words are lowercased runs of letters (an apostrophe between
@@ -30,7 +31,6 @@ store file for gloo and broadcasts its path, so no port is fixed (apps/common/to
 """
 
 import collections
-import hashlib
 import os
 import re
 import sys
@@ -90,13 +90,9 @@ def parse_arguments(argv):
         parser.error(f"--heads ({args.heads}) must divide --d-model ({args.d_model})")
     if args.vocab < 3:
         parser.error(f"--vocab must be >= 3, not {args.vocab}")
-    if args.sparse_rows == "on" and args.hook == "none":
-        parser.error("--sparse-rows on needs a hook (not --hook none)")
+    if args.sparse_rows == "on" and args.hook not in common.OKTOPK_HOOKS:
+        parser.error(f"--sparse-rows on needs an OkTopk hook (not --hook {args.hook})")
     return args
-
-
-class ReplicaError(common.SameOnEveryRank):
-    """The ranks' parameters differ at the end (every rank sees the same digests)."""
 
 
 REFERENCE = re.compile(r"[1-3]?[A-Za-z]+[0-9]+:[0-9]+ ")
@@ -197,19 +193,8 @@ def validation_loss(torch, model, tokens, starts, length):
     return comm.allreduce(total) / (len(starts) * length)
 
 
-def check_replicas(torch, model):
-    """Raises ReplicaError unless every rank's parameters are the same bits."""
-    digest = hashlib.sha256()
-    for parameter in model.parameters():
-        digest.update(parameter.detach().numpy().tobytes())
-    digests = comm.allgather(digest.hexdigest())
-    if len(set(digests)) != 1:
-        raise ReplicaError(f"the ranks' parameters differ at the end: digests {digests}")
-
-
 def train(args):
     import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     import oktopk.torch as okt
 
@@ -232,12 +217,12 @@ def train(args):
     # An exception from here on may be this rank's alone: common.run ends the job, so there
     # is no cleanup to make on the way out (a barrier would wait for peers that never come).
     net = make_model(torch, vocab, args.d_model, args.heads, args.seq_len)
-    model = DDP(net)
+    model = common.make_ddp(net)
     n = sum(p.numel() for p in model.parameters())
     state = common.register_hook(
         model, args, okt.embedding_weights(net) if args.sparse_rows == "on" else None)
     optimizer = common.make_optimizer(torch, model.parameters(), args)
-    dense_bytes = common.dense_bytes_per_step(n)
+    value_bytes = next(net.parameters()).element_size()
     shuffle = np.random.default_rng(args.seed)
     if rank == 0:
         print(f"# {args.hook} on {size} ranks: {n} parameters ({vocab} x {args.d_model} token "
@@ -267,9 +252,7 @@ def train(args):
         optimizer.step()
         losses.append(float(loss))
         interval_loss += losses[-1]
-        sparse = (state is not None and args.hook != "dense"
-                  and iteration >= args.start_iter)
-        sent = state.bytes_sent_last_iteration() if sparse else dense_bytes
+        sent = common.bytes_sent(state, args, n, value_bytes, iteration)
         interval_bytes += sent
         bytes_total += sent
         step = iteration + 1
@@ -289,7 +272,7 @@ def train(args):
     bytes_per_step = comm.allreduce(bytes_total) / (size * args.steps)
     model.eval()
     val_loss = validation_loss(torch, net, val_tokens, val_starts, args.seq_len)
-    check_replicas(torch, net)
+    common.check_replicas(net)
     if rank == 0:
         print(f"(parameters identical on all {size} ranks)", flush=True)
         print(f"final train_loss_last{LAST}={train_loss_last:.4f} val_loss={val_loss:.4f} "

@@ -4,15 +4,22 @@
 
     mpirun -np 4 python3 train.py --hook oktopk --density 0.01 --epochs 5
 
-Every rank trains a 784-256-128-10 MLP on its own shard of the training set; DDP averages the
-gradients over the ranks through the hook chosen with --hook: an OkTopk method (oktopk, topka,
-... or dense, OkTopk's dense allreduce) through oktopk.torch.oktopk_hook, or none (DDP's own
-allreduce). With SGD and a hook, momentum correction is on by default: the hook keeps each
-rank's velocity and averages velocities, and the optimizer is plain SGD (--momentum-correction
-off: SGD with momentum applies momentum to the averaged gradient; --momentum-masking on: the
-hook also clears a rank's velocity where the reduce sent the rank's entry). Rank 0 prints one
-line per epoch (test accuracy, seconds, bytes sent per rank per step) and a final line
+Every rank trains a 784-256-128-10 MLP, float32 or (--dtype bfloat16) cast to bfloat16, on its
+own shard of the training set; DDP averages the gradients over the ranks through the hook
+chosen with --hook: an OkTopk method (oktopk, topka, ... or dense, OkTopk's dense allreduce)
+through oktopk.torch.oktopk_hook, its values sent in the model's type or as --wire says; or none
+(DDP's own allreduce), or DDP's bf16_compress_hook or fp16_compress_hook, the 16-bit dense
+baselines. With SGD and an OkTopk hook, momentum correction is on by default: the hook keeps
+each rank's velocity and averages velocities, and the optimizer is plain SGD
+(--momentum-correction off: SGD with momentum applies momentum to the averaged gradient;
+--momentum-masking on: the hook also clears a rank's velocity where the reduce sent the rank's
+entry). Rank 0 prints one line per epoch (test accuracy, seconds, bytes sent per rank per step),
+checks at the end that the ranks' parameters are the same bits, and prints a final line
 "final test_acc=0.XXXX bytes_per_step=N".
+
+gloo in PyTorch 1.13 can neither broadcast nor sum bfloat16: with such a backend, DDP's
+broadcast of a bfloat16 model goes through MPI as bit patterns, and a bfloat16 mean of DDP's
+own hooks is summed as float32 and rounded once (apps/common/torch_ddp.py).
 
 The processes find each other through MPI (mpi4py), not torch.distributed.run: rank 0 makes a
 store file for gloo and broadcasts its path, so no port is fixed (apps/common/torch_ddp.py).
@@ -32,6 +39,7 @@ from torch_ddp import DataError, UsageError, comm, rank, size  # noqa: E402
 
 PROGRAM = "train.py"
 DEFAULT_LR = {"sgd": 0.1, "adam": 0.001}
+DTYPES = ("float32", "bfloat16")
 
 
 def parse_arguments(argv):
@@ -46,6 +54,9 @@ def parse_arguments(argv):
                         "(default 64)")
     parser.add_argument("--limit", type=int, default=0,
                         help="train on the first LIMIT images only (default: all 60000)")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES,
+                        help="the model's parameters, gradients and inputs: float32 or "
+                             "bfloat16 (net.to(torch.bfloat16)) (default float32)")
     parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist",
                         help="folder of the gzip IDX files (default "
                              "/usr/share/datasets/fashion-mnist)")
@@ -57,6 +68,9 @@ def parse_arguments(argv):
         parser.error(f"--batch must be >= 1, not {args.batch}")
     if args.limit < 0:
         parser.error(f"--limit must be >= 0, not {args.limit}")
+    if args.dtype != "float32" and args.wire != "native":
+        parser.error(f"--wire {args.wire} narrows a float32 model's values; a {args.dtype} "
+                     "model's travel in its own type (--wire native)")
     return args
 
 
@@ -97,18 +111,17 @@ def make_model(torch):
         torch.nn.Linear(128, 10))
 
 
-def accuracy(torch, model, x, y):
+def accuracy(torch, model, x, y, dtype):
     """Test accuracy over all ranks: each evaluates a shard (the models are identical)."""
     shard = slice(rank * len(x) // size, (rank + 1) * len(x) // size)
     with torch.no_grad():
-        predicted = model(torch.from_numpy(x[shard])).argmax(1).numpy()
+        predicted = model(torch.from_numpy(x[shard]).to(dtype)).argmax(1).numpy()
     correct = comm.allreduce(int(np.sum(predicted == y[shard])))
     return correct / len(x)
 
 
 def train(args):
     import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     x_train, y_train = load(args.data, "train")
     x_test, y_test = load(args.data, "t10k")
@@ -124,16 +137,18 @@ def train(args):
     directory = common.init_process_group("oktopk_mnist_")
     # An exception from here on may be this rank's alone: common.run ends the job, so there
     # is no cleanup to make on the way out (a barrier would wait for peers that never come).
-    model = DDP(make_model(torch))
+    dtype = getattr(torch, args.dtype)
+    model = common.make_ddp(make_model(torch).to(dtype))
     n = sum(p.numel() for p in model.parameters())
     state = common.register_hook(model, args)
     optimizer = common.make_optimizer(torch, model.parameters(), args)
-    dense_bytes = common.dense_bytes_per_step(n)
+    value_bytes = torch.tensor([], dtype=dtype).element_size()
     shuffle = np.random.default_rng(args.seed)
     if rank == 0:
-        print(f"# {args.hook} on {size} ranks: {n} parameters, {steps} steps per epoch of "
-              f"{args.batch} images per rank; {common.describe_optimizer(args)}",
-              flush=True)
+        wire = f", wire {args.wire}" if args.wire != "native" else ""
+        print(f"# {args.hook}{wire} on {size} ranks: {n} {args.dtype} parameters, {steps} "
+              f"steps per epoch of {args.batch} images per rank; "
+              f"{common.describe_optimizer(args)}", flush=True)
         print("epoch  train_loss  test_acc  seconds  bytes_per_step", flush=True)
     iteration = 0
     bytes_total = 0.0
@@ -147,27 +162,27 @@ def train(args):
         for step in range(steps):
             first = (step * size + rank) * args.batch
             chosen = order[first:first + args.batch]
-            xb = torch.from_numpy(x_train[chosen])
+            xb = torch.from_numpy(x_train[chosen]).to(dtype)
             yb = torch.from_numpy(y_train[chosen])
             optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(xb), yb)
             loss.backward()
             optimizer.step()
             loss_sum += float(loss)
-            sparse = (state is not None and args.hook != "dense"
-                      and iteration >= args.start_iter)
-            epoch_bytes += state.bytes_sent_last_iteration() if sparse else dense_bytes
+            epoch_bytes += common.bytes_sent(state, args, n, value_bytes, iteration)
             iteration += 1
         seconds = time.perf_counter() - start
         model.eval()
-        test_acc = accuracy(torch, model.module, x_test, y_test)
+        test_acc = accuracy(torch, model.module, x_test, y_test, dtype)
         train_loss = comm.allreduce(loss_sum) / (size * steps)
         per_step = comm.allreduce(epoch_bytes) / (size * steps)
         bytes_total += per_step
         if rank == 0:
             print(f"{epoch:5d}  {train_loss:10.4f}  {test_acc:8.4f}  {seconds:7.2f}  "
                   f"{per_step:14.0f}", flush=True)
+    common.check_replicas(model.module)
     if rank == 0:
+        print(f"(parameters identical on all {size} ranks)", flush=True)
         print(f"final test_acc={test_acc:.4f} bytes_per_step={bytes_total / args.epochs:.0f}",
               flush=True)
     common.destroy_process_group(directory)
