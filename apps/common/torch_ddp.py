@@ -9,6 +9,7 @@ store file for gloo and broadcasts its path, so no port is fixed.
 """
 
 import argparse
+import functools
 import hashlib
 import os
 import shutil
@@ -145,10 +146,12 @@ def register_hook(model, args, sparse_rows=None):
     return state
 
 
+@functools.lru_cache(maxsize=None)
 def backend_takes_bfloat16():
-    """Collective: whether the default group's backend broadcasts and sums bfloat16 tensors
-    (gloo in PyTorch 1.13 does neither: "Invalid scalar type", raised before anything is sent,
-    alike on every rank)."""
+    """Collective on its first call: whether the default group's backend broadcasts and sums
+    bfloat16 tensors (gloo in PyTorch 1.13 does neither: "Invalid scalar type", raised before
+    anything is sent, alike on every rank). Later calls return the first answer: make_ddp and
+    register_hook both ask, and every rank asks in the same order."""
     import torch
     import torch.distributed as dist
 

@@ -142,7 +142,7 @@ def train(args):
     n = sum(p.numel() for p in model.parameters())
     state = common.register_hook(model, args)
     optimizer = common.make_optimizer(torch, model.parameters(), args)
-    value_bytes = torch.tensor([], dtype=dtype).element_size()
+    value_bytes = next(model.parameters()).element_size()
     shuffle = np.random.default_rng(args.seed)
     if rank == 0:
         wire = f", wire {args.wire}" if args.wire != "native" else ""
