@@ -102,19 +102,27 @@ namespace impl {
 /// totals[j] = entries with |x(i)| > levels.threshold[j], for every level, in one pass: on the
 /// host each chunk is counted at every level while it is in cache; on GPUs each entry above the
 /// lowest level (at the densities the levels are for, a few times k of n) adds one to the
-/// highest level it passes, and the totals are the sums from the top down.
-template <class ExecSpace, class XView>
+/// highest level it passes, and the totals are the sums from the top down. On the host,
+/// per_chunk (at least levels.count rows, chunk_count<ExecSpace>(n) columns) receives each
+/// chunk's counts too, a row per level, for select_above_counted() at any of them; empty, the
+/// counts are kept in a View of the call's own. On GPUs it is not used.
+template <class ExecSpace, class XView, class ChunkCounts>
 void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels& levels,
-                        std::int64_t* totals) {
+                        std::int64_t* totals, ChunkCounts per_chunk) {
+  static_assert(ChunkCounts::rank == 2, "per_chunk: one row per level");
   for (int j = 0; j < levels.count; ++j) totals[j] = 0;
   if constexpr (runs_on_host_v<ExecSpace>) {
     const auto n = static_cast<std::int64_t>(x.extent(0));
     const std::int64_t chunks = chunk_count<ExecSpace>(n);
     const std::int64_t chunk = chunk_length_v<ExecSpace>;
     const CountLevels thresholds = levels;
-    Kokkos::View<count_type**, Kokkos::LayoutRight, Kokkos::HostSpace> per_chunk(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::count_above_levels"),
-        static_cast<std::size_t>(levels.count), static_cast<std::size_t>(chunks));
+    if (per_chunk.extent(0) == 0) {
+      per_chunk =
+          ChunkCounts(Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::count_above_levels"),
+                      static_cast<std::size_t>(levels.count), static_cast<std::size_t>(chunks));
+    }
+    OKTOPK_ASSERT(static_cast<int>(per_chunk.extent(0)) >= levels.count &&
+                  static_cast<std::int64_t>(per_chunk.extent(1)) == chunks);
     Kokkos::parallel_for(
         "oktopk::count_above_levels", impl::RangeOf<ExecSpace>(exec, 0, chunks),
         KOKKOS_LAMBDA(std::int64_t c) {
@@ -152,6 +160,15 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
       totals[j] = running;
     }
   }
+}
+
+/// count_above_levels() with the counts per chunk kept in a View of the call's own.
+template <class ExecSpace, class XView>
+void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels& levels,
+                        std::int64_t* totals) {
+  count_above_levels(
+      exec, x, levels, totals,
+      Kokkos::View<count_type**, Kokkos::LayoutRight, typename ExecSpace::memory_space>());
 }
 
 }  // namespace impl

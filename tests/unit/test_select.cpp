@@ -148,11 +148,26 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
         EXPECT_EQ(oktopk::impl::count_above_by_chunk(exec, acc_view, first, chunk_counts),
                   counts.above[0]);
         EXPECT_TRUE(same_entries(to_vector(exec, chunk_counts), got));
-        // All levels in one pass, as the global guard counts: the totals alone.
+        // All levels in one pass, as the global guard counts: the totals alone, then with
+        // each chunk's counts kept (host spaces), the same as the accumulate pass's.
         std::int64_t totals[oktopk::impl::max_count_levels] = {};
         oktopk::impl::count_above_levels(exec, acc_view, levels, totals);
         for (int j = 0; j < levels.count; ++j) {
           EXPECT_EQ(totals[j], ref::count_above(acc, levels.threshold[j])) << "level " << j;
+        }
+        if constexpr (oktopk::impl::runs_on_host_v<TypeParam>) {
+          Kokkos::View<count_type**, Kokkos::LayoutRight, Memory> kept(
+              "kept", oktopk::impl::max_count_levels, chunks);
+          Kokkos::deep_copy(kept, count_type{-1});
+          std::int64_t kept_totals[oktopk::impl::max_count_levels] = {};
+          oktopk::impl::count_above_levels(exec, acc_view, levels, kept_totals, kept);
+          std::int64_t wrong_rows = 0;
+          for (int j = 0; j < levels.count; ++j) {
+            EXPECT_EQ(kept_totals[j], totals[j]) << "level " << j;
+            const auto row = to_vector(exec, Kokkos::subview(kept, j, Kokkos::ALL));
+            if (row != to_vector(exec, Kokkos::subview(level_counts, j, Kokkos::ALL))) ++wrong_rows;
+          }
+          EXPECT_EQ(wrong_rows, 0);
         }
 
         // Selection at the first level, from its counts.

@@ -263,8 +263,13 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
         global_exact = true;
         global_ladder_.anchor(global_threshold_);
       }
+      // At a ladder level, the region's counts per chunk are known (host spaces): one pass.
+      KnownAbove<ExecSpace, Real> known;
+      if (counted && region_level_counts_.extent(0) != 0) {
+        known.chunk_counts = Kokkos::subview(region_level_counts_, global_level_, Kokkos::ALL);
+      }
       selected = this->select_into(exec, split_.region, global_threshold_, global_indices_,
-                                   global_values_);
+                                   global_values_, known);
       OKTOPK_ASSERT(!counted || selected == gather_.counts[me]);
       add_offset(exec, global_indices_, 0, selected, offsets_[me]);
     }
@@ -338,7 +343,17 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     std::int64_t mine[max_count_levels];
     {
       auto timer = this->phase(exec, "global_select");
-      count_above_levels(exec, split_.region, levels, mine);
+      if constexpr (runs_on_host_v<ExecSpace>) {
+        const auto chunks = static_cast<std::size_t>(
+            chunk_count<ExecSpace>(static_cast<std::int64_t>(split_.region.extent(0))));
+        if (region_level_counts_.extent(1) != chunks) {
+          region_level_counts_ = decltype(region_level_counts_)(
+              Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                 "oktopk::oktopk::region_level_counts"),
+              static_cast<std::size_t>(max_count_levels), chunks);
+        }
+      }
+      count_above_levels(exec, split_.region, levels, mine, region_level_counts_);
     }
     std::vector<std::int32_t> all(static_cast<std::size_t>(P) * levels.count);
     {
@@ -356,6 +371,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     global_ladder_.learn(levels, totals, this->k_);
     if (o.guard_exact && !pick.in_range) return false;
     global_threshold_ = levels.threshold[pick.level];
+    global_level_ = pick.level;
     gather_.counts.assign(P, 0);
     for (int r = 0; r < P; ++r)
       gather_.counts[r] = all[static_cast<std::size_t>(r) * levels.count + pick.level];
@@ -444,6 +460,11 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
   float global_threshold_ = 0.0f;
   ThresholdLadder local_ladder_;
   ThresholdLadder global_ladder_;
+  /// The region's counts per chunk at the global ladder's levels (host spaces), and the level
+  /// the last call chose.
+  Kokkos::View<count_type**, Kokkos::LayoutRight, Memory> region_level_counts_{
+      "oktopk::oktopk::region_level_counts", 0, 0};
+  int global_level_ = 0;
   std::vector<std::int64_t> offsets_;
   Kokkos::View<count_type*, Memory> offsets_device_;
   SplitReduce<ExecSpace, Real> split_;

@@ -30,8 +30,8 @@ struct Candidates {
   Kokkos::View<Real*, Memory> values{"oktopk::Candidates::values", 0};
   Kokkos::View<count_type*, Memory> counts{"oktopk::Candidates::counts", 0};
   std::int64_t capacity = 0;  ///< per chunk
-  /// Slots per chunk: one more than the capacity, for the branch-free writes of the kernel.
-  std::int64_t stride() const { return capacity + 1; }
+  /// Slots per chunk: room for `capacity` entries.
+  std::int64_t stride() const { return capacity; }
   /// What they were kept above; NaN: none kept for the current acc.
   float threshold = std::numeric_limits<float>::quiet_NaN();
 
@@ -60,48 +60,50 @@ std::int64_t candidate_capacity(std::int64_t n, std::int64_t k) {
 }
 
 /// One chunk of accumulate_keeping_candidates(): acc = residual + grad over `length` entries,
-/// with hits[q] = entries of group q (16 entries) above `first`. Returns the non-finite count
-/// and adds the hits to `above`. Pointers that do not alias, so each group's loop vectorizes
-/// without a check per group.
+/// with flags[i] = 1 where |acc[i]| > `first`, else 0. Returns the non-finite count and sets
+/// `above` to the flags set. One loop without branches over pointers that do not alias, so it
+/// vectorizes, and what it adds to the plain sum is a byte store per entry.
 template <class Real, class Grad>
-KOKKOS_INLINE_FUNCTION std::int64_t accumulate_chunk(const Real* KOKKOS_RESTRICT residual,
-                                                     const Grad* KOKKOS_RESTRICT grad,
-                                                     Real* KOKKOS_RESTRICT acc, std::int64_t length,
-                                                     float first,
-                                                     unsigned char* KOKKOS_RESTRICT hits,
-                                                     std::int64_t& above) {
-  constexpr std::int64_t group = 16;
-  std::int64_t bad = 0;
-  for (std::int64_t g = 0; g < length; g += group) {
-    const std::int64_t g_end = g + group < length ? g + group : length;
-    int h = 0;
-    for (std::int64_t i = g; i < g_end; ++i) {
-      const Real a = residual[i] + to_arithmetic(grad[i]);
-      acc[i] = a;
-      bad += fits_value<std::remove_const_t<Grad>>(a) ? 0 : 1;
-      h += magnitude(a) > first ? 1 : 0;
-    }
-    hits[g / group] = static_cast<unsigned char>(h);
-    above += h;
+KOKKOS_INLINE_FUNCTION int accumulate_chunk(const Real* KOKKOS_RESTRICT residual,
+                                            const Grad* KOKKOS_RESTRICT grad,
+                                            Real* KOKKOS_RESTRICT acc, int length, float first,
+                                            unsigned char* KOKKOS_RESTRICT flags, int& above) {
+  int bad = 0;
+  int hits = 0;
+  for (int i = 0; i < length; ++i) {
+    const Real a = residual[i] + to_arithmetic(grad[i]);
+    acc[i] = a;
+    const int hit = magnitude(a) > first ? 1 : 0;
+    flags[i] = static_cast<unsigned char>(hit);
+    bad += fits_value<std::remove_const_t<Grad>>(a) ? 0 : 1;
+    hits += hit;
   }
+  above = hits;
   return bad;
+}
+
+/// The flags of entries [8q, 8q + 8) as one word, entry 8q + j in bits 8j to 8j + 7 (one load
+/// where the target is little endian, which compilers see).
+KOKKOS_INLINE_FUNCTION std::uint64_t flag_word(const unsigned char* flags, int q) {
+  std::uint64_t word = 0;
+  for (int j = 0; j < 8; ++j) word |= static_cast<std::uint64_t>(flags[8 * q + j]) << (8 * j);
+  return word;
 }
 
 /// \brief accumulate_counting() that also keeps the candidates above levels.threshold[0]
 /// (host spaces only, levels.count >= 1; chunk_counts as there, one row per level).
 ///
-/// One loop over each chunk writes acc and counts, per group of 16 entries, those above the
-/// lowest level (accumulate_chunk()); it vectorizes. Only the groups with such an entry are
-/// then read again, in cache, to keep them, and the levels are counted over the kept entries
-/// alone. A chunk with more than `capacity` entries above the lowest level keeps none and is
-/// counted from acc (count_levels_in).
+/// One loop over each chunk writes acc and a flag per entry above the lowest level
+/// (accumulate_chunk()); it vectorizes. The flags are then read eight at a time, and only the
+/// set ones go back to acc, in cache, for the entries to keep; the levels are counted over the
+/// kept entries alone. A chunk with more than `capacity` entries above the lowest level keeps none
+/// and is counted from acc (count_levels_in).
 template <class ExecSpace, class Residual, class Grad, class Acc, class ChunkCounts>
 AccumulateCounts accumulate_keeping_candidates(
     const ExecSpace& exec, const Residual& residual, const Grad& grad, const Acc& acc,
     const CountLevels& levels, const ChunkCounts& chunk_counts,
     Candidates<ExecSpace, typename Acc::value_type>& candidates) {
   static_assert(runs_on_host_v<ExecSpace>, "candidates are kept on host execution spaces");
-  constexpr std::int64_t group = 16;
   constexpr std::int64_t chunk = chunk_length_v<ExecSpace>;
   const auto n = static_cast<std::int64_t>(grad.extent(0));
   const std::int64_t chunks = chunk_count<ExecSpace>(n);
@@ -127,24 +129,26 @@ AccumulateCounts accumulate_keeping_candidates(
       KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& sum) {
         const std::int64_t begin = c * chunk;
         const std::int64_t end = begin + chunk < n ? begin + chunk : n;
-        unsigned char hits[chunk / group];
-        std::int64_t above = 0;
-        const std::int64_t bad =
-            accumulate_chunk(residual_data + begin, grad_data + begin, acc_data + begin,
-                             end - begin, first, hits, above);
+        const int length = static_cast<int>(end - begin);
+        unsigned char flags[chunk];
+        int above = 0;
+        const std::int64_t bad = accumulate_chunk(residual_data + begin, grad_data + begin,
+                                                  acc_data + begin, length, first, flags, above);
         std::int64_t counts[max_count_levels] = {};
         if (above <= capacity) {
+          // Whole words: the flags past a short last chunk's end are 0.
+          const int words = (length + 7) / 8;
+          for (int i = length; i < 8 * words; ++i) flags[i] = 0;
           std::int64_t kept = c * stride;
-          for (std::int64_t g = begin; g < end; g += group) {
-            if (hits[(g - begin) / group] == 0) continue;
-            const std::int64_t g_end = g + group < end ? g + group : end;
-            // Without a branch: each entry is written to the next slot, which only one above
-            // `first` then takes (a chunk's slots have one to spare for the last write).
-            for (std::int64_t i = g; i < g_end; ++i) {
-              const auto a = acc(i);
+          // Set flags are a few in a hundred: most words are 0 and skipped whole.
+          for (int q = 0; q < words; ++q) {
+            std::uint64_t word = flag_word(flags, q);
+            while (word != 0) {
+              const std::int64_t i = begin + 8 * q + lowest_set_bit(word) / 8;
+              word &= word - 1;
               kept_indices(kept) = static_cast<index_type>(i);
-              kept_values(kept) = a;
-              kept += magnitude(a) > first ? 1 : 0;
+              kept_values(kept) = acc_data[i];
+              ++kept;
             }
           }
           counts[0] = above;
