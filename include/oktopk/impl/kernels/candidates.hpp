@@ -82,8 +82,8 @@ KOKKOS_INLINE_FUNCTION int accumulate_chunk(const Real* KOKKOS_RESTRICT residual
   return bad;
 }
 
-/// The flags of entries [8q, 8q + 8) as one word, entry 8q + j in bits 8j to 8j + 7 (one load
-/// where the target is little endian, which compilers see).
+/// The flags of entries [8q, 8q + 8) as one word, entry 8q + j in bits 8j to 8j + 7: built
+/// byte by byte, so the bit order does not depend on the target's byte order.
 KOKKOS_INLINE_FUNCTION std::uint64_t flag_word(const unsigned char* flags, int q) {
   std::uint64_t word = 0;
   for (int j = 0; j < 8; ++j) word |= static_cast<std::uint64_t>(flags[8 * q + j]) << (8 * j);
