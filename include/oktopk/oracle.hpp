@@ -30,12 +30,16 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 ///   |acc| > stats().local_threshold (its own threshold); R = the SUM allreduce of the masked
 ///   vectors; expected = R where |R| > stats().global_threshold (the same on all ranks; -Inf for
 ///   methods without a global selection), else 0; then divided by P (a float division, as the
-///   methods do);
-/// - GTopk: every rank's selection (its entries with |acc| > local_threshold) is gathered to
-///   every rank and the tree is simulated on the host: in rounds s = 1, 2, 4, ... while s < P,
-///   rank r with r % 2s == 0 and r + s < P merges its set (a) with rank r+s's (b), adding
-///   a + b at common indices, then keeps the pairs with |v| > t, t = the (k+1)-th largest |v|
-///   of the merged set (all of them if k >= its size, none if k == 0); rank 0's final set / P.
+///   methods do). OkTopk's exact global threshold is the (k+1)-th largest |R|, and the
+///   entries equal to it that complete the k are selected too: those lie on the threshold
+///   and are borderline (below);
+/// - GTopk: every rank's leaf, its k largest (the entries with |acc| > local_threshold, then,
+///   if fewer than k and local_threshold > 0, those equal to it in index order up to k), is
+///   gathered to every rank and the tree is simulated on the host: in rounds s = 1, 2, 4, ...
+///   while s < P, rank r with r % 2s == 0 and r + s < P merges its set (a) with rank r+s's (b),
+///   adding a + b at common indices, then keeps the pairs with |v| > t, t = the (k+1)-th
+///   largest |v| of the merged set, and, if t > 0, the first pairs in index order with |v| ==
+///   t up to k in all (all of them if k >= its size, none if k == 0); rank 0's final set / P.
 ///   On a wire narrower than the arithmetic type, b is rounded to it before the merge and the
 ///   final set before the division, with the method's own rounding, as the method sends them;
 /// - S2Reducer: impl::s2_oracle: the dense mean of acc, sketched once with the method's hashes

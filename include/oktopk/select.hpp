@@ -3,7 +3,8 @@
 // into (index, value) pairs, for the whole vector or split into P contiguous regions.
 //
 // Selection is strict (|x| > t, as the Ok-Topk reference does), so NaN is never selected and an
-// entry equal to the threshold is not either. Output keeps the order of x: indices ascend.
+// entry equal to the threshold is not either, except where select_above_and_ties() is asked to
+// take some of those. Output keeps the order of x: indices ascend.
 #pragma once
 
 #include <oktopk/error.hpp>
@@ -74,6 +75,47 @@ struct SelectAboveFunctor {
         }
       }
     }
+  }
+};
+
+/// Stream compaction of {i : |x(i)| > t} and the first `ties` entries with |x(i)| == t, one
+/// chunk per work item. A chunk's scan value holds two counts in one word, the entries above t
+/// in the low 32 bits and those equal to t in the high 32 (each is below 2^31, as n is): an
+/// entry's slot is then (above before it) + min(equal before it, ties), which a plain sum scan
+/// gives. Entries past the capacity are counted but not written.
+template <class XView, class IdxView, class ValView>
+struct SelectAboveAndTiesFunctor {
+  static constexpr int equal_shift = 32;
+  XView x;
+  float threshold;
+  std::int64_t ties;
+  IdxView indices;
+  ValView values;
+  std::int64_t capacity;
+  std::int64_t n;
+  std::int64_t chunk;
+
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t c, std::int64_t& packed, bool final) const {
+    const std::int64_t begin = c * chunk;
+    const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+    std::int64_t above = packed & 0xffffffff;
+    std::int64_t equal = packed >> equal_shift;
+    for (std::int64_t i = begin; i < end; ++i) {
+      const auto xi = x(i);
+      const float m = impl::magnitude(xi);
+      const bool is_above = m > threshold;
+      const bool is_tie = m == threshold;
+      if (final && (is_above || (is_tie && equal < ties))) {
+        const std::int64_t slot = above + (equal < ties ? equal : ties);
+        if (slot < capacity) {
+          indices(slot) = static_cast<index_type>(i);
+          values(slot) = impl::value_cast<typename ValView::non_const_value_type>(xi);
+        }
+      }
+      above += is_above ? 1 : 0;
+      equal += is_tie ? 1 : 0;
+    }
+    packed = (equal << equal_shift) | above;
   }
 };
 
@@ -200,6 +242,44 @@ std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold
                                                         impl::chunk_length_v<ExecSpace>},
       count);
   return count;
+}
+
+/// \brief select_above() that also keeps the first `ties` entries (lowest indices) with
+/// |x(i)| == threshold, all in ascending order: the k largest with ties broken by index, when
+/// `threshold` is the (k+1)-th largest |x| and `ties` is k less the count above it.
+///
+/// Returns the number selected, min(ties, entries equal) more than select_above(); writes the
+/// first min(count, capacity) as select_above() does. std::invalid_argument when ties < 0.
+/// One pass to count, one to write, each over all of x: for calls where ties matter, which
+/// exact thresholds on coarse values (sums of 16-bit values) make common.
+template <class ExecSpace, class XView, class IdxView, class ValView>
+std::int64_t select_above_and_ties(const ExecSpace& exec, const XView& x, float threshold,
+                                   std::int64_t ties, const IdxView& indices,
+                                   const ValView& values) {
+  constexpr const char* where = "oktopk::select_above_and_ties";
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, XView, "oktopk::select_above_and_ties: x");
+  OKTOPK_STATIC_CHECK_VIEW(ExecSpace, IdxView, index_type,
+                           "oktopk::select_above_and_ties: indices");
+  OKTOPK_STATIC_CHECK_VALUES(ExecSpace, ValView, "oktopk::select_above_and_ties: values");
+  OKTOPK_STATIC_CHECK_WRITABLE(IdxView, "oktopk::select_above_and_ties: indices");
+  OKTOPK_STATIC_CHECK_WRITABLE(ValView, "oktopk::select_above_and_ties: values");
+  impl::check_length(where, x.extent(0));
+  OKTOPK_REQUIRE(ties >= 0, std::invalid_argument, where, "ties must be at least 0, got " << ties);
+  impl::ScopedRegion region(where);
+
+  const auto capacity = static_cast<std::int64_t>(
+      indices.extent(0) < values.extent(0) ? indices.extent(0) : values.extent(0));
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  using Functor = impl::SelectAboveAndTiesFunctor<XView, IdxView, ValView>;
+  std::int64_t packed = 0;
+  Kokkos::parallel_scan(
+      "oktopk::select_above_and_ties::compact",
+      impl::RangeOf<ExecSpace>(exec, 0, impl::chunk_count<ExecSpace>(n)),
+      Functor{x, threshold, ties, indices, values, capacity, n, impl::chunk_length_v<ExecSpace>},
+      packed);
+  const std::int64_t above = packed & 0xffffffff;
+  const std::int64_t equal = packed >> Functor::equal_shift;
+  return above + (equal < ties ? equal : ties);
 }
 
 /// \brief select_above() when each chunk's count of entries above the threshold is already

@@ -268,13 +268,15 @@ inline void check_common(Runner& runner, const Call& c) {
 struct Oracle {
   std::vector<char> mask;  // this rank's selection: |acc| > local_threshold
   std::vector<float> R;    // Σ_i acc_i·mask_i (exact)
-  std::vector<char> G;     // |R| > global_threshold
+  std::vector<char> G;     // |R| > global_threshold, and the ties that complete k (below)
   std::int64_t local_count = 0;
   std::int64_t global_count = 0;  // entries of G
 };
 
-/// Collective.
-inline Oracle build_oracle(const Call& c) {
+/// Collective. With `ties_complete_k` (Ok-Topk's exact global threshold, the (k+1)-th largest
+/// |R|), G also holds the first entries with |R| == global_threshold in index order, up to k
+/// in all, when that threshold is above 0.
+inline Oracle build_oracle(const Call& c, std::int64_t k = 0, bool ties_complete_k = false) {
   Oracle o;
   const std::size_t n = c.acc.size();
   const float lt = c.stats.local_threshold;
@@ -294,6 +296,14 @@ inline Oracle build_oracle(const Call& c) {
     if (std::fabs(o.R[j]) > gt) {
       o.G[j] = 1;
       ++o.global_count;
+    }
+  }
+  if (ties_complete_k && gt > 0.0f) {
+    for (std::size_t j = 0; j < n && o.global_count < k; ++j) {
+      if (std::fabs(o.R[j]) == gt) {
+        o.G[j] = 1;
+        ++o.global_count;
+      }
     }
   }
   return o;
@@ -360,28 +370,45 @@ inline void expect_dense_average(const Call& c) {
 
 using SparseSet = std::vector<std::pair<std::size_t, float>>;  // ascending indices
 
-/// Collective. Replays the documented tree (round s: rank r with r mod 2s == 0 merges r + s;
-/// common indices add; the k largest magnitudes stay) from every rank's acc and local threshold.
-/// Returns false (and checks only what holds anyway) when a cut fell between equal magnitudes,
-/// where the kept entries are the method's choice.
-inline bool check_gtopk_tree(const Call& c, std::int64_t k) {
+/// Collective. Replays the documented tree from every rank's acc and local threshold: leaves
+/// and merges keep the k largest magnitudes, those equal to the (k+1)-th largest in index
+/// order, none equal to 0 (round s: rank r with r mod 2s == 0 merges r + s; common indices
+/// add). Checks out and the residual bit for bit against it.
+inline void check_gtopk_tree(const Call& c, std::int64_t k) {
   const int P = world_size();
   const std::size_t n = c.acc.size();
   const std::vector<float> all = gather_all(c.acc);
   const std::vector<float> thresholds = gather_all({c.stats.local_threshold});
+  const auto ku = static_cast<std::size_t>(std::max<std::int64_t>(k, 0));
+  // The k largest of `set` (ascending indices), ties in index order: a stable sort by
+  // magnitude keeps equal ones in index order; a cut at 0 drops the zeros kept.
+  const auto keep_k_largest = [ku](SparseSet& set) {
+    if (set.size() <= ku) return;
+    std::stable_sort(set.begin(), set.end(), [](const auto& u, const auto& v) {
+      return std::fabs(u.second) > std::fabs(v.second);
+    });
+    const bool cut_at_zero = std::fabs(set[ku].second) == 0.0f;
+    set.resize(ku);
+    if (cut_at_zero) {
+      set.erase(std::remove_if(set.begin(), set.end(),
+                               [](const auto& e) { return std::fabs(e.second) == 0.0f; }),
+                set.end());
+    }
+    std::sort(set.begin(), set.end());
+  };
   std::vector<SparseSet> sets(static_cast<std::size_t>(P));
   for (int r = 0; r < P; ++r) {
+    SparseSet& leaf = sets[static_cast<std::size_t>(r)];
+    const float t = thresholds[static_cast<std::size_t>(r)];
     for (std::size_t j = 0; j < n; ++j) {
       const float a = all[static_cast<std::size_t>(r) * n + j];
-      if (std::fabs(a) > thresholds[static_cast<std::size_t>(r)]) {
-        sets[static_cast<std::size_t>(r)].emplace_back(j, a);
-      }
+      // The entries above t, and those equal to it (the k largest are among them).
+      if (std::fabs(a) > t || (t > 0.0f && std::fabs(a) == t)) leaf.emplace_back(j, a);
     }
+    keep_k_largest(leaf);
   }
-  const auto ku = static_cast<std::size_t>(std::max<std::int64_t>(k, 0));
-  EXPECT_LE(sets[static_cast<std::size_t>(world_rank())].size(), ku)
-      << "more than k entries pass the local threshold";
-  bool ambiguous = false;
+  std::vector<char> selected_here(n, 0);
+  for (const auto& [j, v] : sets[static_cast<std::size_t>(world_rank())]) selected_here[j] = 1;
   std::vector<char> zero_sum(n, 0);
   for (int s = 1; s < P; s *= 2) {
     for (int r = 0; r + s < P; r += 2 * s) {
@@ -402,22 +429,12 @@ inline bool check_gtopk_tree(const Call& c, std::int64_t k) {
           ++y;
         }
       }
-      if (merged.size() > ku) {
-        std::stable_sort(merged.begin(), merged.end(), [](const auto& u, const auto& v) {
-          return std::fabs(u.second) > std::fabs(v.second);
-        });
-        if (ku > 0 && std::fabs(merged[ku - 1].second) == std::fabs(merged[ku].second)) {
-          ambiguous = true;
-        }
-        merged.resize(ku);
-        std::sort(merged.begin(), merged.end());
-      }
+      keep_k_largest(merged);
       sets[static_cast<std::size_t>(r)] = std::move(merged);
       sets[static_cast<std::size_t>(r + s)].clear();
     }
   }
   EXPECT_LE(count_nonzero(c.out), k) << "gTopk returned more than k entries";
-  if (ambiguous) return false;
 
   const SparseSet& final_set = sets[0];
   const auto Pf = static_cast<float>(P);
@@ -431,7 +448,7 @@ inline bool check_gtopk_tree(const Call& c, std::int64_t k) {
   const float lt = c.stats.local_threshold;
   for (std::size_t j = 0; j < n; ++j) {
     if (!same_value_bits(expected_out[j], c.out[j])) out_diff.note(j, expected_out[j], c.out[j]);
-    const bool cleared = std::fabs(c.acc[j]) > lt && in_final[j];
+    const bool cleared = selected_here[j] && in_final[j];
     const float expected = cleared ? 0.0f : c.acc[j];
     const float actual = c.residual_after[j];
     const bool either = zero_sum[j] && (actual == 0.0f || same_value_bits(actual, c.acc[j]));
@@ -440,7 +457,6 @@ inline bool check_gtopk_tree(const Call& c, std::int64_t k) {
   EXPECT_EQ(out_diff.count, 0) << "gTopk out vs the simulated tree: " << out_diff;
   EXPECT_EQ(residual_diff.count, 0)
       << "gTopk residual vs acc with (local ∩ final) cleared: " << residual_diff;
-  return true;
 }
 
 // ---- S2 ------------------------------------------------------------------------------------
@@ -483,7 +499,6 @@ inline void expect_ring_bytes(const Call& c, std::int64_t value_bytes) {
 /// What check_call found, for tests that look further.
 struct Checked {
   bool dense = false;
-  bool tree_verified = false;
   Oracle oracle;  // filled for dense calls and threshold-oracle methods
 };
 
@@ -501,10 +516,12 @@ inline Checked check_call(Runner& runner, const Call& c) {
     expect_dense_average(c);
   }
   if (result.dense || has_threshold_oracle(a)) {
-    result.oracle = build_oracle(c);
+    result.oracle = build_oracle(c, h.k(),
+                                 !result.dense && a == Algorithm::OkTopk &&
+                                     from_rank0(c.stats.global_threshold_exact ? 1 : 0) != 0);
     expect_threshold_oracle(c, result.oracle);
   } else if (a == Algorithm::GTopk) {
-    result.tree_verified = check_gtopk_tree(c, h.k());
+    check_gtopk_tree(c, h.k());
   } else if (a == Algorithm::S2Reducer) {
     check_s2(c, h.options());
   }

@@ -109,6 +109,27 @@ SparseList select_host(const std::vector<float>& x, float threshold) {
   return selected;
 }
 
+// gTopk's k largest of `list` (ascending indices) given the (k+1)-th largest magnitude: those
+// above it, then, when fewer than k and it is above 0, those equal to it in index order.
+SparseList top_k_host(const SparseList& list, float threshold, std::int64_t k) {
+  std::int64_t ties = 0;
+  if (std::isfinite(threshold) && threshold > 0.0f) {
+    ties = k;
+    for (const auto& entry : list) ties -= std::fabs(entry.second) > threshold ? 1 : 0;
+  }
+  SparseList kept;
+  for (const auto& entry : list) {
+    const float m = std::fabs(entry.second);
+    if (m > threshold) {
+      kept.push_back(entry);
+    } else if (m == threshold && ties > 0) {
+      kept.push_back(entry);
+      --ties;
+    }
+  }
+  return kept;
+}
+
 // The Gaussian-k threshold the method should end with: the library's normal fit (a kernel with
 // its own unit tests), then the correction loops of the specification, replayed on the host.
 float gaussian_threshold_model(const Exec& exec, const std::vector<float>& acc, std::int64_t k,
@@ -163,7 +184,7 @@ std::vector<SparseList> allgather_lists(const SparseList& mine) {
 }
 
 // gTopk's tree, simulated: in round s, rank r (r mod 2s == 0, r + s < P) adds the list of
-// r + s to its own (own + received), then keeps the entries above the (k+1)-th largest |sum|.
+// r + s to its own (own + received), then keeps the k largest |sum| (top_k_host).
 SparseList simulate_gtopk_tree(std::vector<SparseList> lists, std::int64_t k,
                                float* last_threshold) {
   const int P = static_cast<int>(lists.size());
@@ -184,11 +205,7 @@ SparseList simulate_gtopk_tree(std::vector<SparseList> lists, std::int64_t k,
       for (const auto& entry : sum) merged_values.push_back(entry.second);
       const float t = exact_threshold(merged_values, k);
       if (r == 0) *last_threshold = t;
-      SparseList kept;
-      for (const auto& [i, v] : sum) {
-        if (std::fabs(v) > t) kept.emplace_back(i, v);
-      }
-      lists[r] = kept;
+      lists[r] = top_k_host(SparseList(sum.begin(), sum.end()), t, k);
     }
   }
   return lists[0];
@@ -270,7 +287,11 @@ Observed run_and_check(Algorithm algorithm, std::int64_t n, double density, Patt
     std::vector<float> next_residual = acc;
     if (algorithm == Algorithm::GTopk) {
       EXPECT_EQ(bits_of(stats.local_threshold), bits_of(exact_threshold(acc, k)));
-      const auto local = select_host(acc, stats.local_threshold);
+      SparseList all_entries;
+      for (std::size_t i = 0; i < acc.size(); ++i) {
+        all_entries.emplace_back(static_cast<std::int32_t>(i), acc[i]);
+      }
+      const auto local = top_k_host(all_entries, stats.local_threshold, k);
       EXPECT_EQ(stats.local_selected, static_cast<std::int64_t>(local.size()));
       float last_threshold = 0.0f;
       const auto final_set = simulate_gtopk_tree(allgather_lists(local), k, &last_threshold);

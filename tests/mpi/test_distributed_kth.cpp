@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // impl::distributed_topk_threshold (Ok-Topk's exact global threshold) against the threshold of
 // the concatenated vectors on the host, for k from 0 past the total, with ties, zeros and
-// infinities, vectors of different lengths per rank (one empty), and its digit schedule: the
-// histograms' traffic shrinks with k as documented. Runs at several rank counts.
+// infinities, vectors of different lengths per rank (one empty), the ties that complete k and
+// each rank's share of them, and its digit schedule: the histograms' traffic shrinks with k as
+// documented. Runs at several rank counts.
 #include <oktopk/communicator.hpp>
 #include <oktopk/topk.hpp>
 #include <oktopk/impl/collectives/distributed_kth.hpp>
@@ -89,9 +90,55 @@ TEST(DistributedKth, MatchesTheThresholdOfTheConcatenation) {
        {std::int64_t{-1}, std::int64_t{0}, std::int64_t{1}, std::int64_t{2}, std::int64_t{17},
         std::int64_t{600}, std::int64_t{1500}, total / 2, total - 1, total, total + 5}) {
     SCOPED_TRACE("k = " + std::to_string(k) + ", total = " + std::to_string(total));
-    const float got = oktopk::impl::distributed_topk_threshold(exec, comm, x, k, workspace);
+    const oktopk::impl::DistributedThreshold got =
+        oktopk::impl::distributed_topk_threshold(exec, comm, x, k, workspace);
     const float want = expected_threshold(all, k);
-    EXPECT_EQ(bits_of(got), bits_of(want)) << got << " against " << want;
+    EXPECT_EQ(bits_of(got.value), bits_of(want)) << got.value << " against " << want;
+    // The ties that complete the k, over all ranks and on this one, counted on the host.
+    const bool inside = k > 0 && k < total;
+    const auto above =
+        std::count_if(all.begin(), all.end(), [want](float v) { return std::fabs(v) > want; });
+    const auto count_equal = [want](const std::vector<float>& v) {
+      return static_cast<std::int64_t>(
+          std::count_if(v.begin(), v.end(), [want](float e) { return std::fabs(e) == want; }));
+    };
+    EXPECT_EQ(got.ties_wanted, inside ? k - above : 0);
+    EXPECT_EQ(got.ties_here, inside ? count_equal(mine) : 0);
+    // Each rank's share: the first ties_wanted in rank order, none at a threshold of 0.
+    std::int64_t before = 0;
+    for (int r = 0; r < me; ++r) before += count_equal(part_of(r, P));
+    const std::int64_t share =
+        inside && want > 0.0f
+            ? std::clamp<std::int64_t>(got.ties_wanted - before, 0, count_equal(mine))
+            : 0;
+    EXPECT_EQ(oktopk::impl::ties_to_select(comm, got), share);
+  }
+}
+
+TEST(DistributedKth, TiesAtTheThresholdAreCountedAndSharedInRankOrder) {
+  // Every rank holds 10 entries of 1.0, then 10 of -3.0: the k = 10P + 5 largest are all the
+  // -3.0s and the first five 1.0s, on rank 0; k = 10P + 15 takes rank 0's ten and five of
+  // rank 1's.
+  const int P = world_size();
+  const int me = world_rank();
+  std::vector<float> mine(20, 1.0f);
+  for (std::size_t i = 10; i < 20; ++i) mine[i] = -3.0f;
+  Kokkos::View<float*, Exec::memory_space> x("x", mine.size());
+  Kokkos::deep_copy(x, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                           mine.data(), mine.size()));
+  const Exec exec;
+  const oktopk::Communicator comm;
+  oktopk::KthLargestWorkspace<Exec> workspace(exec);
+  for (const std::int64_t extra : {std::int64_t{5}, std::int64_t{15}}) {
+    const std::int64_t k = 10 * P + extra;
+    if (k >= 20 * P) continue;
+    SCOPED_TRACE("k = " + std::to_string(k));
+    const auto got = oktopk::impl::distributed_topk_threshold(exec, comm, x, k, workspace);
+    EXPECT_EQ(got.value, 1.0f);
+    EXPECT_EQ(got.ties_wanted, extra);
+    EXPECT_EQ(got.ties_here, 10);
+    const std::int64_t share = std::clamp<std::int64_t>(extra - 10 * me, 0, 10);
+    EXPECT_EQ(oktopk::impl::ties_to_select(comm, got), share);
   }
 }
 

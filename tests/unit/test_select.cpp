@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// count_above, select_above, select_above_counted (after impl::accumulate_counting) and
-// select_above_by_region against host references, per space.
+// count_above, select_above, select_above_and_ties (and impl::select_pairs_above),
+// select_above_counted (after impl::accumulate_counting) and select_above_by_region against
+// host references, per space.
 #include "exec_spaces.hpp"
 #include "host_reference.hpp"
 #include "test_data.hpp"
@@ -87,6 +88,83 @@ TYPED_TEST(Select, SelectAboveMatchesReference) {
       }
     }
   }
+}
+
+/// The host reference of select_above_and_ties: the entries above t and the first `ties` equal
+/// to it, in index order.
+ref::Selection select_above_and_ties_reference(const std::vector<float>& x, float t,
+                                               std::int64_t ties) {
+  ref::Selection s;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float m = std::fabs(x[i]);
+    const bool tie = m == t && ties > 0;
+    if (m > t || tie) {
+      s.indices.push_back(static_cast<index_type>(i));
+      s.values.push_back(x[i]);
+    }
+    if (tie) --ties;
+  }
+  return s;
+}
+
+/// select_above_and_ties, and impl::select_pairs_above (its form for (index, value) pairs),
+/// against the reference, for no ties, some, and more than there are; with a spare capacity
+/// of three that keeps its sentinels, and with a capacity of half the count.
+TYPED_TEST(Select, SelectAboveAndTiesMatchesReference) {
+  const TypeParam exec;
+  for (const auto kind : all_data_kinds) {
+    for (const auto n : test_sizes) {
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<TypeParam>(x, "x");
+      std::vector<index_type> all_indices(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) all_indices[i] = static_cast<index_type>(i);
+      const auto index_view = to_view<TypeParam>(all_indices, "all_indices");
+      for (const float t : thresholds_for(x)) {
+        const auto equal = static_cast<std::int64_t>(
+            std::count_if(x.begin(), x.end(), [t](float v) { return std::fabs(v) == t; }));
+        for (const std::int64_t ties :
+             {std::int64_t{0}, std::int64_t{1}, std::int64_t{3}, equal / 2, equal + 2}) {
+          SCOPED_TRACE(case_name(kind, n, t) + ", ties = " + std::to_string(ties) + " of " +
+                       std::to_string(equal));
+          auto expected = select_above_and_ties_reference(x, t, ties);
+          const auto count = static_cast<std::int64_t>(expected.indices.size());
+          const auto capacity = static_cast<std::size_t>(count) + 3;
+          auto indices = filled_view<TypeParam>(capacity, index_sentinel, "indices");
+          auto values = filled_view<TypeParam>(capacity, value_sentinel, "values");
+          EXPECT_EQ(oktopk::select_above_and_ties(exec, x_view, t, ties, indices, values), count);
+          auto pair_indices = filled_view<TypeParam>(capacity, index_sentinel, "pair_indices");
+          auto pair_values = filled_view<TypeParam>(capacity, value_sentinel, "pair_values");
+          EXPECT_EQ(oktopk::impl::select_pairs_above(exec, index_view, x_view,
+                                                     static_cast<std::int64_t>(x.size()), t, ties,
+                                                     pair_indices, pair_values),
+                    count);
+          const auto half = static_cast<std::size_t>(count / 2);
+          auto short_indices = filled_view<TypeParam>(half, index_sentinel, "short_indices");
+          auto short_values = filled_view<TypeParam>(half, value_sentinel, "short_values");
+          EXPECT_EQ(
+              oktopk::select_above_and_ties(exec, x_view, t, ties, short_indices, short_values),
+              count);
+          const std::vector<index_type> half_indices(expected.indices.begin(),
+                                                     expected.indices.begin() + half);
+          const std::vector<float> half_values(expected.values.begin(),
+                                               expected.values.begin() + half);
+          EXPECT_TRUE(same_entries(to_vector(exec, short_indices), half_indices));
+          EXPECT_TRUE(same_entries(to_vector(exec, short_values), half_values));
+          expected.indices.resize(capacity, index_sentinel);
+          expected.values.resize(capacity, value_sentinel);
+          EXPECT_TRUE(same_entries(to_vector(exec, indices), expected.indices));
+          EXPECT_TRUE(same_entries(to_vector(exec, values), expected.values));
+          EXPECT_TRUE(same_entries(to_vector(exec, pair_indices), expected.indices));
+          EXPECT_TRUE(same_entries(to_vector(exec, pair_values), expected.values));
+        }
+      }
+    }
+  }
+  const auto x_view = to_view<TypeParam>(std::vector<float>{1.0f}, "x");
+  auto indices = filled_view<TypeParam>(1, index_sentinel, "indices");
+  auto values = filled_view<TypeParam>(1, value_sentinel, "values");
+  EXPECT_THROW(oktopk::select_above_and_ties(exec, x_view, 1.0f, -1, indices, values),
+               std::invalid_argument);
 }
 
 /// impl::accumulate_counting (acc = residual + grad with its counts at three levels, per chunk

@@ -15,6 +15,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -73,7 +74,8 @@ class GTopk final : public MethodBase<ExecSpace, Value> {
       stats.local_threshold = this->topk_threshold(exec, acc, k);
       stats.local_threshold_exact = true;
       // The local top-k starts the tree set; its indices are kept for the residual.
-      local = this->select_into(exec, acc, stats.local_threshold, set_indices_, set_values_);
+      local =
+          this->select_top_k_into(exec, acc, stats.local_threshold, k, set_indices_, set_values_);
       ensure_capacity(exec, local_indices_, local);
       Kokkos::deep_copy(exec, Kokkos::subview(local_indices_, range(0, local)),
                         Kokkos::subview(set_indices_, range(0, local)));
@@ -160,7 +162,8 @@ class GTopk final : public MethodBase<ExecSpace, Value> {
             Kokkos::subview(set_values_, range(0, size)),
             Kokkos::subview(recv_indices_, range(0, count)),
             Kokkos::subview(recv_values_, range(0, count)), merged_indices_, merged_values_);
-        // Keep the k largest |sum|: strictly above the (k+1)-th largest.
+        // Keep the k largest |sum|: those above the (k+1)-th largest, and as many of those
+        // equal to it, in index order, as complete the k (none at a threshold of 0).
         if (k <= 0) {
           threshold = std::numeric_limits<float>::infinity();
         } else if (k >= merged) {
@@ -172,7 +175,12 @@ class GTopk final : public MethodBase<ExecSpace, Value> {
         // The set's old contents are in the merged buffers now; regrowing it may drop them.
         ensure_capacity(exec, set_indices_, merged);
         ensure_capacity(exec, set_values_, merged);
-        size = select_pairs_above(exec, merged_indices_, merged_values_, merged, threshold,
+        std::int64_t ties = 0;
+        if (std::isfinite(threshold) && threshold > 0.0f) {
+          ties =
+              k - count_above(exec, Kokkos::subview(merged_values_, range(0, merged)), threshold);
+        }
+        size = select_pairs_above(exec, merged_indices_, merged_values_, merged, threshold, ties,
                                   set_indices_, set_values_);
       }
     }

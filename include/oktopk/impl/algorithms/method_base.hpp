@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <limits>
@@ -162,6 +163,19 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
       const ExecSpace& exec, const X& x, float threshold, index_vector_type& indices,
       Values& values,
       const impl::KnownAbove<ExecSpace, typename X::non_const_value_type>& known = {});
+
+  /// select_into() that also takes the first `ties` entries with |x| == threshold
+  /// (select_above_and_ties()), growing the buffers if needed; returns the count.
+  template <class X, class Values>
+  std::int64_t select_with_ties_into(const ExecSpace& exec, const X& x, float threshold,
+                                     std::int64_t ties, index_vector_type& indices, Values& values);
+
+  /// The k largest |x| into (indices, values), ascending, given the (k+1)-th largest as
+  /// `threshold` (topk_threshold()): the entries above it, then, where fewer than k are and
+  /// the threshold is above 0, the first of those equal to it in index order. Returns the count.
+  template <class Values>
+  std::int64_t select_top_k_into(const ExecSpace& exec, const real_vector_type& x, float threshold,
+                                 std::int64_t k, index_vector_type& indices, Values& values);
 
   /// A phase factory for the shared collectives: timed(name) opens phase(exec, name).
   auto timed(const ExecSpace& exec) {
@@ -566,6 +580,33 @@ std::int64_t MethodBase<ExecSpace, Value>::select_into(
     count = select_known(exec, known, x, threshold, indices, values);
   }
   return count;
+}
+
+template <class ExecSpace, class Value>
+template <class X, class Values>
+std::int64_t MethodBase<ExecSpace, Value>::select_with_ties_into(const ExecSpace& exec, const X& x,
+                                                                 float threshold, std::int64_t ties,
+                                                                 index_vector_type& indices,
+                                                                 Values& values) {
+  std::int64_t count = select_above_and_ties(exec, x, threshold, ties, indices, values);
+  if (count > static_cast<std::int64_t>(std::min(indices.extent(0), values.extent(0)))) {
+    ensure_capacity(exec, indices, count);
+    ensure_capacity(exec, values, count);
+    count = select_above_and_ties(exec, x, threshold, ties, indices, values);
+  }
+  return count;
+}
+
+template <class ExecSpace, class Value>
+template <class Values>
+std::int64_t MethodBase<ExecSpace, Value>::select_top_k_into(const ExecSpace& exec,
+                                                             const real_vector_type& x,
+                                                             float threshold, std::int64_t k,
+                                                             index_vector_type& indices,
+                                                             Values& values) {
+  const std::int64_t above = select_into(exec, x, threshold, indices, values);
+  if (above >= k || !(threshold > 0.0f) || !std::isfinite(threshold)) return above;
+  return select_with_ties_into(exec, x, threshold, k - above, indices, values);
 }
 
 template <class ExecSpace, class Value>

@@ -257,19 +257,29 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     {
       auto timer = this->phase(exec, "global_select");
       const bool guarded = counted || (!exact && !o.guard_ladder && guard_global_threshold(exec));
+      // An exact threshold is the (k+1)-th largest region sum; where sums tie with it (sums of
+      // 16-bit values often do), the first of the ties in index order complete the k.
+      std::int64_t ties = 0;
       if (!guarded) {
-        global_threshold_ =
+        const DistributedThreshold found =
             distributed_topk_threshold(exec, this->comm_, split_.region, k, this->kth_workspace_);
+        global_threshold_ = found.value;
+        ties = ties_to_select(this->comm_, found);
         global_exact = true;
         global_ladder_.anchor(global_threshold_);
       }
-      // At a ladder level, the region's counts per chunk are known (host spaces): one pass.
-      KnownAbove<ExecSpace, Real> known;
-      if (counted && region_level_counts_.extent(0) != 0) {
-        known.chunk_counts = Kokkos::subview(region_level_counts_, global_level_, Kokkos::ALL);
+      if (ties > 0) {
+        selected = this->select_with_ties_into(exec, split_.region, global_threshold_, ties,
+                                               global_indices_, global_values_);
+      } else {
+        // At a ladder level, the region's counts per chunk are known (host spaces): one pass.
+        KnownAbove<ExecSpace, Real> known;
+        if (counted && region_level_counts_.extent(0) != 0) {
+          known.chunk_counts = Kokkos::subview(region_level_counts_, global_level_, Kokkos::ALL);
+        }
+        selected = this->select_into(exec, split_.region, global_threshold_, global_indices_,
+                                     global_values_, known);
       }
-      selected = this->select_into(exec, split_.region, global_threshold_, global_indices_,
-                                   global_values_, known);
       OKTOPK_ASSERT(!counted || selected == gather_.counts[me]);
       add_offset(exec, global_indices_, 0, selected, offsets_[me]);
     }

@@ -270,29 +270,37 @@ void count_below(const ExecSpace& exec, const Sorted& sorted, std::int64_t size,
       KOKKOS_LAMBDA(std::int64_t s) { keys(s) = lower_bound(sorted, size, keys(s)); });
 }
 
-/// Compacts the pairs with |values(j)| > threshold (j < count) into the outputs, keeping their
-/// order; returns how many there are, writing at most the outputs' capacity.
+/// Compacts the pairs with |values(j)| > threshold (j < count), and the first `ties` pairs with
+/// |values(j)| == threshold, into the outputs, keeping their order; returns how many there
+/// are, writing at most the outputs' capacity. The scan carries the two counts in one word
+/// (select_above_and_ties()): above in the low 32 bits, equal in the high 32.
 template <class ExecSpace, class Idx, class Val, class OutIdx, class OutVal>
 std::int64_t select_pairs_above(const ExecSpace& exec, const Idx& indices, const Val& values,
-                                std::int64_t count, float threshold, const OutIdx& out_indices,
-                                const OutVal& out_values) {
+                                std::int64_t count, float threshold, std::int64_t ties,
+                                const OutIdx& out_indices, const OutVal& out_values) {
   const auto capacity = static_cast<std::int64_t>(
       out_indices.extent(0) < out_values.extent(0) ? out_indices.extent(0) : out_values.extent(0));
-  std::int64_t selected = 0;
+  std::int64_t packed = 0;
   Kokkos::parallel_scan(
       "oktopk::select_pairs_above", RangeOf<ExecSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(const std::int64_t j, std::int64_t& slot, bool final) {
+      KOKKOS_LAMBDA(const std::int64_t j, std::int64_t& prefix, bool final) {
         const auto v = values(j);
-        if (magnitude(v) > threshold) {
+        const float m = magnitude(v);
+        const std::int64_t above = prefix & 0xffffffff;
+        const std::int64_t equal = prefix >> 32;
+        if (m > threshold || (m == threshold && equal < ties)) {
+          const std::int64_t slot = above + (equal < ties ? equal : ties);
           if (final && slot < capacity) {
             out_indices(slot) = indices(j);
             out_values(slot) = value_cast<typename OutVal::non_const_value_type>(v);
           }
-          ++slot;
         }
+        if (m > threshold) prefix += 1;
+        if (m == threshold) prefix += std::int64_t{1} << 32;
       },
-      selected);
-  return selected;
+      packed);
+  const std::int64_t equal = packed >> 32;
+  return (packed & 0xffffffff) + (equal < ties ? equal : ties);
 }
 
 /// indices(j) += offset for j in [begin, end).

@@ -46,15 +46,19 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Valu
     for (auto& entry : set) entry.second = wire_rounded(entry.second, wire);
   };
 
-  // This rank's leaf: its entries above its threshold, ascending (select_above keeps order).
-  std::int64_t count = count_above(exec, acc, local_threshold);
+  // This rank's leaf: its k largest, ascending; the threshold is the (k+1)-th largest, so
+  // where fewer than k lie above it, the first entries equal to it complete them (if it is
+  // above 0).
+  const std::int64_t above = count_above(exec, acc, local_threshold);
+  const std::int64_t leaf_ties =
+      std::isfinite(local_threshold) && local_threshold > 0.0f && above < k ? k - above : 0;
   Kokkos::View<index_type*, Memory> idx(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::expected_result::leaf_indices"),
-      static_cast<std::size_t>(count));
+      static_cast<std::size_t>(above + leaf_ties));
   OracleVector<ExecSpace, Real> val(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::expected_result::leaf_values"),
-      static_cast<std::size_t>(count));
-  count = select_above(exec, acc, local_threshold, idx, val);
+      static_cast<std::size_t>(above + leaf_ties));
+  std::int64_t count = select_above_and_ties(exec, acc, local_threshold, leaf_ties, idx, val);
   auto host_idx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), idx);
   auto host_val = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), val);
 
@@ -109,9 +113,24 @@ void expected_gtopk(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Valu
         std::nth_element(magnitudes.begin(), magnitudes.begin() + k, magnitudes.end(),
                          std::greater<float>());
         const float t = magnitudes[static_cast<std::size_t>(k)];
-        merged.erase(std::remove_if(merged.begin(), merged.end(),
-                                    [t](const auto& e) { return !(magnitude(e.second) > t); }),
-                     merged.end());
+        // Above t, and the first of those equal to t (merged ascends by index) up to k in all.
+        std::int64_t ties = 0;
+        if (t > 0.0f) {
+          ties = k;
+          for (const auto& e : merged) ties -= magnitude(e.second) > t ? 1 : 0;
+        }
+        Set kept;
+        kept.reserve(static_cast<std::size_t>(k));
+        for (const auto& e : merged) {
+          const float m = magnitude(e.second);
+          if (m > t) {
+            kept.push_back(e);
+          } else if (m == t && ties > 0) {
+            kept.push_back(e);
+            --ties;
+          }
+        }
+        merged = std::move(kept);
       }
       sets[r] = std::move(merged);
       sets[r + s].clear();
