@@ -252,8 +252,9 @@ std::vector<Row> run(const Options& o) {
         [&] { Kokkos::deep_copy(exec, sorted, magnitudes); });
   }
   const std::int64_t samples = std::min<std::int64_t>(n, 1 << 20);
+  oktopk::SampledThresholdWorkspace<ExecSpace, Value> sampled_workspace(exec);
   add("sampled_threshold", fb * samples,
-      [&] { oktopk::estimate_threshold_sampled(exec, x, k, samples, 7); });
+      [&] { oktopk::estimate_threshold_sampled(exec, x, k, samples, 7, sampled_workspace); });
   add("gaussian_threshold", 2 * fb * n, [&] { oktopk::estimate_threshold_gaussian(exec, x, k); });
   add("residual_update", (2 * rb + fb) * n,
       [&] { oktopk::accumulate_residual(exec, residual, x, 1.0f, residual); });

@@ -10,6 +10,7 @@
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/kernels/inverse_normal.hpp>
 #include <oktopk/impl/kernels/radix_select.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -89,13 +90,27 @@ float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k) {
   return kth_largest_abs(exec, x, k, workspace);
 }
 
+/// \brief Reusable buffers for estimate_threshold_sampled on x of value type Value: the sample
+/// (grown to the largest sample_size asked for, with headroom) and kth_largest_abs's workspace,
+/// so repeated calls allocate nothing once the sample is large enough.
+template <class ExecSpace, class Value = float>
+struct SampledThresholdWorkspace {
+  explicit SampledThresholdWorkspace(const ExecSpace& exec = ExecSpace()) : kth(exec) {}
+
+  Kokkos::View<Value*, typename ExecSpace::memory_space> sample{
+      "oktopk::estimate_threshold_sampled::sample", 0};
+  KthLargestWorkspace<ExecSpace> kth;
+};
+
 /// \brief Estimates the k-th largest |x| from `sample_size` entries drawn uniformly with
 /// replacement (a hash of `seed` and the draw number picks each, so the estimate is
 /// deterministic): the ceil(k·s/n)-th largest |sample|. Exact when sample_size >= n.
 /// k == 0 or n == 0 gives +Inf. sample_size must be positive.
 template <class ExecSpace, class XView>
-float estimate_threshold_sampled(const ExecSpace& exec, const XView& x, std::int64_t k,
-                                 std::int64_t sample_size, std::uint64_t seed) {
+float estimate_threshold_sampled(
+    const ExecSpace& exec, const XView& x, std::int64_t k, std::int64_t sample_size,
+    std::uint64_t seed,
+    SampledThresholdWorkspace<ExecSpace, typename XView::non_const_value_type>& workspace) {
   constexpr const char* where = "oktopk::estimate_threshold_sampled";
   OKTOPK_STATIC_CHECK_VALUES(ExecSpace, XView, "oktopk::estimate_threshold_sampled: x");
   OKTOPK_REQUIRE(k >= 0, std::invalid_argument, where, "k must be non-negative, got " << k);
@@ -104,10 +119,11 @@ float estimate_threshold_sampled(const ExecSpace& exec, const XView& x, std::int
   impl::ScopedRegion region("oktopk::estimate_threshold_sampled");
   const auto n = static_cast<std::int64_t>(x.extent(0));
   if (k == 0 || n == 0) return std::numeric_limits<float>::infinity();
-  if (sample_size >= n) return kth_largest_abs(exec, x, k);
+  if (sample_size >= n) return kth_largest_abs(exec, x, k, workspace.kth);
 
-  auto sample = impl::make_uninitialized<typename XView::non_const_value_type>(
-      exec, "oktopk::estimate_threshold::sample", static_cast<std::size_t>(sample_size));
+  impl::ensure_capacity(exec, workspace.sample, sample_size);
+  const auto sample =
+      Kokkos::subview(workspace.sample, Kokkos::make_pair(std::int64_t{0}, sample_size));
   Kokkos::parallel_for(
       "oktopk::estimate_threshold_sampled::draw", impl::RangeOf<ExecSpace>(exec, 0, sample_size),
       KOKKOS_LAMBDA(std::int64_t j) {
@@ -119,7 +135,16 @@ float estimate_threshold_sampled(const ExecSpace& exec, const XView& x, std::int
   const long double scaled = static_cast<long double>(k) * sample_size / n;
   auto sample_k = static_cast<std::int64_t>(std::ceil(scaled));
   if (sample_k < 1) sample_k = 1;
-  return kth_largest_abs(exec, sample, sample_k);
+  return kth_largest_abs(exec, sample, sample_k, workspace.kth);
+}
+
+/// \brief estimate_threshold_sampled with its own workspace (allocates the sample and a small
+/// histogram per call).
+template <class ExecSpace, class XView>
+float estimate_threshold_sampled(const ExecSpace& exec, const XView& x, std::int64_t k,
+                                 std::int64_t sample_size, std::uint64_t seed) {
+  SampledThresholdWorkspace<ExecSpace, typename XView::non_const_value_type> workspace(exec);
+  return estimate_threshold_sampled(exec, x, k, sample_size, seed, workspace);
 }
 
 /// \brief The Gaussian-k threshold: fits a normal distribution (mean mu, standard deviation

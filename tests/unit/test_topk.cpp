@@ -338,6 +338,32 @@ TYPED_TEST(TopK, EstimateSampledIsDeterministicAndTakenFromX) {
   }
 }
 
+/// One workspace for calls of growing and shrinking sample sizes: the same estimates as
+/// calls with their own, and no new sample buffer once it is large enough.
+TYPED_TEST(TopK, EstimateSampledWithAWorkspaceMatchesAndAllocatesOnce) {
+  const TypeParam exec;
+  oktopk::SampledThresholdWorkspace<TypeParam, float> workspace(exec);
+  const float* sample_after_largest = nullptr;
+  for (const auto kind : {DataKind::normal, DataKind::ties, DataKind::heavy_tailed}) {
+    const auto& x = cached_data(kind, 1000003);
+    const auto x_view = to_view<TypeParam>(x, "x");
+    for (const std::int64_t s : {std::int64_t{10}, std::int64_t{100000}, std::int64_t{1000},
+                                 std::int64_t{2000000}, std::int64_t{1}}) {
+      for (const std::int64_t k : {std::int64_t{1}, std::int64_t{10000}}) {
+        SCOPED_TRACE(std::string(to_string(kind)) + ", s = " + std::to_string(s) +
+                     ", k = " + std::to_string(k));
+        const float own = oktopk::estimate_threshold_sampled(exec, x_view, k, s, 3);
+        const float reused = oktopk::estimate_threshold_sampled(exec, x_view, k, s, 3, workspace);
+        EXPECT_TRUE(same_bits(own, reused)) << describe(own) << " vs " << describe(reused);
+      }
+      if (s == 100000) sample_after_largest = workspace.sample.data();
+    }
+  }
+  // 100000 was the largest sample drawn (2000000 >= n is exact, with no sample).
+  EXPECT_EQ(workspace.sample.data(), sample_after_largest);
+  EXPECT_GE(workspace.sample.extent(0), std::size_t{100000});
+}
+
 TYPED_TEST(TopK, EstimateSampledCountIsNearK) {
   const TypeParam exec;
   const auto& x = cached_data(DataKind::normal, 1000000);

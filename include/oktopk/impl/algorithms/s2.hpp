@@ -31,11 +31,14 @@ template <class ExecSpace, class Real>
 struct S2Buffers {
   using memory_space = typename ExecSpace::memory_space;
   Kokkos::View<Real*, memory_space> table;
+  /// The cells as the sketch sums them (sketch_entries), before they become the table.
+  Kokkos::View<std::int64_t*, memory_space> fixed;
   Kokkos::View<unsigned char*, memory_space> bitmap;
 
   S2Buffers(const ExecSpace& exec, const CountSketch& sketch)
       : table(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::s2::table"),
               static_cast<std::size_t>(sketch.cells())),
+        fixed(make_fixed_cells(exec, sketch, "oktopk::s2::fixed")),
         bitmap(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::s2::bitmap"),
                static_cast<std::size_t>(sketch.rows)) {}
 };
@@ -51,6 +54,8 @@ struct S2SegmentBuffers {
   Kokkos::View<Real*, memory_space> table;
   Kokkos::View<Real*, memory_space> bitmap;
   Kokkos::View<Real*, memory_space> dense;
+  /// The cells as the sketch sums them (sketch_entries), before they become the table.
+  Kokkos::View<std::int64_t*, memory_space> fixed;
   /// Union rows in ascending order, and the first decoded entry of each.
   Kokkos::View<std::int64_t*, memory_space> union_rows;
   Kokkos::View<std::int64_t*, memory_space> union_entry_begin;
@@ -60,6 +65,7 @@ struct S2SegmentBuffers {
                    const SegmentMap<memory_space>& map)
       : fused(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::s2::fused"),
               fused_length(sketch, map)),
+        fixed(make_fixed_cells(exec, sketch, "oktopk::s2::fixed")),
         union_rows(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::s2::union_rows"),
                    static_cast<std::size_t>(map.sparse_rows)),
         union_entry_begin(
@@ -92,6 +98,10 @@ struct S2SegmentBuffers {
 /// the median estimate / P on the union rows, 0 elsewhere ("decode"). Differences from the
 /// reference code: the decoded result is written to the output, the table is cleared every call,
 /// and each handle owns its sketch state.
+///
+/// Each rank's table is the same bits on every run, whatever the thread count or device
+/// (sketch_entries sums on an integer grid), so S2 resumes from a checkpoint bit for bit as the
+/// other methods do.
 ///
 /// Error feedback (s2_error_feedback, off by default as in the reference): before the
 /// allreduce, each non-zero entry of acc loses the estimate this rank's own sketch gives it, so
@@ -147,7 +157,8 @@ class S2Reducer final : public MethodBase<ExecSpace, Value> {
     overflowed_ = 0;
     {
       auto timer = this->phase(exec, "sketch");
-      stats.local_selected = sketch_nonzeros(exec, sketch_, acc, buffers_.table, buffers_.bitmap);
+      stats.local_selected =
+          sketch_nonzeros(exec, sketch_, acc, buffers_.table, buffers_.fixed, buffers_.bitmap);
     }
     if (uses_error_feedback()) {
       // Before the allreduce, while the table is still this rank's own sketch.
@@ -187,8 +198,8 @@ class S2Reducer final : public MethodBase<ExecSpace, Value> {
     const bool feedback = uses_error_feedback();
     {
       auto timer = this->phase(exec, "sketch");
-      stats.local_selected =
-          sketch_segments(exec, sketch_, map_, acc, b.table, b.bitmap) + map_.dense_entries;
+      stats.local_selected = sketch_segments(exec, sketch_, map_, acc, b.table, b.fixed, b.bitmap) +
+                             map_.dense_entries;
     }
     overflowed_ = 0;
     if (feedback) {

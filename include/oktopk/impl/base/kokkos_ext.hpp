@@ -49,11 +49,12 @@ Kokkos::View<T*, typename ExecSpace::memory_space> make_uninitialized(const Exec
       Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, label), n);
 }
 
-/// First position in sorted[0, size) whose value is not less than key.
+/// First position in sorted[begin, end) whose value is not less than key (end if none).
 template <class View, class Key>
-KOKKOS_INLINE_FUNCTION std::int64_t lower_bound(const View& sorted, std::int64_t size, Key key) {
-  std::int64_t lo = 0;
-  std::int64_t hi = size;
+KOKKOS_INLINE_FUNCTION std::int64_t lower_bound(const View& sorted, std::int64_t begin,
+                                                std::int64_t end, Key key) {
+  std::int64_t lo = begin;
+  std::int64_t hi = end;
   while (lo < hi) {
     const std::int64_t mid = lo + (hi - lo) / 2;
     if (sorted(mid) < key) {
@@ -63,6 +64,12 @@ KOKKOS_INLINE_FUNCTION std::int64_t lower_bound(const View& sorted, std::int64_t
     }
   }
   return lo;
+}
+
+/// First position in sorted[0, size) whose value is not less than key.
+template <class View, class Key>
+KOKKOS_INLINE_FUNCTION std::int64_t lower_bound(const View& sorted, std::int64_t size, Key key) {
+  return lower_bound(sorted, std::int64_t{0}, size, key);
 }
 
 /// First position in sorted[0, size) whose value is greater than key.

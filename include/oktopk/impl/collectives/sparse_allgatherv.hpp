@@ -31,6 +31,9 @@ struct SparseGather {
   Kokkos::View<Real*, Memory> values{"oktopk::SparseGather::values", 0};
   /// Entries per rank before balancing, and their sum.
   std::vector<std::int64_t> counts;
+  /// Where each rank's block starts in indices and values (P + 1), for average_gathered.
+  Kokkos::View<std::int64_t*, Memory> block_offsets{"oktopk::SparseGather::block_offsets", 0};
+  typename Kokkos::View<std::int64_t*, Memory>::host_mirror_type block_offsets_host;
   std::int64_t total = 0;
   bool balanced = false;
   // Staging for the balancing step.
@@ -258,22 +261,62 @@ void sparse_allgatherv(const ExecSpace& exec, const Communicator& comm, const Id
                             timed);
 }
 
-/// out = (sum of the gathered entries) / P, adding rank by rank into `sums` (of n values of
-/// type Real; out itself when it holds Real) so the sum has the same order on every rank and
-/// every run (within one rank's block indices are distinct, so the atomic adds do not race),
-/// then dividing into out, rounded once. Entries of different ranks may share an index.
+/// \brief out = (sum of the gathered entries) / P, in one kernel whatever P: each team owns a
+/// range of the vector, zeroes `sums` there (n values of type Real; out itself when it holds
+/// Real), adds the entries every rank's block holds in that range, block after block, and
+/// divides into out, rounded once. Within a block the indices are distinct and ascending (the
+/// methods select in index order), so two binary searches find a block's part of the range and
+/// its adds do not race; entries of different ranks may share an index. Every index gets the
+/// same additions in rank order on every rank and run, at any team size.
 template <class ExecSpace, class Real, class Sums, class Out>
-void average_gathered(const ExecSpace& exec, const SparseGather<ExecSpace, Real>& gather,
+void average_gathered(const ExecSpace& exec, SparseGather<ExecSpace, Real>& gather,
                       const Sums& sums, const Out& out, int ranks) {
-  Kokkos::deep_copy(exec, sums, Real(0));
-  std::int64_t begin = 0;
-  for (const std::int64_t count : gather.counts) {
-    const auto block = Kokkos::make_pair(begin, begin + count);
-    scatter_add_unchecked(exec, Kokkos::subview(gather.indices, block),
-                          Kokkos::subview(gather.values, block), sums);
-    begin += count;
+  using Stored = typename Out::non_const_value_type;
+  using Policy = Kokkos::TeamPolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
+  const auto blocks = static_cast<std::int64_t>(gather.counts.size());
+  const auto n = static_cast<std::int64_t>(out.extent(0));
+  if (n == 0) return;
+  if (static_cast<std::int64_t>(gather.block_offsets.extent(0)) != blocks + 1) {
+    gather.block_offsets = Kokkos::View<std::int64_t*, typename ExecSpace::memory_space>(
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                           "oktopk::SparseGather::block_offsets"),
+        static_cast<std::size_t>(blocks + 1));
+    gather.block_offsets_host = Kokkos::create_mirror_view(gather.block_offsets);
   }
-  divide(exec, sums, out, static_cast<float>(ranks));
+  gather.block_offsets_host(0) = 0;
+  for (std::int64_t r = 0; r < blocks; ++r) {
+    gather.block_offsets_host(r + 1) = gather.block_offsets_host(r) + gather.counts[r];
+  }
+  Kokkos::deep_copy(exec, gather.block_offsets, gather.block_offsets_host);
+  // Each team searches every block twice: ranges wide enough that the searches cost about a
+  // sixteenth of the pass over the n entries and the gathered ones.
+  const double wide = 16.0 * static_cast<double>(blocks) * static_cast<double>(n) /
+                      static_cast<double>(n + gather.total);
+  const std::int64_t width = std::max<std::int64_t>(1024, static_cast<std::int64_t>(wide));
+  const std::int64_t teams = (n + width - 1) / width;
+  const auto indices = gather.indices;
+  const auto values = gather.values;
+  const auto offsets = gather.block_offsets;
+  const auto divisor = static_cast<float>(ranks);
+  Kokkos::parallel_for(
+      "oktopk::average_gathered", Policy(exec, teams, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const typename Policy::member_type& team) {
+        const std::int64_t lo = static_cast<std::int64_t>(team.league_rank()) * width;
+        const std::int64_t hi = lo + width < n ? lo + width : n;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lo, hi),
+                             [&](std::int64_t i) { sums(i) = 0; });
+        for (std::int64_t r = 0; r < blocks; ++r) {
+          team.team_barrier();
+          const std::int64_t first = lower_bound(indices, offsets(r), offsets(r + 1), lo);
+          const std::int64_t last = lower_bound(indices, first, offsets(r + 1), hi);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, first, last),
+                               [&](std::int64_t j) { sums(indices(j)) += values(j); });
+        }
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lo, hi), [&](std::int64_t i) {
+          out(i) = value_cast<Stored>(to_arithmetic(sums(i)) / divisor);
+        });
+      });
 }
 
 }  // namespace oktopk::impl

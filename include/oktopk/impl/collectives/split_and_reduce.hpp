@@ -153,8 +153,8 @@ void split_and_reduce(
 
   auto add_from = [&](const auto& idx, const auto& val, std::int64_t begin, std::int64_t end) {
     if (end > begin) {
-      scatter_add_unchecked(exec, Kokkos::subview(idx, range(begin, end)),
-                            Kokkos::subview(val, range(begin, end)), state.region);
+      scatter_add_distinct(exec, Kokkos::subview(idx, range(begin, end)),
+                           Kokkos::subview(val, range(begin, end)), state.region);
     }
   };
   // My own part needs no message.

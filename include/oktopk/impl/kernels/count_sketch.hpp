@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 
 namespace oktopk::impl {
 
@@ -49,19 +50,27 @@ struct CountSketch {
   /// ("<where>: s2_...") for values S2 cannot use.
   static CountSketch make(const char* where, std::int64_t n, const Options& options) {
     options.validate();
-    OKTOPK_REQUIRE(n >= 0 && n <= INT_MAX, std::invalid_argument, where,
-                   "n must be in [0, 2^31 - 1], got " << n);
-    // Options::validate bounds rows (1..max_sketch_rows), width and columns.
-    OKTOPK_ASSERT(options.s2_sketch_rows >= 1 && options.s2_sketch_rows <= max_sketch_rows);
-    CountSketch s;
-    s.n = n;
-    s.row_width = options.s2_row_width;
-    s.rows = n / s.row_width + (n % s.row_width != 0 ? 1 : 0);
-    s.sketch_rows = options.s2_sketch_rows;
     std::int64_t wanted = options.s2_sketch_columns;
     if (wanted == 0) {
       wanted = static_cast<std::int64_t>(std::ceil(2.0 * options.density * static_cast<double>(n)));
     }
+    return with_shape(where, n, options.s2_row_width, options.s2_sketch_rows, wanted, options.seed);
+  }
+
+  /// The sketch of n keys read as rows of row_width, with sketch_rows rows of `wanted` columns
+  /// (at least 1; n wide and exact when wanted >= n), hashed from `seed`. Options::validate
+  /// has bounded the shape when it comes from make; throws std::invalid_argument ("<where>:
+  /// ...") for an n or a cell count past 2^31 - 1.
+  static CountSketch with_shape(const char* where, std::int64_t n, std::int64_t row_width,
+                                int sketch_rows, std::int64_t wanted, std::uint64_t seed) {
+    OKTOPK_REQUIRE(n >= 0 && n <= INT_MAX, std::invalid_argument, where,
+                   "n must be in [0, 2^31 - 1], got " << n);
+    OKTOPK_ASSERT(sketch_rows >= 1 && sketch_rows <= max_sketch_rows && row_width >= 1);
+    CountSketch s;
+    s.n = n;
+    s.row_width = row_width;
+    s.rows = n / s.row_width + (n % s.row_width != 0 ? 1 : 0);
+    s.sketch_rows = sketch_rows;
     if (wanted < 1) wanted = 1;
     s.exact = wanted >= n;
     s.columns = s.exact ? (n > 0 ? n : 1) : wanted;
@@ -69,7 +78,7 @@ struct CountSketch {
     OKTOPK_REQUIRE(s.cells() <= INT_MAX, std::invalid_argument, where,
                    "s2_sketch_rows x columns = " << s.sketch_rows << " x " << s.columns
                                                  << " cells exceed 2^31 - 1");
-    const std::uint64_t seed_key = splitmix64(options.seed);
+    const std::uint64_t seed_key = splitmix64(seed);
     for (int q = 0; q < s.sketch_rows; ++q) {
       s.row_keys[q] = splitmix64(seed_key + static_cast<std::uint64_t>(q));
     }
@@ -104,14 +113,6 @@ struct CountSketch {
       const std::int64_t c = cell(q, key, mixed, sign);
       visit(q, c, sign);
     }
-  }
-
-  /// The sketch's insert: table(q, h_q(key)) += s_q(key)·value in every sketch row q, atomic
-  /// (entries that share a cell may be added at once).
-  template <class Table, class Real>
-  KOKKOS_INLINE_FUNCTION void add(const Table& table, std::int64_t key, Real value) const {
-    for_each_cell(
-        key, [&](int, std::int64_t c, float sign) { Kokkos::atomic_add(&table(c), sign * value); });
   }
 
   /// The count-sketch estimate of entry x: the median over sketch rows q of
@@ -154,28 +155,131 @@ struct CountSketch {
   }
 };
 
-/// Clears `table` and `bitmap`, then, for every non-zero x(i): table(q, h_q(i)) += s_q(i)·x(i)
-/// and bitmap(row of i) = 1. Returns the non-zeros of x. One pass over x, one entry per work
-/// item, so neighbouring GPU threads read neighbouring entries. Several entries of a row may
-/// mark it at once; they all store the same byte.
-template <class ExecSpace, class X, class Table, class Bitmap>
-std::int64_t sketch_nonzeros(const ExecSpace& exec, const CountSketch& sketch, const X& x,
-                             const Table& table, const Bitmap& bitmap) {
+/// \brief The fixed-point grid one rank's sketch sums on, so that a cell is the same bits
+/// whatever order its entries are added in (any thread count, any GPU schedule): integer
+/// additions associate, float atomics do not. Values are rounded to multiples of a power-of-two
+/// step, `step` = 2^-e, chosen per call as the finest step at which `terms` values of magnitude
+/// at most `largest` sum to less than 2^62 in magnitude, so no int64 cell overflows. A value's
+/// rounding error is at most step / 2 <= largest · terms · 2^-61; with error feedback the
+/// residual keeps it.
+struct FixedPointGrid {
+  double to_fixed = 1.0;
+  double step = 1.0;
+
+  /// largest > 0 and finite, terms >= 1. The exponent is kept within [-1000, 1000], so both
+  /// factors are normal doubles (values below 2^-1001 round to 0).
+  static FixedPointGrid make(double largest, std::int64_t terms) {
+    OKTOPK_ASSERT(largest > 0 && std::isfinite(largest) && terms >= 1);
+    int largest_exponent = 0;  // largest < 2^largest_exponent
+    std::frexp(largest, &largest_exponent);
+    int terms_exponent = 0;  // terms <= 2^terms_exponent
+    while ((std::int64_t{1} << terms_exponent) < terms) ++terms_exponent;
+    int e = 62 - largest_exponent - terms_exponent;
+    e = e > 1000 ? 1000 : (e < -1000 ? -1000 : e);
+    FixedPointGrid grid;
+    grid.to_fixed = std::ldexp(1.0, e);
+    grid.step = std::ldexp(1.0, -e);
+    return grid;
+  }
+
+  /// v on the grid, rounded to nearest (ties away from zero), in units of `step`.
+  KOKKOS_INLINE_FUNCTION std::int64_t to_units(double v) const {
+    const double scaled = v * to_fixed;
+    return static_cast<std::int64_t>(scaled < 0 ? scaled - 0.5 : scaled + 0.5);
+  }
+};
+
+/// The entries a sketch reads from a dense vector x: key i is x(i), in row i / row_width.
+template <class X>
+struct DenseSketchEntries {
+  X x;
+  std::int64_t row_width = 1;
+  KOKKOS_INLINE_FUNCTION typename X::non_const_value_type operator()(std::int64_t i,
+                                                                     std::int64_t& row) const {
+    row = i / row_width;
+    return x(i);
+  }
+};
+
+/// Clears `table` and `bitmap`, then, for every non-zero entry of key e in [0, keys)
+/// (value = entries(e, row)): table(q, h_q(e)) += s_q(e)·value in every sketch row q, and
+/// bitmap(row) = 1. Returns the non-zeros. Several entries of a row may mark it at once; they
+/// all store the same value.
+///
+/// The cells are deterministic. One pass marks the rows and finds the largest |value| (a max,
+/// exact in any order); the next stores each entry in its own cell in an exact sketch, and
+/// otherwise adds the entries on a FixedPointGrid into `fixed` (int64, one per cell) with
+/// integer atomics, and a last pass over the cells converts them, through double, to the
+/// table's type. One work item per key, so neighbouring GPU threads read neighbouring entries.
+template <class ExecSpace, class Entries, class Table, class Fixed, class Bitmap>
+std::int64_t sketch_entries(const ExecSpace& exec, const CountSketch& sketch, std::int64_t keys,
+                            const Entries& entries, const Table& table, const Fixed& fixed,
+                            const Bitmap& bitmap) {
+  using Real = typename Table::non_const_value_type;
+  using Mark = typename Bitmap::non_const_value_type;
   const CountSketch s = sketch;
-  Kokkos::deep_copy(exec, table, 0.0f);
-  Kokkos::deep_copy(exec, bitmap, static_cast<unsigned char>(0));
+  Kokkos::deep_copy(exec, table, Real(0));
+  Kokkos::deep_copy(exec, bitmap, Mark(0));
+  Real largest = 0;
+  Kokkos::parallel_reduce(
+      "oktopk::count_sketch::largest", RangeOf<ExecSpace>(exec, 0, keys),
+      KOKKOS_LAMBDA(const std::int64_t e, Real& most) {
+        std::int64_t row = 0;
+        const Real v = entries(e, row);
+        if (v == Real(0)) return;
+        bitmap(row) = Mark(1);
+        const Real a = v < Real(0) ? -v : v;
+        if (a > most) most = a;
+      },
+      Kokkos::Max<Real>(largest));
+  if (!(largest > Real(0))) return 0;  // no non-zeros: the table stays 0
+  OKTOPK_ASSERT(s.exact || static_cast<std::int64_t>(fixed.extent(0)) >= s.cells());
+  const FixedPointGrid grid = FixedPointGrid::make(static_cast<double>(largest), keys);
+  if (!s.exact) Kokkos::deep_copy(exec, fixed, std::int64_t{0});
   std::int64_t nonzeros = 0;
   Kokkos::parallel_reduce(
-      "oktopk::count_sketch::sketch", RangeOf<ExecSpace>(exec, 0, s.n),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
-        const auto v = x(i);
-        if (v == 0.0f) return;
+      "oktopk::count_sketch::sketch", RangeOf<ExecSpace>(exec, 0, keys),
+      KOKKOS_LAMBDA(const std::int64_t e, std::int64_t& count) {
+        std::int64_t row = 0;
+        const Real v = entries(e, row);
+        if (v == Real(0)) return;
         ++count;
-        bitmap(i / s.row_width) = 1;
-        s.add(table, i, v);
+        if (s.exact) {
+          // h_q(e) = e: no two entries share a cell.
+          s.for_each_cell(e, [&](int, std::int64_t c, float sign) { table(c) = sign * v; });
+          return;
+        }
+        const std::int64_t units = grid.to_units(static_cast<double>(v));
+        s.for_each_cell(e, [&](int, std::int64_t c, float sign) {
+          Kokkos::atomic_add(&fixed(c), sign < 0.0f ? -units : units);
+        });
       },
       nonzeros);
+  if (s.exact) return nonzeros;
+  const double step = grid.step;
+  Kokkos::parallel_for(
+      "oktopk::count_sketch::from_fixed", RangeOf<ExecSpace>(exec, 0, s.cells()),
+      KOKKOS_LAMBDA(std::int64_t c) {
+        table(c) = static_cast<Real>(static_cast<double>(fixed(c)) * step);
+      });
   return nonzeros;
+}
+
+/// sketch_entries over a dense x of length sketch.n: key i is x(i), in row i / row_width.
+template <class ExecSpace, class X, class Table, class Fixed, class Bitmap>
+std::int64_t sketch_nonzeros(const ExecSpace& exec, const CountSketch& sketch, const X& x,
+                             const Table& table, const Fixed& fixed, const Bitmap& bitmap) {
+  return sketch_entries(exec, sketch, sketch.n, DenseSketchEntries<X>{x, sketch.row_width}, table,
+                        fixed, bitmap);
+}
+
+/// The int64 cells sketch_entries sums in: one per cell, none for an exact sketch.
+template <class ExecSpace>
+Kokkos::View<std::int64_t*, typename ExecSpace::memory_space> make_fixed_cells(
+    const ExecSpace& exec, const CountSketch& sketch, const char* label) {
+  return Kokkos::View<std::int64_t*, typename ExecSpace::memory_space>(
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, std::string(label)),
+      static_cast<std::size_t>(sketch.exact ? 0 : sketch.cells()));
 }
 
 /// x(i) -= estimate(table, i) for every non-zero x(i): with the rank's own sketch, what error

@@ -16,29 +16,27 @@
 
 namespace oktopk::impl {
 
-/// Clears `table` and `bitmap`, then, for every non-zero acc entry of a SparseRows segment
-/// (sparse entry e): table(q, h_q(e)) += s_q(e)·value and bitmap(its row) = 1. Returns the
-/// non-zeros. One work item per sparse entry, in buffer order within each segment.
-template <class ExecSpace, class Map, class Acc, class Table, class Bitmap>
+/// The entries S2 sketches in a fused buffer: key e is the e-th entry of the SparseRows
+/// segments, acc at its position, in the row the map gives.
+template <class Map, class Acc>
+struct SegmentSketchEntries {
+  Map map;
+  Acc acc;
+  KOKKOS_INLINE_FUNCTION typename Acc::non_const_value_type operator()(std::int64_t e,
+                                                                       std::int64_t& row) const {
+    return acc(map.sparse_position(e, row));
+  }
+};
+
+/// sketch_entries over the SparseRows segments (sparse entry e): clears `table` and `bitmap`,
+/// then table(q, h_q(e)) += s_q(e)·value and bitmap(its row) = 1 for every non-zero. Returns
+/// the non-zeros. One work item per sparse entry, in buffer order within each segment.
+template <class ExecSpace, class Map, class Acc, class Table, class Fixed, class Bitmap>
 std::int64_t sketch_segments(const ExecSpace& exec, const CountSketch& sketch, const Map& map,
-                             const Acc& acc, const Table& table, const Bitmap& bitmap) {
-  const CountSketch s = sketch;
-  const Map m = map;
-  Kokkos::deep_copy(exec, table, 0.0f);
-  Kokkos::deep_copy(exec, bitmap, 0.0f);
-  std::int64_t nonzeros = 0;
-  Kokkos::parallel_reduce(
-      "oktopk::count_sketch::sketch_segments", RangeOf<ExecSpace>(exec, 0, m.sparse_entries),
-      KOKKOS_LAMBDA(const std::int64_t e, std::int64_t& count) {
-        std::int64_t row = 0;
-        const auto v = acc(m.sparse_position(e, row));
-        if (v == 0.0f) return;
-        ++count;
-        bitmap(row) = 1.0f;
-        s.add(table, e, v);
-      },
-      nonzeros);
-  return nonzeros;
+                             const Acc& acc, const Table& table, const Fixed& fixed,
+                             const Bitmap& bitmap) {
+  return sketch_entries(exec, sketch, map.sparse_entries, SegmentSketchEntries<Map, Acc>{map, acc},
+                        table, fixed, bitmap);
 }
 
 /// acc -= estimate(table) on the non-zero sparse entries (error feedback, with this rank's

@@ -48,9 +48,10 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
   // sketch_nonzeros zeroes both before it adds.
   auto table = make_uninitialized<Real>(exec, "oktopk::expected_result::s2_oracle_table",
                                         static_cast<std::size_t>(sketch.cells()));
+  const auto fixed = make_fixed_cells(exec, sketch, "oktopk::expected_result::s2_oracle_fixed");
   auto bitmap = make_uninitialized<unsigned char>(exec, "oktopk::expected_result::s2_oracle_bitmap",
                                                   static_cast<std::size_t>(sketch.rows));
-  sketch_nonzeros(exec, sketch, acc, table, bitmap);  // for the rows it marks
+  sketch_nonzeros(exec, sketch, acc, table, fixed, bitmap);  // for the rows it marks
   mpi_allreduce_in_place(exec, comm, bitmap, MPI_MAX);
   auto mean = make_uninitialized<Real>(exec, "oktopk::expected_result::s2_oracle_mean",
                                        static_cast<std::size_t>(n));
@@ -59,7 +60,7 @@ void s2_oracle(const ExecSpace& exec, const Communicator& comm, std::int64_t n,
   divide(exec, mean, mean, static_cast<float>(comm.size()));
   auto mean_rows = make_uninitialized<unsigned char>(
       exec, "oktopk::expected_result::s2_oracle_mean_rows", static_cast<std::size_t>(sketch.rows));
-  sketch_nonzeros(exec, sketch, mean, table, mean_rows);
+  sketch_nonzeros(exec, sketch, mean, table, fixed, mean_rows);
   decode_marked_rows(exec, sketch, table, bitmap, out, 1.0f);
   fence(exec, "oktopk::expected_result::s2_oracle");
 }
@@ -72,6 +73,26 @@ template <class Value, class Real>
 RingWireBound<Real> s2_ring_bound(const Options& options, int P) {
   const Wire wire = value_wire<Value>(options);
   return wire == Wire::Native ? RingWireBound<Real>{} : ring_wire_bound<Real>(wire, P);
+}
+
+/// How far the fixed-point sums of a sketch (sketch_entries) may move one of its cells, per
+/// entry in it: a step of the coarsest grid any rank, or the oracle on the mean, may have
+/// summed on (each rounds a value by at most half a step), for `keys` keys. `sum_abs` holds the
+/// sum over ranks of |acc|, which bounds every rank's largest |value| and the mean's. 0 for an
+/// exact sketch, which stores its entries as they are.
+template <class ExecSpace, class SumAbs>
+double fixed_point_slack_per_entry(const ExecSpace& exec, const CountSketch& sketch,
+                                   std::int64_t keys, const SumAbs& sum_abs) {
+  using Real = typename SumAbs::non_const_value_type;
+  if (sketch.exact) return 0.0;
+  Real largest = 0;
+  Kokkos::parallel_reduce(
+      "oktopk::expected_result::s2_largest", RangeOf<ExecSpace>(exec, 0, sum_abs.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i, Real & most) {
+        if (sum_abs(i) > most) most = sum_abs(i);
+      },
+      Kokkos::Max<Real>(largest));
+  return largest > Real(0) ? FixedPointGrid::make(static_cast<double>(largest), keys).step : 0.0;
 }
 
 /// The median of e[0, count) (sorted in place): the middle value, or for even counts the mean
@@ -114,6 +135,8 @@ void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace, 
       "oktopk::expected_result::s2_layout_abs", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) { slack(i) = abs(acc(i)); });
   mpi_allreduce_in_place(exec, comm, slack, MPI_SUM);
+  const auto per_entry =
+      static_cast<Real>(fixed_point_slack_per_entry(exec, s, layout.sparse_entries(), slack));
 
   const auto cells = static_cast<std::size_t>(s.cells());
   const OracleVector<ExecSpace, Real> table("oktopk::expected_result::s2_layout_table", cells);
@@ -178,13 +201,16 @@ void expected_s2_layout(const ExecSpace& exec, const SparseAllreduce<ExecSpace, 
             Real e[max_sketch_rows] = {};
             Real worst = 0;
             Real heaviest = 0;
+            Real loaded = 0;
             s.for_each_cell(key_base + i, [&](int q, std::int64_t c, float sign) {
               e[q] = sign * table(c);
               worst = max_of(worst, (load(c) + ranks) * mass(c));
               heaviest = max_of(heaviest, mass(c));
+              loaded = max_of(loaded, load(c));
             });
             expected(i) = oracle_median(e, s.sketch_rows);
-            slack(i) = Real(4) * u * worst / ranks + ring.scale * heaviest + ring.floor;
+            slack(i) = Real(4) * u * worst / ranks + ring.scale * heaviest + ring.floor +
+                       loaded * per_entry;
           }
         });
     first_key += segment.length;
@@ -211,6 +237,7 @@ void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>&
       "oktopk::expected_result::s2_abs", RangeOf<ExecSpace>(exec, 0, n),
       KOKKOS_LAMBDA(std::int64_t i) { slack(i) = abs(acc(i)); });
   mpi_allreduce_in_place(exec, comm, slack, MPI_SUM);
+  const auto per_entry = static_cast<Real>(fixed_point_slack_per_entry(exec, s, n, slack));
   const auto cells = static_cast<std::size_t>(s.cells());
   const OracleVector<ExecSpace, Real> mass("oktopk::expected_result::s2_mass", cells);
   const OracleVector<ExecSpace, Real> load("oktopk::expected_result::s2_load", cells);
@@ -232,11 +259,14 @@ void expected_s2(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>&
       KOKKOS_LAMBDA(std::int64_t i) {
         Real worst = 0;
         Real heaviest = 0;
+        Real loaded = 0;
         s.for_each_cell(i, [&](int, std::int64_t c, float) {
           worst = max_of(worst, (load(c) + ranks) * mass(c));
           heaviest = max_of(heaviest, mass(c));
+          loaded = max_of(loaded, load(c));
         });
-        slack(i) = Real(4) * u * worst / ranks + ring.scale * heaviest + ring.floor;
+        slack(i) =
+            Real(4) * u * worst / ranks + ring.scale * heaviest + ring.floor + loaded * per_entry;
       });
 }
 
