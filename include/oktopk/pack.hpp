@@ -66,8 +66,8 @@ namespace impl {
 /// by construction (one rank's selected entries): plain adds, since distinct indices cannot
 /// race. A float atomic would cost more, and built with HIP's -munsafe-fp-atomics it does not
 /// add at all on fine-grained memory (hipMallocManaged, hipHostMalloc). No check either, so no
-/// reduction into a host scalar and no wait for the kernel: the collectives call it once per
-/// source rank, in rank order on one instance, so every run adds in the same order.
+/// reduction into a host scalar and no wait for the kernel: Ok-Topk's split-and-reduce calls
+/// it once per source rank, in a fixed order on one instance, so every run adds alike.
 template <class ExecSpace, class IdxView, class ValView, class DenseView>
 void scatter_add_distinct(const ExecSpace& exec, const IdxView& indices, const ValView& values,
                           const DenseView& dense, count_type offset = 0) {
