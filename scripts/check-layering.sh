@@ -19,7 +19,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 floor_of() {
   case $1 in
     fwd.hpp | error.hpp | config.hpp | algorithm.hpp | options.hpp | layout.hpp | \
-      section_file.hpp | half.hpp | impl/base/*) echo 1 ;;
+      section_file.hpp | half.hpp | device.hpp | impl/base/*) echo 1 ;;
     select.hpp | topk.hpp | pack.hpp | residual.hpp | impl/kernels/*) echo 2 ;;
     communicator.hpp | progress.hpp | impl/comm/*) echo 3 ;;
     impl/collectives/*) echo 4 ;;

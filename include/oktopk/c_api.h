@@ -158,7 +158,9 @@ int oktopk_reduce(oktopk_handle* handle, const float* grad, float* out);
 
 /* Collective. As oktopk_reduce, for arrays in the memory of Kokkos's default execution space:
  * device pointers in CUDA and HIP builds (the call is ordered on that space's default
- * instance, and complete on return), host pointers in CPU builds. */
+ * instance, and complete on return), host pointers in CPU builds. Where the arrays live is
+ * checked, as oktopk_reduce_on_stream checks it; to order the call with work on a stream of
+ * the caller's, use that function. */
 int oktopk_reduce_device(oktopk_handle* handle, const float* grad, float* out);
 
 /* Collective. As oktopk_reduce, with the result returned in sparse form instead of written as
@@ -205,6 +207,36 @@ int oktopk_reduce_async(oktopk_handle* handle, const float* grad, float* out,
  * a dtype other than the handle's fails the request on every rank. */
 int oktopk_reduce_async_typed(oktopk_handle* handle, int dtype, const void* grad, void* out,
                               oktopk_request** request);
+
+/* Collective. As oktopk_reduce_device_typed, on the caller's stream: `stream` is a
+ * cudaStream_t (CUDA builds) or hipStream_t (HIP builds) as void*, NULL for the runtime's
+ * legacy default stream. Every kernel and copy of the call runs on that stream, after the work
+ * queued on it before the call (the kernels that wrote `grad`, say), so no device-wide
+ * synchronisation is needed before or after; on return the stream has finished the call and
+ * `out` holds the result. grad and out must be n values of type `dtype` in device or managed
+ * memory of the handle's GPU (oktopk_get_device). Each rank checks its arguments (the dtype,
+ * the stream handle, where grad and out live): a bad argument on any rank fails the call on every
+ * rank with OKTOPK_ERROR_INVALID_ARGUMENT, the message naming the lowest such rank and its
+ * cause ("... rank 2: grad is pageable host memory ..."), and leaves the
+ * handle unchanged. cudaStreamPerThread is refused: the call may run on OkTopk's progress
+ * thread, where it names another stream. In CPU builds `stream` must be NULL and the arrays
+ * are host memory. The handle keeps a Kokkos instance over the last stream it ran on: calls on
+ * one stream make it once, and each change of stream makes a new one (a small allocation). */
+int oktopk_reduce_on_stream(oktopk_handle* handle, int dtype, const void* grad, void* out,
+                            void* stream);
+
+/* Collective. oktopk_reduce_on_stream launched as oktopk_reduce_async launches oktopk_reduce:
+ * the call is queued behind the calls launched before it and its work goes to `stream` when it
+ * runs, after whatever the caller queued there by then; grad and out stay untouched until the
+ * request completes (oktopk_test or oktopk_wait), which means the stream has finished the
+ * call. Argument errors fail the request on every rank, as oktopk_reduce_on_stream's do. */
+int oktopk_reduce_on_stream_async(oktopk_handle* handle, int dtype, const void* grad, void* out,
+                                  void* stream, oktopk_request** request);
+
+/* The GPU the handles of this process run on (Kokkos's default execution space's device, chosen
+ * when Kokkos was initialised: see the user guide, "GPU users"), or -1 in a build for CPUs
+ * only. Needs oktopk_initialize (or Kokkos initialised) first. */
+int oktopk_get_device(int* device);
 
 /* Sets *done to 1 if the request has completed (0 otherwise) without waiting; once done,
  * returns the reduce's own result code (and its message in oktopk_last_error), again on every

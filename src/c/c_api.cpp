@@ -3,17 +3,20 @@
 // default execution space, errors as return codes plus a thread-local message.
 #include <oktopk/c_api.h>
 #include <oktopk/config.hpp>
+#include <oktopk/device.hpp>
 #include <oktopk/make_sparse_allreduce.hpp>
 #include <oktopk/progress.hpp>
 
 #include <Kokkos_Core.hpp>
 
 #include <atomic>
+#include <cassert>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -100,6 +103,24 @@ View wrap(Pointer data, std::int64_t n) {
   return View(data, data == nullptr ? 0 : static_cast<std::size_t>(n));
 }
 
+// Why kernels of the default execution space cannot use `pointer` as an array of n values;
+// empty when they can. Builds for the host cannot tell host memory apart, and need no other.
+std::string refuse_array(const char* name, const void* pointer, std::int64_t n) {
+  if (n == 0) return {};
+  if (pointer == nullptr) return std::string(name) + " is NULL, with n = " + std::to_string(n);
+  if constexpr (oktopk::runs_on_streams_v<Exec>) {
+    const oktopk::PointerLocation at = oktopk::locate_pointer(pointer);
+    const int device = oktopk::default_device();
+    const bool device_memory = at.kind == oktopk::MemoryKind::Device && at.device == device;
+    if (device_memory || at.kind == oktopk::MemoryKind::Managed) return {};
+    std::string kind = oktopk::to_string(at.kind);
+    if (at.kind == oktopk::MemoryKind::Device) kind += " of GPU " + std::to_string(at.device);
+    return std::string(name) + " is " + kind + ", not memory of GPU " + std::to_string(device) +
+           ", the one this process's handles run on (host arrays go to oktopk_reduce_typed)";
+  }
+  return {};
+}
+
 // What the C interface does with a handle, whatever its gradient type: arrays cross as
 // untyped pointers, which HandleOf<Value> reads as Value (or its residual's type).
 class TypedHandle {
@@ -115,10 +136,15 @@ class TypedHandle {
   virtual std::int64_t k() const = 0;
   virtual const oktopk::ReduceStats& stats() const = 0;
   virtual const oktopk::Layout& layout() const = 0;
+  virtual const oktopk::Communicator& communicator() const = 0;
   // Allocates the copies of host arrays the execution space cannot read (none where it can).
   virtual void allocate_staging() = 0;
   virtual void reduce_device(const void* grad, void* out) = 0;
   virtual void reduce_host(const void* grad, void* out) = 0;
+  // Why this rank cannot reduce grad into out on `stream` (empty if it can), having made the
+  // execution space instance over `stream` that reduce_on_stream then uses.
+  virtual std::string refuse_stream_call(void* stream, const void* grad, const void* out) = 0;
+  virtual void reduce_on_stream(void* stream, const void* grad, void* out) = 0;
   // reduce_sparse of a host gradient; the result's entries end up in host memory, which
   // *indices and *values point to.
   virtual void reduce_sparse_host(const void* grad, const std::int32_t** indices,
@@ -145,6 +171,7 @@ class HandleOf final : public TypedHandle {
   std::int64_t k() const override { return handle_->k(); }
   const oktopk::ReduceStats& stats() const override { return handle_->stats(); }
   const oktopk::Layout& layout() const override { return handle_->layout(); }
+  const oktopk::Communicator& communicator() const override { return handle_->communicator(); }
 
   void allocate_staging() override {
     if constexpr (!host_reads_device_memory) {
@@ -163,6 +190,33 @@ class HandleOf final : public TypedHandle {
     handle_->reduce(exec, device_input(grad),
                     wrap<Kokkos::View<Value*, Exec::memory_space, Unmanaged>>(
                         static_cast<Value*>(out), handle_->size()));
+    exec.fence();
+  }
+
+  std::string refuse_stream_call(void* stream, const void* grad, const void* out) override {
+    // One instance per stream: Kokkos allocates scratch for each, so a caller that keeps one
+    // stream pays for it once.
+    if (!on_stream_.has_value() || stream_ != stream) {
+      on_stream_.reset();
+      try {
+        on_stream_.emplace(oktopk::execution_space_on_stream<Exec>(stream));
+      } catch (const std::invalid_argument& e) {
+        return e.what();
+      }
+      stream_ = stream;
+    }
+    std::string refusal = refuse_array("grad", grad, handle_->size());
+    return refusal.empty() ? refuse_array("out", out, handle_->size()) : refusal;
+  }
+
+  void reduce_on_stream(void* stream, const void* grad, void* out) override {
+    assert(on_stream_.has_value() && stream_ == stream);
+    (void)stream;
+    const Exec& exec = *on_stream_;
+    handle_->reduce(exec, device_input(grad),
+                    wrap<Kokkos::View<Value*, Exec::memory_space, Unmanaged>>(
+                        static_cast<Value*>(out), handle_->size()));
+    // The caller's stream only: its later work, and the host, see the result.
     exec.fence();
   }
 
@@ -237,6 +291,9 @@ class HandleOf final : public TypedHandle {
   }
 
   std::unique_ptr<Handle> handle_;
+  // The instance over the caller's stream of the last oktopk_reduce_on_stream, and that stream.
+  std::optional<Exec> on_stream_;
+  void* stream_ = nullptr;
   // Copies of host arrays where the host cannot reach the execution space's memory.
   DeviceVector staged_grad_;
   DeviceVector staged_out_;
@@ -440,55 +497,84 @@ int create_call(const char* where, MPI_Comm comm, const char* algorithm, std::in
   });
 }
 
-// The error of arrays of type `dtype` passed to a handle of another type. `typed` names the
-// function to use instead where the caller used a float32 one.
-std::invalid_argument dtype_mismatch(const char* where, const TypedHandle& h, int dtype,
-                                     const char* typed) {
-  std::string message = std::string(where) + ": the arrays are " + dtype_name(dtype) +
-                        ", the handle's gradients " + dtype_name(h.dtype());
-  if (typed != nullptr) message += std::string(" (use ") + typed + ")";
-  return std::invalid_argument(message);
+// Why arrays of type `dtype` do not fit a handle of another type. `typed` names the function
+// to use instead where the caller used a float32 one.
+std::string dtype_mismatch(const TypedHandle& h, int dtype, const char* typed) {
+  std::string reason =
+      "the arrays are " + dtype_name(dtype) + ", the handle's gradients " + dtype_name(h.dtype());
+  if (typed != nullptr) reason += std::string(" (use ") + typed + ")";
+  return reason;
 }
 
-// A reduce of arrays of type `dtype` (on the device or host). Another type than the handle's
-// joins the call with no arrays instead, so that the other ranks fail with the length error
-// rather than wait for this one, which then reports the type.
+// Where a reduce call's arrays live: host memory, the memory of Kokkos's default execution
+// space, or that memory with the work on the caller's stream.
+enum class ArraysIn { Host, Device, Stream };
+
+// After a reduce that failed alike on every rank (its argument errors are agreed, so every
+// rank is here): the ranks agree on whose own arguments the C interface refused, and throw
+// the lowest such rank's reason; with none refused, the reduce's own error stands.
+[[noreturn]] void rethrow_agreed(const char* where, const TypedHandle& h,
+                                 const std::string& refusal) {
+  const oktopk::AgreedFailure refused =
+      h.communicator().agree_on_failure(!refusal.empty(), refusal);
+  if (refused)
+    throw std::invalid_argument(std::string(where) + ": rank " + std::to_string(refused.rank) +
+                                ": " + refused.cause);
+  throw;
+}
+
+// A reduce of arrays of type `dtype`. A rank whose arguments are wrong (another type than the
+// handle's; for device arrays, memory its GPU cannot use; for a stream, one the build cannot
+// run on) joins the call with no arrays instead, so that the other ranks fail with the length
+// error rather than wait for it, and then every rank reports that rank's reason.
 void reduce_as(const char* where, const char* typed, TypedHandle& h, int dtype, const void* grad,
-               void* out, bool device) {
-  const bool matches = dtype == h.dtype();
+               void* out, ArraysIn arrays, void* stream) {
+  std::string refusal;
+  if (dtype != h.dtype()) {
+    refusal = dtype_mismatch(h, dtype, typed);
+  } else if (arrays == ArraysIn::Stream) {
+    refusal = h.refuse_stream_call(stream, grad, out);
+  } else if (arrays == ArraysIn::Device) {
+    refusal = refuse_array("grad", grad, h.size());
+    if (refusal.empty()) refusal = refuse_array("out", out, h.size());
+  }
+  const bool join = refusal.empty();
   try {
-    if (device) {
-      h.reduce_device(matches ? grad : nullptr, matches ? out : nullptr);
+    if (arrays == ArraysIn::Host) {
+      h.reduce_host(join ? grad : nullptr, join ? out : nullptr);
+    } else if (arrays == ArraysIn::Stream && join) {
+      h.reduce_on_stream(stream, grad, out);
     } else {
-      h.reduce_host(matches ? grad : nullptr, matches ? out : nullptr);
+      h.reduce_device(join ? grad : nullptr, join ? out : nullptr);
     }
   } catch (const std::invalid_argument&) {
-    if (!matches) throw dtype_mismatch(where, h, dtype, typed);
-    throw;
+    rethrow_agreed(where, h, refusal);
   }
   // n = 0: the empty call was valid, and no other rank waits.
-  if (!matches) throw dtype_mismatch(where, h, dtype, typed);
+  if (!join) throw std::invalid_argument(std::string(where) + ": " + refusal);
 }
 
 int reduce_call(const char* where, const char* typed, oktopk_handle* handle, int dtype,
-                const void* grad, void* out, bool device) {
+                const void* grad, void* out, ArraysIn arrays, void* stream = nullptr) {
   return guarded([&] {
     require_handle(handle, where);
     oktopk::run_on_progress_thread(
-        [&] { reduce_as(where, typed, *handle->typed, dtype, grad, out, device); });
+        [&] { reduce_as(where, typed, *handle->typed, dtype, grad, out, arrays, stream); });
   });
 }
 
 int reduce_async_call(const char* where, const char* typed, oktopk_handle* handle, int dtype,
-                      const void* grad, void* out, oktopk_request** request) {
+                      const void* grad, void* out, oktopk_request** request, ArraysIn arrays,
+                      void* stream = nullptr) {
   return guarded([&] {
     if (request == nullptr) throw std::invalid_argument(std::string(where) + ": request is NULL");
     *request = nullptr;
     require_handle(handle, where);
     auto launched = std::make_unique<oktopk_request>();
-    launched->request = oktopk::launch_in_order([where, typed, handle, dtype, grad, out] {
-      reduce_as(where, typed, *handle->typed, dtype, grad, out, false);
-    });
+    launched->request =
+        oktopk::launch_in_order([where, typed, handle, dtype, grad, out, arrays, stream] {
+          reduce_as(where, typed, *handle->typed, dtype, grad, out, arrays, stream);
+        });
     *request = launched.release();
   });
 }
@@ -503,29 +589,25 @@ int reduce_sparse_call(const char* where, const char* typed, oktopk_handle* hand
     require_handle(handle, where);
     const bool outputs_given = indices != nullptr && values != nullptr && count != nullptr;
     const bool matches = dtype == handle->typed->dtype();
-    const auto no_outputs = [where] {
-      return std::invalid_argument(std::string(where) +
-                                   ": indices, values and count must not be NULL");
-    };
+    const std::string refusal = !outputs_given ? "indices, values and count must not be NULL"
+                                : !matches     ? dtype_mismatch(*handle->typed, dtype, typed)
+                                               : std::string();
     const std::int32_t* got_indices = nullptr;
     const void* got_values = nullptr;
     std::int64_t got_count = 0;
-    try {
-      // Without somewhere to put the result, or with arrays of another type, the call is
-      // joined with no gradient, so that the other ranks fail with the length error instead
-      // of waiting for this one.
-      oktopk::run_on_progress_thread([&] {
-        handle->typed->reduce_sparse_host(outputs_given && matches ? grad : nullptr, &got_indices,
+    // Without somewhere to put the result, or with arrays of another type, the call is joined
+    // with no gradient, so that the other ranks fail with the length error instead of waiting
+    // for this one, and then report this one's reason.
+    oktopk::run_on_progress_thread([&] {
+      try {
+        handle->typed->reduce_sparse_host(refusal.empty() ? grad : nullptr, &got_indices,
                                           &got_values, &got_count);
-      });
-    } catch (const std::invalid_argument&) {
-      if (!outputs_given) throw no_outputs();
-      if (!matches) throw dtype_mismatch(where, *handle->typed, dtype, typed);
-      throw;
-    }
+      } catch (const std::invalid_argument&) {
+        rethrow_agreed(where, *handle->typed, refusal);
+      }
+    });
     // n == 0: an empty gradient was a valid call.
-    if (!outputs_given) throw no_outputs();
-    if (!matches) throw dtype_mismatch(where, *handle->typed, dtype, typed);
+    if (!refusal.empty()) throw std::invalid_argument(std::string(where) + ": " + refusal);
     *indices = got_indices;
     *values = got_values;
     *count = got_count;
@@ -661,22 +743,23 @@ int oktopk_destroy(oktopk_handle* handle) {
 
 int oktopk_reduce(oktopk_handle* handle, const float* grad, float* out) {
   return reduce_call("oktopk_reduce", "oktopk_reduce_typed", handle, OKTOPK_FLOAT32, grad, out,
-                     false);
+                     ArraysIn::Host);
 }
 
 int oktopk_reduce_typed(oktopk_handle* handle, int dtype, const void* grad, void* out) {
-  return reduce_call("oktopk_reduce_typed", nullptr, handle, dtype, grad, out, false);
+  return reduce_call("oktopk_reduce_typed", nullptr, handle, dtype, grad, out, ArraysIn::Host);
 }
 
 int oktopk_reduce_async(oktopk_handle* handle, const float* grad, float* out,
                         oktopk_request** request) {
   return reduce_async_call("oktopk_reduce_async", "oktopk_reduce_async_typed", handle,
-                           OKTOPK_FLOAT32, grad, out, request);
+                           OKTOPK_FLOAT32, grad, out, request, ArraysIn::Host);
 }
 
 int oktopk_reduce_async_typed(oktopk_handle* handle, int dtype, const void* grad, void* out,
                               oktopk_request** request) {
-  return reduce_async_call("oktopk_reduce_async_typed", nullptr, handle, dtype, grad, out, request);
+  return reduce_async_call("oktopk_reduce_async_typed", nullptr, handle, dtype, grad, out, request,
+                           ArraysIn::Host);
 }
 
 int oktopk_test(oktopk_request* request, int* done) {
@@ -732,11 +815,34 @@ int oktopk_reduce_sparse_typed(oktopk_handle* handle, int dtype, const void* gra
 
 int oktopk_reduce_device(oktopk_handle* handle, const float* grad, float* out) {
   return reduce_call("oktopk_reduce_device", "oktopk_reduce_device_typed", handle, OKTOPK_FLOAT32,
-                     grad, out, true);
+                     grad, out, ArraysIn::Device);
 }
 
 int oktopk_reduce_device_typed(oktopk_handle* handle, int dtype, const void* grad, void* out) {
-  return reduce_call("oktopk_reduce_device_typed", nullptr, handle, dtype, grad, out, true);
+  return reduce_call("oktopk_reduce_device_typed", nullptr, handle, dtype, grad, out,
+                     ArraysIn::Device);
+}
+
+int oktopk_reduce_on_stream(oktopk_handle* handle, int dtype, const void* grad, void* out,
+                            void* stream) {
+  return reduce_call("oktopk_reduce_on_stream", nullptr, handle, dtype, grad, out, ArraysIn::Stream,
+                     stream);
+}
+
+int oktopk_reduce_on_stream_async(oktopk_handle* handle, int dtype, const void* grad, void* out,
+                                  void* stream, oktopk_request** request) {
+  return reduce_async_call("oktopk_reduce_on_stream_async", nullptr, handle, dtype, grad, out,
+                           request, ArraysIn::Stream, stream);
+}
+
+int oktopk_get_device(int* device) {
+  return guarded([&] {
+    if (device == nullptr) throw std::invalid_argument("oktopk_get_device: device is NULL");
+    if (!Kokkos::is_initialized())
+      throw std::runtime_error(
+          "oktopk_get_device: Kokkos is not initialised (call oktopk_initialize first)");
+    *device = oktopk::default_device();
+  });
 }
 
 int oktopk_describe(const oktopk_handle* handle, const char** algorithm, int64_t* n, int64_t* k) {

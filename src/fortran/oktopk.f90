@@ -5,7 +5,7 @@
 module oktopk
   use, intrinsic :: iso_c_binding, only: c_ptr, c_null_ptr, c_char, c_null_char, c_int, &
                                          c_int32_t, c_int64_t, c_float, c_double, c_size_t, &
-                                         c_associated, c_f_pointer, c_loc
+                                         c_intptr_t, c_associated, c_f_pointer, c_loc
   implicit none
   private
 
@@ -45,7 +45,8 @@ module oktopk
   public :: oktopk_initialize, oktopk_finalize, oktopk_create, oktopk_create_with_layout, &
             oktopk_destroy, oktopk_reduce, oktopk_reduce_inplace, oktopk_get_stats, &
             oktopk_get_num_segments, oktopk_get_segment_stats, oktopk_save_state, &
-            oktopk_restore_state, oktopk_get_dtype, oktopk_last_error, oktopk_version
+            oktopk_restore_state, oktopk_get_dtype, oktopk_last_error, oktopk_version, &
+            oktopk_reduce_on_stream, oktopk_get_device
 
   !> Collective. out = the average over ranks of the sparsified gradients: real(4) arrays for
   !> a handle made with dtype = OKTOPK_FLOAT32 (the default), real(8) ones for OKTOPK_FLOAT64.
@@ -57,6 +58,18 @@ module oktopk
   interface oktopk_reduce_inplace
     module procedure reduce_inplace_real4, reduce_inplace_real8
   end interface oktopk_reduce_inplace
+
+  !> Collective. oktopk_reduce on the caller's CUDA or HIP stream (the C interface's
+  !> oktopk_reduce_on_stream): `stream` is the stream as an integer(c_intptr_t), the kind of
+  !> CUDA Fortran's cuda_stream_kind and of OpenACC's acc_get_cuda_stream, 0 for the default
+  !> stream (and the only value a CPU build takes). The work runs on that stream after what was
+  !> queued there before, and the stream has finished it on return. grad and out are device
+  !> or managed memory of the handle's GPU (oktopk_get_device), as real arrays inside OpenACC's
+  !> `host_data use_device(grad, out)`, or as addresses (type(c_ptr), CUDA Fortran's c_devloc)
+  !> with the dtype given. A bad argument on any rank fails the call on every rank, naming it.
+  interface oktopk_reduce_on_stream
+    module procedure reduce_on_stream_real4, reduce_on_stream_real8, reduce_on_stream_address
+  end interface oktopk_reduce_on_stream
 
   interface address_of
     module procedure address_of_real4, address_of_real8
@@ -124,6 +137,20 @@ module oktopk
       integer(c_int), value :: dtype
       integer(c_int) :: code
     end function c_reduce_typed
+
+    function c_reduce_on_stream(handle, dtype, grad, out, stream) result(code) &
+        bind(c, name="oktopk_reduce_on_stream")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: handle, grad, out, stream
+      integer(c_int), value :: dtype
+      integer(c_int) :: code
+    end function c_reduce_on_stream
+
+    function c_get_device(device) result(code) bind(c, name="oktopk_get_device")
+      import :: c_int
+      integer(c_int), intent(out) :: device
+      integer(c_int) :: code
+    end function c_get_device
 
     function c_describe(handle, algorithm, n, k) result(code) bind(c, name="oktopk_describe")
       import :: c_ptr, c_int, c_int64_t
@@ -310,6 +337,44 @@ contains
     address = address_of(handle, buffer)
     code = int(c_reduce_typed(handle%ptr, int(OKTOPK_FLOAT64, c_int), address, address))
   end function reduce_inplace_real8
+
+  integer function reduce_on_stream_real4(handle, grad, out, stream) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    real(c_float), intent(in), target, contiguous :: grad(:)
+    real(c_float), intent(inout), target, contiguous :: out(:)
+    integer(c_intptr_t), intent(in) :: stream
+    code = int(c_reduce_on_stream(handle%ptr, int(OKTOPK_FLOAT32, c_int), &
+                                  address_of(handle, grad), address_of(handle, out), &
+                                  transfer(stream, c_null_ptr)))
+  end function reduce_on_stream_real4
+
+  integer function reduce_on_stream_real8(handle, grad, out, stream) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    real(c_double), intent(in), target, contiguous :: grad(:)
+    real(c_double), intent(inout), target, contiguous :: out(:)
+    integer(c_intptr_t), intent(in) :: stream
+    code = int(c_reduce_on_stream(handle%ptr, int(OKTOPK_FLOAT64, c_int), &
+                                  address_of(handle, grad), address_of(handle, out), &
+                                  transfer(stream, c_null_ptr)))
+  end function reduce_on_stream_real8
+
+  integer function reduce_on_stream_address(handle, dtype, grad, out, stream) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    integer, intent(in) :: dtype
+    type(c_ptr), intent(in) :: grad, out
+    integer(c_intptr_t), intent(in) :: stream
+    code = int(c_reduce_on_stream(handle%ptr, int(dtype, c_int), grad, out, &
+                                  transfer(stream, c_null_ptr)))
+  end function reduce_on_stream_address
+
+  !> The GPU this process's handles run on, or -1 in a build for CPUs only.
+  integer function oktopk_get_device(device) result(code)
+    integer, intent(out) :: device
+    integer(c_int) :: c_device
+    c_device = -1
+    code = int(c_get_device(c_device))
+    device = int(c_device)
+  end function oktopk_get_device
 
   ! An array's address if it holds the handle's n values; otherwise C's NULL, which the
   ! library takes for an empty array and reports on every rank alike ("rank R passed 0 ...")

@@ -57,6 +57,15 @@ static int identical_on_all_ranks(const float* v, int64_t n) {
   return lo == hi;
 }
 
+/* Every rank's message names `rank` and holds `reason`, after `where`. */
+static int agreed_message(const char* where, int bad_rank, const char* reason) {
+  char head[160];
+  snprintf(head, sizeof head, "%s: rank %d: ", where, bad_rank);
+  const char* message = oktopk_last_error();
+  const char* at = strstr(message, head);
+  return at != NULL && strstr(at + strlen(head), reason) != NULL;
+}
+
 static int64_t nonzeros(const float* v, int64_t n) {
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) count += v[i] != 0.0f;
@@ -849,27 +858,28 @@ static void test_typed_errors(void) {
   int code = oktopk_reduce(h, floats, floats);
   check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
             strstr(oktopk_last_error(),
-                   "oktopk_reduce: the arrays are OKTOPK_FLOAT32, the handle's gradients "
+                   "oktopk_reduce: rank 0: the arrays are OKTOPK_FLOAT32, the handle's gradients "
                    "OKTOPK_FLOAT64 (use oktopk_reduce_typed)") != NULL,
         "oktopk_reduce on a float64 handle: refused, naming the typed function");
-  /* The wrong type on rank 0 only: every rank fails, the others with the length error. */
+  /* The wrong type on rank 0 only: every rank fails with rank 0's reason. */
   code = oktopk_reduce_typed(h, rank == 0 ? OKTOPK_FLOAT32 : OKTOPK_FLOAT64, grad, out);
   check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
-            (rank == 0 ? strstr(oktopk_last_error(), "the arrays are OKTOPK_FLOAT32") != NULL
-                       : strstr(oktopk_last_error(), "rank 0 passed") != NULL),
+            agreed_message("oktopk_reduce_typed", 0, "the arrays are OKTOPK_FLOAT32"),
         "the wrong dtype on one rank: OKTOPK_ERROR_INVALID_ARGUMENT on every rank");
   const int32_t* indices = NULL;
   const void* values = NULL;
   int64_t count = 0;
   code = oktopk_reduce_sparse_typed(h, rank == size - 1 ? OKTOPK_BFLOAT16 : OKTOPK_FLOAT64, grad,
                                     &indices, &values, &count);
-  check(code == OKTOPK_ERROR_INVALID_ARGUMENT && values == NULL && count == 0,
-        "reduce_sparse_typed with the wrong dtype on one rank: an error on every rank");
+  check(
+      code == OKTOPK_ERROR_INVALID_ARGUMENT && values == NULL && count == 0 &&
+          agreed_message("oktopk_reduce_sparse_typed", size - 1, "the arrays are OKTOPK_BFLOAT16"),
+      "reduce_sparse_typed with the wrong dtype on one rank: an error on every rank");
   /* NULL arrays: valid on every backend (device pointers in GPU builds). */
   code = oktopk_reduce_device_typed(h, OKTOPK_FLOAT32, NULL, NULL);
   check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
             strstr(oktopk_last_error(),
-                   "oktopk_reduce_device_typed: the arrays are OKTOPK_FLOAT32") != NULL,
+                   "oktopk_reduce_device_typed: rank 0: the arrays are OKTOPK_FLOAT32") != NULL,
         "reduce_device_typed with the wrong dtype: refused on every rank");
   oktopk_request* request = NULL;
   code = oktopk_reduce_async_typed(h, rank == 0 ? OKTOPK_FLOAT16 : OKTOPK_FLOAT64, grad, out,
@@ -959,6 +969,89 @@ static void test_typed_errors(void) {
   free(floats);
 }
 
+/* oktopk_reduce_on_stream and its async form: the caller's stream (NULL in a CPU build, the
+ * only stream it takes) gives the bits of oktopk_reduce; a bad argument on one rank fails the
+ * call on every rank, naming that rank and the reason, and leaves the handle as its twin. In a
+ * GPU build these host arrays are what every rank refuses. */
+static void test_on_stream(void) {
+  const int64_t n = 2001;
+  int device = -2;
+  check(oktopk_get_device(&device) == OKTOPK_SUCCESS && device >= -1, "get_device");
+  check(oktopk_get_device(NULL) == OKTOPK_ERROR_INVALID_ARGUMENT, "get_device(NULL)");
+  oktopk_handle* h = NULL;
+  oktopk_handle* twin = NULL;
+  check(oktopk_create(MPI_COMM_WORLD, "oktopk", n, "density=0.02", &h) == OKTOPK_SUCCESS &&
+            oktopk_create(MPI_COMM_WORLD, "oktopk", n, "density=0.02", &twin) == OKTOPK_SUCCESS,
+        "on_stream: create a handle and its twin");
+  float* grad = malloc((size_t)n * sizeof(float));
+  float* out = malloc((size_t)n * sizeof(float));
+  float* expected = malloc((size_t)n * sizeof(float));
+  fill(grad, n, rank, 0);
+  int code = 0;
+  if (device >= 0) {
+    code = oktopk_reduce_on_stream(h, OKTOPK_FLOAT32, grad, out, NULL);
+    check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
+              agreed_message("oktopk_reduce_on_stream", 0, "grad is pageable host memory"),
+          "on_stream (GPU build): host arrays refused on every rank");
+  } else {
+    int same = 1;
+    for (int call = 0; call < 3; ++call) {
+      fill(grad, n, rank, call);
+      same &= oktopk_reduce_on_stream(h, OKTOPK_FLOAT32, grad, out, NULL) == OKTOPK_SUCCESS &&
+              oktopk_reduce(twin, grad, expected) == OKTOPK_SUCCESS &&
+              memcmp(out, expected, (size_t)n * sizeof(float)) == 0;
+    }
+    oktopk_request* request = NULL;
+    same &= oktopk_reduce_on_stream_async(h, OKTOPK_FLOAT32, grad, out, NULL, &request) ==
+                OKTOPK_SUCCESS &&
+            oktopk_wait(request) == OKTOPK_SUCCESS &&
+            oktopk_reduce(twin, grad, expected) == OKTOPK_SUCCESS &&
+            memcmp(out, expected, (size_t)n * sizeof(float)) == 0;
+    oktopk_request_free(request);
+    check(same, "on_stream (CPU build), sync and async: the bits of oktopk_reduce");
+
+    int token = 0;
+    code = oktopk_reduce_on_stream(h, OKTOPK_FLOAT32, grad, out, rank == size - 1 ? &token : NULL);
+    check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
+              agreed_message("oktopk_reduce_on_stream", size - 1,
+                             "oktopk::execution_space_on_stream: a stream was given"),
+          "on_stream (CPU build): a stream on the last rank fails every rank, naming it");
+    request = NULL;
+    code = oktopk_reduce_on_stream_async(h, OKTOPK_FLOAT32, grad, out,
+                                         rank == size - 1 ? &token : NULL, &request);
+    const int waited = oktopk_wait(request);
+    check(code == OKTOPK_SUCCESS && waited == OKTOPK_ERROR_INVALID_ARGUMENT &&
+              agreed_message("oktopk_reduce_on_stream_async", size - 1, "a stream was given"),
+          "on_stream_async (CPU build): a stream on the last rank fails every request");
+    oktopk_request_free(request);
+  }
+  code = oktopk_reduce_on_stream(h, OKTOPK_FLOAT32, rank == 0 ? NULL : grad, out, NULL);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            agreed_message("oktopk_reduce_on_stream", 0, "grad is NULL, with n = 2001"),
+        "on_stream: a NULL grad on rank 0 fails every rank, naming it");
+  code = oktopk_reduce_on_stream(h, rank == size - 1 ? OKTOPK_FLOAT64 : OKTOPK_FLOAT32, grad, out,
+                                 NULL);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            agreed_message("oktopk_reduce_on_stream", size - 1,
+                           "the arrays are OKTOPK_FLOAT64, the handle's gradients OKTOPK_FLOAT32"),
+        "on_stream: the wrong dtype on the last rank fails every rank, naming it");
+  code = oktopk_reduce_device(h, grad, rank == 0 ? NULL : out);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            agreed_message("oktopk_reduce_device", 0, device >= 0 ? "grad is" : "out is NULL"),
+        "reduce_device: arrays refused on one rank fail every rank, naming it");
+  if (device < 0) {
+    check(oktopk_reduce(h, grad, out) == OKTOPK_SUCCESS &&
+              oktopk_reduce(twin, grad, expected) == OKTOPK_SUCCESS &&
+              memcmp(out, expected, (size_t)n * sizeof(float)) == 0,
+          "on_stream: the handle is unchanged after the refused calls");
+  }
+  oktopk_destroy(h);
+  oktopk_destroy(twin);
+  free(grad);
+  free(out);
+  free(expected);
+}
+
 int main(int argc, char** argv) {
   /* --single: MPI without threads, so that queued calls run in oktopk_test and oktopk_wait;
    * otherwise MPI_THREAD_MULTIPLE and OkTopk's progress thread. */
@@ -987,6 +1080,7 @@ int main(int argc, char** argv) {
   test_layout_methods();
   test_layout_errors();
   test_async();
+  test_on_stream();
   const int dtypes[] = {OKTOPK_FLOAT64, OKTOPK_BFLOAT16, OKTOPK_FLOAT16};
   for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; ++t)
     for (size_t m = 0; m < sizeof methods / sizeof methods[0]; ++m)

@@ -7,7 +7,8 @@
 program test_fortran
   use mpi
   use oktopk
-  use, intrinsic :: iso_c_binding, only: c_float, c_double, c_int, c_int32_t, c_int64_t
+  use, intrinsic :: iso_c_binding, only: c_float, c_double, c_int, c_int32_t, c_int64_t, &
+                                         c_intptr_t, c_loc
   use, intrinsic :: ieee_arithmetic, only: ieee_value, ieee_quiet_nan
   implicit none
 
@@ -34,6 +35,7 @@ program test_fortran
   call test_layout('s2')
   call test_layout('topka')
   call test_layout_errors()
+  call test_on_stream()
 
   call check(oktopk_finalize() == OKTOPK_SUCCESS, 'finalize')
   if (rank == 0) write (*, '(i0, a, i0, a)') passed, ' passed, ', failed, ' failed'
@@ -393,5 +395,57 @@ contains
                index(message, 'the segments cover [0, 1900), not [0, n = 2000)') > 0, &
                'segments short of n')
   end subroutine test_layout_errors
+
+  ! oktopk_reduce_on_stream: with stream 0 in a CPU build, the bits of oktopk_reduce, from arrays
+  ! and from addresses; a stream on the last rank fails every rank, naming it. In a GPU build,
+  ! host arrays are refused on every rank.
+  subroutine test_on_stream()
+    type(oktopk_handle) :: h, twin
+    real(c_float), allocatable, target :: grad(:), out(:), expected(:)
+    integer :: code, twin_code, device, c
+    integer(c_intptr_t) :: stream
+    logical :: same
+    character(len=:), allocatable :: message
+    character(len=64) :: bad_rank
+    allocate(grad(n), out(n), expected(n))
+    call check(oktopk_get_device(device) == OKTOPK_SUCCESS .and. device >= -1, 'get_device')
+    code = oktopk_create(MPI_COMM_WORLD, 'oktopk', n, 'density=0.02', h)
+    twin_code = oktopk_create(MPI_COMM_WORLD, 'oktopk', n, 'density=0.02', twin)
+    call check(code == OKTOPK_SUCCESS .and. twin_code == OKTOPK_SUCCESS, &
+               'on_stream: create a handle and its twin')
+    call fill(grad, rank, 0)
+    if (device >= 0) then
+      code = oktopk_reduce_on_stream(h, grad, out, 0_c_intptr_t)
+      message = oktopk_last_error()
+      call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. &
+                 index(message, 'rank 0: grad is pageable host memory') > 0, &
+                 'on_stream (GPU build): host arrays refused on every rank')
+    else
+      same = .true.
+      do c = 1, 3
+        call fill(grad, rank, c)
+        ! Calls as statements of their own: an operand of .and. may be left unevaluated.
+        if (c < 3) then
+          code = oktopk_reduce_on_stream(h, grad, out, 0_c_intptr_t)
+        else
+          code = oktopk_reduce_on_stream(h, OKTOPK_FLOAT32, c_loc(grad), c_loc(out), 0_c_intptr_t)
+        end if
+        twin_code = oktopk_reduce(twin, grad, expected)
+        same = same .and. code == OKTOPK_SUCCESS .and. twin_code == OKTOPK_SUCCESS .and. &
+               all(transfer(out, 0_c_int32_t, n) == transfer(expected, 0_c_int32_t, n))
+      end do
+      call check(same, 'on_stream (CPU build), arrays and addresses: the bits of oktopk_reduce')
+      stream = 0
+      if (rank == nranks - 1) stream = 64
+      code = oktopk_reduce_on_stream(h, grad, out, stream)
+      message = oktopk_last_error()
+      write (bad_rank, '(a, i0, a)') 'oktopk_reduce_on_stream: rank ', nranks - 1, ': '
+      call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. index(message, trim(bad_rank)) > 0 &
+                 .and. index(message, 'a stream was given') > 0, &
+                 'on_stream (CPU build): a stream on the last rank fails every rank, naming it')
+    end if
+    code = oktopk_destroy(h)
+    code = oktopk_destroy(twin)
+  end subroutine test_on_stream
 
 end program test_fortran
