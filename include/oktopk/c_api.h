@@ -215,13 +215,14 @@ int oktopk_reduce_async_typed(oktopk_handle* handle, int dtype, const void* grad
  * synchronisation is needed before or after; on return the stream has finished the call and
  * `out` holds the result. grad and out must be n values of type `dtype` in device or managed
  * memory of the handle's GPU (oktopk_get_device). Each rank checks its arguments (the dtype,
- * the stream handle, where grad and out live): a bad argument on any rank fails the call on every
- * rank with OKTOPK_ERROR_INVALID_ARGUMENT, the message naming the lowest such rank and its
- * cause ("... rank 2: grad is pageable host memory ..."), and leaves the
- * handle unchanged. cudaStreamPerThread is refused: the call may run on OkTopk's progress
- * thread, where it names another stream. In CPU builds `stream` must be NULL and the arrays
- * are host memory. The handle keeps a Kokkos instance over the last stream it ran on: calls on
- * one stream make it once, and each change of stream makes a new one (a small allocation). */
+ * the stream handle, where grad and out live): a bad argument on any rank fails the call on
+ * every rank with OKTOPK_ERROR_INVALID_ARGUMENT, the message naming the lowest such rank and
+ * its cause ("... rank 2: grad is pageable host memory ..."), and leaves the handle unchanged.
+ * cudaStreamPerThread is refused (the call may run on OkTopk's progress thread, where it names
+ * another stream), and so is a stream of another GPU than the handle's. In CPU builds `stream`
+ * must be NULL and the arrays are host memory. The handle keeps a Kokkos instance over the last
+ * stream it ran on: calls on one stream make it once, and each change of stream makes a new one
+ * (a small allocation). */
 int oktopk_reduce_on_stream(oktopk_handle* handle, int dtype, const void* grad, void* out,
                             void* stream);
 

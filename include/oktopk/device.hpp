@@ -63,9 +63,13 @@ inline constexpr bool runs_on_streams_v =
 /// keep it for as long as the stream is used.
 ///
 /// For an ExecSpace without streams (the host spaces) `stream` must be NULL, and the result
-/// is a default instance. Throws std::invalid_argument otherwise, and for CUDA's and HIP's
-/// per-thread stream handle (cudaStreamPerThread, hipStreamPerThread): it names a different
-/// stream on every thread, and OkTopk's calls may run on its progress thread.
+/// is a default instance. Throws std::invalid_argument otherwise; for CUDA's and HIP's
+/// per-thread stream handle (cudaStreamPerThread, hipStreamPerThread), which names a different
+/// stream on every thread while OkTopk's calls may run on its progress thread; and for a
+/// stream of another GPU than the default instance's (Kokkos 4 reads it from the stream, ROCm
+/// from 5.6), whose kernels could not use memory of the default instance's GPU. Kokkos makes
+/// the stream's GPU current on the calling thread; on that refusal the default instance's is
+/// made current again.
 template <class ExecSpace>
 ExecSpace execution_space_on_stream(void* stream) {
   constexpr const char* where = "oktopk::execution_space_on_stream";
@@ -83,7 +87,18 @@ ExecSpace execution_space_on_stream(void* stream) {
       throw std::invalid_argument(std::string(where) +
                                   ": cudaStreamPerThread names another stream on every thread; "
                                   "pass a stream made by cudaStreamCreate");
-    return Kokkos::Cuda(native);
+    const int device = Kokkos::Cuda().cuda_device();
+    int stream_device = device;
+    {
+      Kokkos::Cuda instance(native);
+      stream_device = instance.cuda_device();
+      if (stream_device == device) return instance;
+    }
+    // After the refused instance is gone, which may use its own device while it frees.
+    (void)cudaSetDevice(device);
+    throw std::invalid_argument(
+        std::string(where) + ": the stream belongs to GPU " + std::to_string(stream_device) +
+        ", Kokkos's default execution space runs on GPU " + std::to_string(device));
   }
 #endif
 #if defined(KOKKOS_ENABLE_HIP)
@@ -95,7 +110,18 @@ ExecSpace execution_space_on_stream(void* stream) {
                                   ": hipStreamPerThread names another stream on every thread; "
                                   "pass a stream made by hipStreamCreate");
 #endif
-    return impl::HipSpace(native);
+    const int device = impl::HipSpace().hip_device();
+    int stream_device = device;
+    {
+      impl::HipSpace instance(native);
+      stream_device = instance.hip_device();
+      if (stream_device == device) return instance;
+    }
+    // After the refused instance is gone, which may use its own device while it frees.
+    (void)hipSetDevice(device);
+    throw std::invalid_argument(
+        std::string(where) + ": the stream belongs to GPU " + std::to_string(stream_device) +
+        ", Kokkos's default execution space runs on GPU " + std::to_string(device));
   }
 #endif
 }

@@ -58,9 +58,8 @@ TEST(Device, HostSpacesTakeNoStream) {
     (void)oktopk::execution_space_on_stream<Host>(&token);
     FAIL() << "a stream for a host space was taken";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("oktopk::execution_space_on_stream: a stream was given",
-                                          0),
-              0u)
+    EXPECT_EQ(
+        std::string(e.what()).rfind("oktopk::execution_space_on_stream: a stream was given", 0), 0u)
         << e.what();
   }
 }
