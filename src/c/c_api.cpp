@@ -141,9 +141,9 @@ class TypedHandle {
   virtual void allocate_staging() = 0;
   virtual void reduce_device(const void* grad, void* out) = 0;
   virtual void reduce_host(const void* grad, void* out) = 0;
-  // Why this rank cannot reduce grad into out on `stream` (empty if it can), having made the
-  // execution space instance over `stream` that reduce_on_stream then uses.
-  virtual std::string refuse_stream_call(void* stream, const void* grad, const void* out) = 0;
+  // Why this rank cannot run on `stream` (empty if it can), having made the execution space
+  // instance over `stream` that reduce_on_stream then uses.
+  virtual std::string refuse_stream(void* stream) = 0;
   virtual void reduce_on_stream(void* stream, const void* grad, void* out) = 0;
   // reduce_sparse of a host gradient; the result's entries end up in host memory, which
   // *indices and *values point to.
@@ -193,7 +193,7 @@ class HandleOf final : public TypedHandle {
     exec.fence();
   }
 
-  std::string refuse_stream_call(void* stream, const void* grad, const void* out) override {
+  std::string refuse_stream(void* stream) override {
     // One instance per stream: Kokkos allocates scratch for each, so a caller that keeps one
     // stream pays for it once.
     if (!on_stream_.has_value() || stream_ != stream) {
@@ -205,8 +205,7 @@ class HandleOf final : public TypedHandle {
       }
       stream_ = stream;
     }
-    std::string refusal = refuse_array("grad", grad, handle_->size());
-    return refusal.empty() ? refuse_array("out", out, handle_->size()) : refusal;
+    return {};
   }
 
   void reduce_on_stream(void* stream, const void* grad, void* out) override {
@@ -532,10 +531,9 @@ void reduce_as(const char* where, const char* typed, TypedHandle& h, int dtype, 
   std::string refusal;
   if (dtype != h.dtype()) {
     refusal = dtype_mismatch(h, dtype, typed);
-  } else if (arrays == ArraysIn::Stream) {
-    refusal = h.refuse_stream_call(stream, grad, out);
-  } else if (arrays == ArraysIn::Device) {
-    refusal = refuse_array("grad", grad, h.size());
+  } else if (arrays != ArraysIn::Host) {
+    if (arrays == ArraysIn::Stream) refusal = h.refuse_stream(stream);
+    if (refusal.empty()) refusal = refuse_array("grad", grad, h.size());
     if (refusal.empty()) refusal = refuse_array("out", out, h.size());
   }
   const bool join = refusal.empty();
