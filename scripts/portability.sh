@@ -3,9 +3,10 @@
 # Portability check, run by CI after scripts/test.sh: builds OkTopk against Kokkos 4.6.01
 # (OpenMP: library, tests and apps, then the portability tests below) and a Kokkos develop
 # snapshot (OpenMP: library and tests, then the same tests but the apps'), and against Kokkos
-# 4.6.01 for CUDA (library, unit and binding tests, apps) and HIP (the same but the apps),
-# compile only: no GPU is needed. Warnings are errors in OkTopk's own targets (OKTOPK_WARNINGS_AS_ERRORS), never in the
-# Kokkos headers.
+# 4.6.01 for CUDA (library, unit and binding tests, the Python package, apps) and HIP (the same
+# but the apps; its Python package is also imported), compile only: no GPU is needed.
+# Warnings are errors in OkTopk's own targets (OKTOPK_WARNINGS_AS_ERRORS), never in the Kokkos
+# headers.
 #
 # The portability tests are those whose outcome can depend on the Kokkos version: the kernel
 # unit tests, every MPI suite and the bindings at P = 1 and 2 (the method suite and Ok-Topk's
@@ -184,18 +185,25 @@ oktopk_port_config() {
   # and the kernel tests, where the two backends differ (atomics, memory spaces).
   local apps=ON
   [ "$config" != openmp-develop ] && [ "$config" != hip ] || apps=OFF
+  # The Python package on the device backends: its module is compiled by nvcc_wrapper or hipcc
+  # as every GPU user's would be (the OpenMP package is the default configuration's).
+  local python=OFF
+  [ "$backend" = openmp ] || python=ON
   local t=$SECONDS
   cmake -S "$OKTOPK_SOURCE_DIR" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cxx[@]}" \
     -DKokkos_ROOT="$prefix" -DKokkosKernels_ROOT="$prefix" \
     -DOKTOPK_ENABLE_TESTS=ON -DOKTOPK_ENABLE_APPS="$apps" -DOKTOPK_WARNINGS_AS_ERRORS=ON \
+    -DOKTOPK_ENABLE_PYTHON="$python" -DPython3_EXECUTABLE=/usr/bin/python3 \
     -DOKTOPK_ENABLE_HOST_STAGING_TESTS=OFF -DOKTOPK_ENABLE_FAULT_TESTS=OFF
   # Every target on the CPU; on a device backend the library, the kernel and API unit tests, the
-  # bindings' tests and (CUDA) the apps: the MPI test programs only call the library, compiled
-  # here, and run on the CPU configurations (an nvcc compile of each would double this check).
+  # bindings' tests, the Python package and (CUDA) the apps: the MPI test programs only call the
+  # library, compiled here, and run on the CPU configurations (an nvcc compile of each would
+  # double this check).
   # Keep going past a failing target, so that one run reports every error.
   local targets=()
   [ "$backend" = openmp ] ||
-    targets=(--target oktopk oktopk_unit_tests oktopk_unit_api_tests tests/bindings/all)
+    targets=(--target oktopk oktopk_unit_tests oktopk_unit_api_tests tests/bindings/all
+             oktopk_python)
   [ "$backend" = openmp ] || [ "$apps" = OFF ] || targets+=(apps/all)
   if ! cmake --build "$build" -j "$OKTOPK_JOBS" "${targets[@]}" -- -k 0 2>&1 |
        tee "$build/portability-build.log"
@@ -206,6 +214,14 @@ oktopk_port_config() {
     return 1
   fi
   oktopk_log "portability: $config: built ($((SECONDS - t))s)"
+  # The HIP runtime loads without a GPU: the module must import and name its backend (the CUDA
+  # one needs the driver's libcuda, which only a machine with a GPU has).
+  if [ "$backend" = hip ]; then
+    PYTHONPATH="$build/python" /usr/bin/python3 -c \
+      'import oktopk, sys; sys.exit(oktopk.backend() != "HIP")' || {
+      echo "oktopk: portability: hip: the Python package does not import as a HIP build" >&2
+      return 1; }
+  fi
   # oktopk-train needs Kokkos Kernels: make sure this configuration really compiled it.
   [ "$apps" = OFF ] || [ -x "$build/apps/oktopk-train/oktopk-train" ] || {
     echo "oktopk: portability: $config: oktopk-train was not built" >&2; return 1; }

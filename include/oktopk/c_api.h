@@ -178,7 +178,7 @@ int oktopk_reduce_sparse(oktopk_handle* handle, const float* grad, const int32_t
  * any gradient type: grad, out and *values hold n (or *count) values of type `dtype`, which
  * must be the handle's (oktopk_get_dtype). A dtype other than the handle's is an error
  * (OKTOPK_ERROR_INVALID_ARGUMENT): that rank joins the call with empty arrays, so that every
- * other rank fails too ("rank R passed ...") instead of waiting, and the handle is unchanged.
+ * other rank fails too ("rank R: the arrays are ...") instead of waiting; the handle is unchanged.
  * The float32 functions are these with dtype = OKTOPK_FLOAT32, and refuse other handles so. */
 int oktopk_reduce_typed(oktopk_handle* handle, int dtype, const void* grad, void* out);
 int oktopk_reduce_device_typed(oktopk_handle* handle, int dtype, const void* grad, void* out);
@@ -238,6 +238,24 @@ int oktopk_reduce_on_stream_async(oktopk_handle* handle, int dtype, const void* 
  * when Kokkos was initialised: see the user guide, "GPU users"), or -1 in a build for CPUs
  * only. Needs oktopk_initialize (or Kokkos initialised) first. */
 int oktopk_get_device(int* device);
+
+/* Collective, for a rank that cannot make the reduce its peers are making now (any of the
+ * reduce functions above; its own check of an array failed, say): joins that call without
+ * arrays, so that every rank's call fails with OKTOPK_ERROR_INVALID_ARGUMENT instead of waiting,
+ * the message naming the lowest such rank and its `reason` ("oktopk_reduce_typed: rank 1:
+ * <reason>"), and the handle is unchanged. Returns that error here too (for n = 0 the peers'
+ * call is valid and succeeds: only this rank fails). A NULL or empty reason reads "(no reason
+ * given)". The bindings refuse arrays they cannot hand to the C interface with it. */
+int oktopk_reduce_refused(oktopk_handle* handle, const char* reason);
+
+/* Collective. oktopk_reduce_refused in launch order, for peers making an asynchronous reduce
+ * (oktopk_reduce_async and its forms): *request fails as their requests do. */
+int oktopk_reduce_refused_async(oktopk_handle* handle, const char* reason,
+                                oktopk_request** request);
+
+/* The name of the Kokkos execution space this build's handles run on ("Serial", "OpenMP",
+ * "Cuda", "HIP", ...), in static storage; needs no oktopk_initialize. */
+int oktopk_get_backend(const char** name);
 
 /* Sets *done to 1 if the request has completed (0 otherwise) without waiting; once done,
  * returns the reduce's own result code (and its message in oktopk_last_error), again on every

@@ -612,6 +612,23 @@ int reduce_sparse_call(const char* where, const char* typed, oktopk_handle* hand
   });
 }
 
+// A reduce this rank cannot make, for `reason`: it joins the peers' call with no arrays, so that
+// they fail with the length error instead of waiting for it, and then every rank reports the
+// lowest refusing rank's reason.
+[[noreturn]] void refuse_reduce(const char* where, TypedHandle& h, const std::string& reason) {
+  try {
+    h.reduce_host(nullptr, nullptr);
+  } catch (const std::invalid_argument&) {
+    rethrow_agreed(where, h, reason);
+  }
+  // n = 0: the empty call was valid, and no other rank waits.
+  throw std::invalid_argument(std::string(where) + ": " + reason);
+}
+
+std::string reason_text(const char* reason) {
+  return reason != nullptr && reason[0] != '\0' ? std::string(reason) : "(no reason given)";
+}
+
 int get_residual_call(const char* where, const oktopk_handle* handle, int dtype, void* out,
                       int64_t n) {
   return guarded([&] {
@@ -831,6 +848,37 @@ int oktopk_reduce_on_stream_async(oktopk_handle* handle, int dtype, const void* 
                                   void* stream, oktopk_request** request) {
   return reduce_async_call("oktopk_reduce_on_stream_async", nullptr, handle, dtype, grad, out,
                            request, ArraysIn::Stream, stream);
+}
+
+int oktopk_reduce_refused(oktopk_handle* handle, const char* reason) {
+  constexpr const char* where = "oktopk_reduce_refused";
+  return guarded([&] {
+    require_handle(handle, where);
+    const std::string text = reason_text(reason);
+    oktopk::run_on_progress_thread([&] { refuse_reduce(where, *handle->typed, text); });
+  });
+}
+
+int oktopk_reduce_refused_async(oktopk_handle* handle, const char* reason,
+                                oktopk_request** request) {
+  return guarded([&] {
+    if (request == nullptr)
+      throw std::invalid_argument("oktopk_reduce_refused_async: request is NULL");
+    *request = nullptr;
+    require_handle(handle, "oktopk_reduce_refused_async");
+    auto launched = std::make_unique<oktopk_request>();
+    launched->request = oktopk::launch_in_order([handle, text = reason_text(reason)] {
+      refuse_reduce("oktopk_reduce_refused_async", *handle->typed, text);
+    });
+    *request = launched.release();
+  });
+}
+
+int oktopk_get_backend(const char** name) {
+  return guarded([&] {
+    if (name == nullptr) throw std::invalid_argument("oktopk_get_backend: name is NULL");
+    *name = Exec::name();
+  });
 }
 
 int oktopk_get_device(int* device) {

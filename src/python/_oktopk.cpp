@@ -369,6 +369,30 @@ class Handle {
 
   std::unique_ptr<Request> reduce_async(const py::object& grad, const py::object& out);
 
+  // Collective. oktopk_reduce_on_stream on device memory the package found in tensors: n values
+  // of the handle's type at `grad` and `out` (addresses), the work on `stream` (a
+  // cudaStream_t or hipStream_t as an int; 0 for the legacy default stream). The C interface
+  // checks where the memory lives and the stream, and agrees on refusals over the ranks.
+  void reduce_on_stream(std::uintptr_t grad, std::uintptr_t out, std::uintptr_t stream) {
+    oktopk_handle* handle = get();
+    const int dtype = core_->dtype;
+    int code = OKTOPK_SUCCESS;
+    std::string message;
+    {
+      py::gil_scoped_release release;
+      code = oktopk_reduce_on_stream(handle, dtype, address(grad), address(out), address(stream));
+      if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
+    }
+    if (code != OKTOPK_SUCCESS) raise_code(code, message);
+  }
+
+  // Collective. oktopk_reduce_on_stream_async; the request keeps `keep_grad` and `keep_out`
+  // (the tensors that own the memory) until it completes.
+  std::unique_ptr<Request> reduce_on_stream_async(std::uintptr_t grad, std::uintptr_t out,
+                                                  std::uintptr_t stream,
+                                                  const py::object& keep_grad,
+                                                  const py::object& keep_out);
+
   // Collective. (indices int32, values of the handle's type): copies of the sparse result,
   // which the C interface keeps only until the handle's next call.
   py::tuple reduce_sparse(const py::object& grad) {
@@ -400,21 +424,21 @@ class Handle {
     return py::make_tuple(index_array, value_array);
   }
 
-  // Joins the reduce the peers are making with no arrays, so that they fail with the C API's
-  // length error instead of waiting for this rank, then raises `problem` here: for arrays some
-  // ranks only got wrong. A request launched this way is waited for at once, which keeps this
-  // rank's calls in the launch order its peers see.
+  // Joins the reduce the peers are making without arrays (oktopk_reduce_refused), so that
+  // they fail with this rank's reason instead of waiting for it, then raises `problem` here:
+  // for arrays some ranks only got wrong. A request launched this way is waited for at once
+  // (freeing it waits), which keeps this rank's calls in the launch order its peers see.
   [[noreturn]] void fail_reduce(const Problem& problem, bool async = false) {
     oktopk_handle* handle = get();
-    const int dtype = core_->dtype;
     {
       py::gil_scoped_release release;
       if (async) {
         oktopk_request* request = nullptr;
-        if (oktopk_reduce_async_typed(handle, dtype, nullptr, nullptr, &request) == OKTOPK_SUCCESS)
+        if (oktopk_reduce_refused_async(handle, problem.message.c_str(), &request) ==
+            OKTOPK_SUCCESS)
           oktopk_request_free(request);
       } else {
-        oktopk_reduce_typed(handle, dtype, nullptr, nullptr);
+        oktopk_reduce_refused(handle, problem.message.c_str());
       }
     }
     if (problem.type_error) throw py::type_error(problem.message);
@@ -519,6 +543,12 @@ class Handle {
   std::string residual_dtype() const { return dtype_name(core_->residual_dtype); }
 
  private:
+  static void* address(std::uintptr_t value) { return reinterpret_cast<void*>(value); }
+
+  // Launches a C request made by `launch(&request)` and wraps it, keeping grad and out alive.
+  template <class Launch>
+  std::unique_ptr<Request> launched(Launch&& launch, const py::object& grad, const py::object& out);
+
   std::shared_ptr<HandleCore> core_;
 };
 
@@ -569,12 +599,9 @@ class Request {
   py::object out_;
 };
 
-std::unique_ptr<Request> Handle::reduce_async(const py::object& grad, const py::object& out) {
-  oktopk_handle* handle = get();
-  Arrays arrays;
-  const Problem problem = take_arrays(grad, out, *core_, arrays);
-  if (!problem.empty()) fail_reduce(problem, true);
-  const int dtype = core_->dtype;
+template <class Launch>
+std::unique_ptr<Request> Handle::launched(Launch&& launch, const py::object& grad,
+                                          const py::object& out) {
   auto core = std::make_shared<RequestCore>();
   core->handle = core_;
   // Launching may wait for the progress thread's queue lock; no need to hold the GIL there.
@@ -582,7 +609,7 @@ std::unique_ptr<Request> Handle::reduce_async(const py::object& grad, const py::
   std::string message;
   {
     py::gil_scoped_release release;
-    code = oktopk_reduce_async_typed(handle, dtype, arrays.grad, arrays.out, &core->request);
+    code = launch(&core->request);
     if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
   }
   if (code != OKTOPK_SUCCESS) {
@@ -591,6 +618,33 @@ std::unique_ptr<Request> Handle::reduce_async(const py::object& grad, const py::
   }
   remember(all_requests, core);
   return std::make_unique<Request>(std::move(core), grad, out);
+}
+
+std::unique_ptr<Request> Handle::reduce_async(const py::object& grad, const py::object& out) {
+  oktopk_handle* handle = get();
+  Arrays arrays;
+  const Problem problem = take_arrays(grad, out, *core_, arrays);
+  if (!problem.empty()) fail_reduce(problem, true);
+  const int dtype = core_->dtype;
+  return launched(
+      [&](oktopk_request** request) {
+        return oktopk_reduce_async_typed(handle, dtype, arrays.grad, arrays.out, request);
+      },
+      grad, out);
+}
+
+std::unique_ptr<Request> Handle::reduce_on_stream_async(std::uintptr_t grad, std::uintptr_t out,
+                                                        std::uintptr_t stream,
+                                                        const py::object& keep_grad,
+                                                        const py::object& keep_out) {
+  oktopk_handle* handle = get();
+  const int dtype = core_->dtype;
+  return launched(
+      [&](oktopk_request** request) {
+        return oktopk_reduce_on_stream_async(handle, dtype, address(grad), address(out),
+                                             address(stream), request);
+      },
+      keep_grad, keep_out);
 }
 
 }  // namespace
@@ -610,6 +664,28 @@ PYBIND11_MODULE(_oktopk, m) {
         "handle can be made. Call before MPI_Finalize.");
   m.def(
       "finalized", [] { return finalized; }, "Whether shutdown() has run.");
+  m.def(
+      "initialized", [] { return initialized_here; },
+      "Whether initialize() has run (explicitly or for the first handle).");
+  m.def(
+      "backend",
+      [] {
+        const char* name = nullptr;
+        check(oktopk_get_backend(&name));
+        return std::string(name);
+      },
+      "The Kokkos execution space the handles run on: \"OpenMP\", \"Serial\", \"Cuda\", "
+      "\"HIP\", ... (oktopk_get_backend); known before initialize().");
+  m.def(
+      "device",
+      [] {
+        initialize({});
+        int device = -1;
+        check(oktopk_get_device(&device));
+        return device;
+      },
+      "The GPU the handles run on, or -1 in a build for CPUs (oktopk_get_device); initialises "
+      "Kokkos first if needed.");
   m.attr("SEGMENT_DENSE") = OKTOPK_SEGMENT_DENSE;
   m.attr("SEGMENT_ROWS") = OKTOPK_SEGMENT_ROWS;
 
@@ -640,14 +716,25 @@ PYBIND11_MODULE(_oktopk, m) {
       .def("reduce_async", &Handle::reduce_async, py::arg("grad"), py::arg("out"),
            "Collective. Launches reduce(grad, out) and returns a Request; the arrays stay "
            "referenced until it completes.")
+      .def("reduce_on_stream", &Handle::reduce_on_stream, py::arg("grad"), py::arg("out"),
+           py::arg("stream"),
+           "Collective. oktopk_reduce_on_stream: grad and out are addresses of n values of the "
+           "handle's dtype in the GPU memory of device(), stream a cudaStream_t or hipStream_t "
+           "as an int (0: the legacy default stream; in CPU builds host addresses and 0). "
+           "Releases the GIL.")
+      .def("reduce_on_stream_async", &Handle::reduce_on_stream_async, py::arg("grad"),
+           py::arg("out"), py::arg("stream"), py::arg("keep_grad"), py::arg("keep_out"),
+           "Collective. oktopk_reduce_on_stream_async; the Request keeps keep_grad and keep_out "
+           "(the objects owning the memory) until it completes.")
       .def(
           "fail_reduce",
-          [](Handle& self, const std::string& problem, bool async) {
-            self.fail_reduce(Problem{true, problem}, async);
+          [](Handle& self, const std::string& problem, bool async, bool type_error) {
+            self.fail_reduce(Problem{type_error, problem}, async);
           },
-          py::arg("problem"), py::arg("async_") = false,
-          "Collective. Joins the peers' reduce (or reduce_async) without arrays, so that they "
-          "fail instead of waiting, then raises TypeError(problem) here.")
+          py::arg("problem"), py::arg("async_") = false, py::arg("type_error") = true,
+          "Collective. Joins the peers' reduce (or reduce_async) without arrays "
+          "(oktopk_reduce_refused), so that they fail with this problem instead of waiting, "
+          "then raises TypeError(problem) here (ValueError with type_error=False).")
       .def("stats", &Handle::stats,
            "Statistics of the last reduce on this rank, as a dict; \"segments\": one dict per "
            "segment of the layout.")

@@ -969,6 +969,36 @@ static void test_typed_errors(void) {
   free(floats);
 }
 
+/* A handle, its twin (made alike, for the bits a call must give) and host arrays of n floats,
+ * grad filled with this rank's gradient of call 0. */
+typedef struct {
+  oktopk_handle* h;
+  oktopk_handle* twin;
+  float* grad;
+  float* out;
+  float* expected;
+} twins;
+
+static twins make_twins(const char* method, int64_t n, const char* options, const char* what) {
+  twins t = {NULL, NULL, NULL, NULL, NULL};
+  check(oktopk_create(MPI_COMM_WORLD, method, n, options, &t.h) == OKTOPK_SUCCESS &&
+            oktopk_create(MPI_COMM_WORLD, method, n, options, &t.twin) == OKTOPK_SUCCESS,
+        what);
+  t.grad = malloc((size_t)n * sizeof(float));
+  t.out = malloc((size_t)n * sizeof(float));
+  t.expected = malloc((size_t)n * sizeof(float));
+  fill(t.grad, n, rank, 0);
+  return t;
+}
+
+static void free_twins(twins* t) {
+  oktopk_destroy(t->h);
+  oktopk_destroy(t->twin);
+  free(t->grad);
+  free(t->out);
+  free(t->expected);
+}
+
 /* oktopk_reduce_on_stream and its async form: the caller's stream (NULL in a CPU build, the
  * only stream it takes) gives the bits of oktopk_reduce; a bad argument on one rank fails the
  * call on every rank, naming that rank and the reason, and leaves the handle as its twin. In a
@@ -978,15 +1008,12 @@ static void test_on_stream(void) {
   int device = -2;
   check(oktopk_get_device(&device) == OKTOPK_SUCCESS && device >= -1, "get_device");
   check(oktopk_get_device(NULL) == OKTOPK_ERROR_INVALID_ARGUMENT, "get_device(NULL)");
-  oktopk_handle* h = NULL;
-  oktopk_handle* twin = NULL;
-  check(oktopk_create(MPI_COMM_WORLD, "oktopk", n, "density=0.02", &h) == OKTOPK_SUCCESS &&
-            oktopk_create(MPI_COMM_WORLD, "oktopk", n, "density=0.02", &twin) == OKTOPK_SUCCESS,
-        "on_stream: create a handle and its twin");
-  float* grad = malloc((size_t)n * sizeof(float));
-  float* out = malloc((size_t)n * sizeof(float));
-  float* expected = malloc((size_t)n * sizeof(float));
-  fill(grad, n, rank, 0);
+  twins t = make_twins("oktopk", n, "density=0.02", "on_stream: create a handle and its twin");
+  oktopk_handle* h = t.h;
+  oktopk_handle* twin = t.twin;
+  float* grad = t.grad;
+  float* out = t.out;
+  float* expected = t.expected;
   int code = 0;
   if (device >= 0) {
     code = oktopk_reduce_on_stream(h, OKTOPK_FLOAT32, grad, out, NULL);
@@ -1045,11 +1072,56 @@ static void test_on_stream(void) {
               memcmp(out, expected, (size_t)n * sizeof(float)) == 0,
           "on_stream: the handle is unchanged after the refused calls");
   }
-  oktopk_destroy(h);
-  oktopk_destroy(twin);
-  free(grad);
-  free(out);
-  free(expected);
+  free_twins(&t);
+}
+
+/* oktopk_reduce_refused and its async form: the refusing rank's reason reaches every rank, whose
+ * reduce (dense, sparse or asynchronous) fails instead of waiting, and the handle is unchanged;
+ * oktopk_get_backend names the build's execution space. */
+static void test_refused(void) {
+  const char* backend = NULL;
+  check(oktopk_get_backend(&backend) == OKTOPK_SUCCESS && backend != NULL && backend[0] != '\0',
+        "get_backend");
+  check(oktopk_get_backend(NULL) == OKTOPK_ERROR_INVALID_ARGUMENT, "get_backend(NULL)");
+  const int64_t n = 1501;
+  twins t = make_twins("topka", n, "density=0.03", "refused: create a handle and its twin");
+  oktopk_handle* h = t.h;
+  float* grad = t.grad;
+  float* out = t.out;
+  const int last = rank == size - 1;
+  int code =
+      last ? oktopk_reduce_refused(h, "grad is a tensor on meta") : oktopk_reduce(h, grad, out);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            agreed_message(last ? "oktopk_reduce_refused" : "oktopk_reduce", size - 1,
+                           "grad is a tensor on meta"),
+        "refused on the last rank: every rank's reduce fails with its reason");
+  const int32_t* indices = NULL;
+  const float* values = NULL;
+  int64_t count = -1;
+  code = rank == 0 ? oktopk_reduce_refused(h, NULL)
+                   : oktopk_reduce_sparse(h, grad, &indices, &values, &count);
+  check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            agreed_message(rank == 0 ? "oktopk_reduce_refused" : "oktopk_reduce_sparse", 0,
+                           "(no reason given)") &&
+            (rank == 0 || (count == 0 && indices == NULL && values == NULL)),
+        "refused (NULL reason) on rank 0 while the others reduce_sparse: every rank fails");
+  oktopk_request* request = NULL;
+  code = last ? oktopk_reduce_refused_async(h, "out is read-only", &request)
+              : oktopk_reduce_async(h, grad, out, &request);
+  const int waited = oktopk_wait(request);
+  check(code == OKTOPK_SUCCESS && waited == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            agreed_message(last ? "oktopk_reduce_refused_async" : "oktopk_reduce_async", size - 1,
+                           "out is read-only"),
+        "refused_async on the last rank: every request fails with its reason");
+  oktopk_request_free(request);
+  check(oktopk_reduce_refused_async(h, "x", NULL) == OKTOPK_ERROR_INVALID_ARGUMENT &&
+            oktopk_reduce_refused(NULL, "x") == OKTOPK_ERROR_INVALID_ARGUMENT,
+        "refused: a NULL request or handle is refused on this rank alone");
+  check(oktopk_reduce(h, grad, out) == OKTOPK_SUCCESS &&
+            oktopk_reduce(t.twin, grad, t.expected) == OKTOPK_SUCCESS &&
+            memcmp(out, t.expected, (size_t)n * sizeof(float)) == 0,
+        "refused: the handle is unchanged, as its twin");
+  free_twins(&t);
 }
 
 int main(int argc, char** argv) {
@@ -1081,6 +1153,7 @@ int main(int argc, char** argv) {
   test_layout_errors();
   test_async();
   test_on_stream();
+  test_refused();
   const int dtypes[] = {OKTOPK_FLOAT64, OKTOPK_BFLOAT16, OKTOPK_FLOAT16};
   for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; ++t)
     for (size_t m = 0; m < sizeof methods / sizeof methods[0]; ++m)

@@ -597,6 +597,44 @@ def test_nan_fails_everywhere():
           f"NaN on rank 0: backward raises on every rank ({str(e)[:200]})")
 
 
+class _MetaBucket:
+    """A stand-in for DDP's GradBucket over gradients off the host (meta tensors, which this
+    CPU torch can make; a CUDA bucket takes the same path in a build for CPUs)."""
+
+    def __init__(self, parameters):
+        self._parameters = parameters
+        self._gradients = [torch.empty_like(p) for p in parameters]
+        self._buffer = torch.empty(sum(p.numel() for p in parameters), device="meta")
+
+    def index(self):
+        return 0
+
+    def is_last(self):
+        return True
+
+    def parameters(self):
+        return self._parameters
+
+    def gradients(self):
+        return self._gradients
+
+    def buffer(self):
+        return self._buffer
+
+
+def test_device_buckets_refused():
+    """Buckets on a device this build cannot reduce: the hook raises TypeError on every rank,
+    per bucket and over the whole model, with the reason, instead of hanging or corrupting."""
+    parameters = [torch.nn.Parameter(torch.empty(300, 4, device="meta")),
+                  torch.nn.Parameter(torch.empty(50, device="meta"))]
+    for whole_model in (False, True):
+        state = okt.OkTopkHookState(algorithm="topka", density=0.05, start_iter=0,
+                                    whole_model=whole_model)
+        e = raises(TypeError, state.hook, _MetaBucket(parameters))
+        check(e is not None and "grad is a tensor on meta" in str(e),
+              f"whole_model={whole_model}: a meta bucket raises TypeError on every rank ({e})")
+
+
 def main():
     torch.set_num_threads(1)
     # A store file of this run only (tests run concurrently): no fixed port.
@@ -630,6 +668,7 @@ def main():
         test_version_1_state()
         test_state_errors()
         test_nan_fails_everywhere()
+        test_device_buckets_refused()
         test_value_types("oktopk")
         test_value_types("topka", whole_model=True)
         test_checkpoint("oktopk", dtype=torch.bfloat16)

@@ -346,6 +346,72 @@ def test_torch():
     b.close()
 
 
+def test_device_tensors():
+    """Tensors off the host. This build's GPU, if any, takes tensors on it; a meta tensor, which
+    has no memory, is refused everywhere (as a CUDA tensor is by a build for CPUs, the same
+    path): the rank that passes one raises TypeError, its peers ValueError naming that rank
+    and the reason, in every form of reduce, and the handle is unchanged. In a CPU build the
+    compiled stream entry, which CUDA tensors take, reduces host addresses on stream 0 to the
+    bits of reduce."""
+    torch = import_torch()
+    if torch is None:
+        return
+    gpu_build = oktopk.backend() in ("Cuda", "HIP")
+    check(oktopk.backend() in ("Serial", "OpenMP", "Threads", "Cuda", "HIP"),
+          f"backend() names an execution space ({oktopk.backend()})")
+    check((oktopk.device() >= 0) == gpu_build, f"device() is {oktopk.device()}, -1 without a GPU")
+    n = 2000
+    h = oktopk.Handle(comm, "oktopk", n, **OPTIONS)
+    twin = oktopk.Handle(comm, "oktopk", n, **OPTIONS)
+    grad = torch.from_numpy(gradient(rank, n, 0))
+    meta = torch.empty(n, device="meta")
+    last = size - 1
+
+    def refused_everywhere(what, bad_rank, reason, call):
+        e = raises((TypeError, ValueError), call)
+        if rank == bad_rank:
+            ok = isinstance(e, TypeError) and reason in str(e)
+        else:
+            ok = isinstance(e, ValueError) and f"rank {bad_rank}: {reason}" in str(e)
+        check(ok, f"{what}: TypeError on rank {bad_rank}, its reason on every rank ({e})")
+
+    refused_everywhere("a meta grad on the last rank", last,
+                       "grad is a tensor on meta: OkTopk reduces CPU tensors, and CUDA",
+                       lambda: h.reduce_(meta if rank == last else grad.clone()))
+    refused_everywhere("reduce_async of a meta tensor on rank 0", 0, "grad is a tensor on meta",
+                       lambda: h.reduce_async(meta if rank == 0 else grad.clone()).wait())
+    refused_everywhere("reduce_sparse of a meta grad on rank 0", 0, "grad is a tensor on meta",
+                       lambda: h.reduce_sparse(meta if rank == 0 else grad.clone()))
+    refused_everywhere("a CPU grad and a meta out on the last rank", last,
+                       "grad is a tensor on cpu and out one on meta",
+                       lambda: h.reduce(grad.clone(), meta if rank == last else None))
+    refused_everywhere("a numpy grad and a meta out on rank 0", 0,
+                       "grad must be a torch tensor on the GPU",
+                       lambda: h.reduce(grad.numpy(), meta if rank == 0 else None))
+    out = h.reduce(grad)
+    check(np.array_equal(out.numpy(), twin.reduce(grad.numpy())),
+          "the handle is unchanged after the refused calls")
+    if not gpu_build:
+        same = True
+        for call in range(1, 4):
+            g = gradient(rank, n, call)
+            o = np.empty_like(g)
+            if call < 3:
+                h._handle.reduce_on_stream(g.ctypes.data, o.ctypes.data, 0)
+            else:
+                h._handle.reduce_on_stream_async(g.ctypes.data, o.ctypes.data, 0, g, o).wait()
+            same &= np.array_equal(o, twin.reduce(g))
+        check(same, "the stream entry on host addresses and stream 0, sync and async: the bits "
+                    "of reduce")
+        g = gradient(rank, n, 4)
+        e = raises(ValueError, h._handle.reduce_on_stream, g.ctypes.data, g.ctypes.data,
+                   1 if rank == last else 0)
+        check(e is not None and f"rank {last}: " in str(e) and "stream" in str(e),
+              f"a stream in a CPU build on the last rank: ValueError naming it ({e})")
+    h.close()
+    twin.close()
+
+
 def test_sparse():
     """reduce_sparse returns the entries reduce writes, for every method, on arrays and on
     tensors; a bad array on one rank fails every rank's call."""
@@ -484,6 +550,7 @@ def main():
     test_layout_errors()
     test_arguments()
     test_torch()
+    test_device_tensors()
     test_sparse()
     test_wire()
     test_async()

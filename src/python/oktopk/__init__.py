@@ -6,7 +6,8 @@ default; float64, bfloat16 or float16 with ``dtype=``) over an mpi4py communicat
 OkTopk's methods (``dense``, ``topka``, ``topkdsa``, ``gtopk``, ``gaussiank``, ``oktopk``,
 ``s2``): every rank receives the average over ranks of the sparsified gradients, the same bits
 on every rank. Arrays are numpy arrays or CPU torch tensors (contiguous, of the handle's type),
-reduced in the memory they occupy, without copies.
+reduced in the memory they occupy, without copies; a build for CUDA or HIP also takes tensors
+on its GPU, on torch's current stream.
 
     from mpi4py import MPI
     import numpy as np
@@ -29,7 +30,9 @@ need MPI initialised with ``MPI_THREAD_MULTIPLE``, mpi4py's default.
 """
 
 import atexit as _atexit
+import collections as _collections
 import numbers as _numbers
+import os as _os
 import sys as _sys
 
 import numpy as _np
@@ -43,7 +46,8 @@ from . import _oktopk
 
 _atexit.register(_oktopk.shutdown)
 
-__all__ = ["Handle", "Request", "ALGORITHMS", "DTYPES", "initialize", "version"]
+__all__ = ["Handle", "Request", "ALGORITHMS", "DTYPES", "initialize", "version", "backend",
+           "device"]
 
 #: The methods a handle can run.
 ALGORITHMS = ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2")
@@ -61,11 +65,52 @@ def version():
     return _oktopk.version()
 
 
+def backend():
+    """The Kokkos execution space this build's handles run on: ``"OpenMP"`` or ``"Serial"``
+    (CPUs), ``"Cuda"`` or ``"HIP"`` (a GPU, whose tensors the handles then take)."""
+    return _oktopk.backend()
+
+
+def device():
+    """The index of the GPU this process's handles run on (``torch.device("cuda", index)``),
+    or -1 in a build for CPUs. Initialises OkTopk first if no handle has (see
+    :func:`initialize` for how the GPU is chosen)."""
+    _initialize_for_torch()
+    with _Prefixed("oktopk.device"):
+        return _oktopk.device()
+
+
+# Kokkos execution spaces that run on a GPU, whose memory torch calls "cuda" (ROCm included).
+_GPU_BACKENDS = ("Cuda", "HIP")
+
+
+def _initialize_for_torch():
+    """Before the first handle of a GPU build, when the user has not initialised OkTopk: runs
+    Kokkos on torch's current GPU (``torch.cuda.set_device``), the one whose tensors the
+    program will hand over, unless ``KOKKOS_DEVICE_ID`` names one."""
+    if _oktopk.initialized() or _oktopk.backend() not in _GPU_BACKENDS:
+        return
+    torch = _sys.modules.get("torch")
+    args = []
+    if (torch is not None and "KOKKOS_DEVICE_ID" not in _os.environ
+            and torch.cuda.is_available()):
+        args.append(f"--kokkos-device-id={torch.cuda.current_device()}")
+    with _Prefixed("oktopk.initialize"):
+        _oktopk.initialize(args)
+
+
 def initialize(*kokkos_args):
     """Initialises Kokkos with command-line arguments of its own (``"--kokkos-num-threads=4"``,
-    ``"--kokkos-disable-warnings"``). Optional: the first :class:`Handle` initialises Kokkos
-    without arguments otherwise, so call it before making one. Not collective. Kokkos is
-    finalised at exit, before MPI, unless it was initialised outside OkTopk."""
+    ``"--kokkos-disable-warnings"``, ``"--kokkos-device-id=1"``). Optional: the first
+    :class:`Handle` initialises Kokkos otherwise, so call it before making one. Not
+    collective. Kokkos is finalised at exit, before MPI, unless it was initialised outside
+    OkTopk.
+
+    The GPU of a build for CUDA or HIP: without arguments naming one, the first handle (or
+    :func:`device`) picks torch's current device (``torch.cuda.current_device()``, set with
+    ``torch.cuda.set_device(local_rank)``) when torch is imported and sees a GPU, unless the
+    environment sets ``KOKKOS_DEVICE_ID``; Kokkos chooses otherwise (user guide, "GPU
+    users")."""
     for arg in kokkos_args:
         if not isinstance(arg, str):
             raise TypeError(f"oktopk.initialize: arguments must be str, not "
@@ -196,6 +241,56 @@ def _is_torch_tensor(obj):
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
+def _on_device(obj):
+    """Whether obj is a torch tensor outside host memory (CUDA, ROCm, meta, ...)."""
+    return _is_torch_tensor(obj) and obj.device.type != "cpu"
+
+
+def _tensor_problem(obj, name, dtype):
+    """Why a torch tensor cannot be a handle's array of type ``dtype`` whatever its device;
+    None if it can."""
+    torch = _sys.modules["torch"]
+    if obj.dtype != getattr(torch, dtype):
+        return f"{name} must have dtype torch.{dtype}, the handle's, not {obj.dtype}"
+    if not obj.is_contiguous():
+        return f"{name} must be contiguous (use .contiguous())"
+    if obj.is_sparse or obj.is_conj() or obj.is_neg():
+        return f"{name} must be a plain dense tensor"
+    return None
+
+
+def _device_tensor_problem(obj, name, dtype, n):
+    """Why a tensor off the host cannot be reduced on this build's GPU: (TypeError or
+    ValueError, reason), or None if it can (a GPU build, the handle's GPU, type and length)."""
+    if not _is_torch_tensor(obj):
+        return TypeError, (f"{name} must be a torch tensor on the GPU as the other array is, "
+                           f"not {type(obj).__name__}")
+    place = obj.device
+    if place.type != "cuda":
+        return TypeError, (f"{name} is a tensor on {place}: OkTopk reduces CPU tensors, and "
+                           "CUDA or ROCm tensors in a build for CUDA or HIP")
+    built_for = _oktopk.backend()
+    if built_for not in _GPU_BACKENDS:
+        return TypeError, (f"{name} is a tensor on {place}, but this OkTopk was built for "
+                           f"{built_for}, without a GPU: pass {name}.cpu(), or use a build for "
+                           "CUDA or HIP")
+    gpu = _oktopk.device()
+    if place.index != gpu:
+        return TypeError, (f"{name} is a tensor on {place}, but this process's handles run on "
+                           f"cuda:{gpu} (oktopk.device(); see oktopk.initialize)")
+    problem = _tensor_problem(obj, name, dtype)
+    if problem is not None:
+        return TypeError, problem
+    if obj.numel() != n:
+        return ValueError, f"{name} has {obj.numel()} elements, the handle's n is {n}"
+    return None
+
+
+# What a reduce hands the compiled module: numpy views of host arrays (stream None), or the
+# addresses of device tensors and torch's current stream on their GPU.
+_Arrays = _collections.namedtuple("_Arrays", "grad out stream")
+
+
 def _as_array(obj, name, dtype="float32"):
     """The numpy array that shares obj's memory, or (None, reason) if obj cannot be reduced by
     a handle of type ``dtype``.
@@ -203,9 +298,10 @@ def _as_array(obj, name, dtype="float32"):
     numpy arrays go through unchanged (the compiled module checks dtype, contiguity and length
     itself), as does anything that is no buffer (it then says what it got); other buffers
     (``array.array("f")``, a memoryview) become arrays over their memory. A torch tensor must
-    be a contiguous CPU tensor of the handle's type, whose memory numpy then shares
-    (``detach()`` drops autograd's view of it, not the memory; a bfloat16 tensor is seen as
-    its int16 bit patterns).
+    be a contiguous CPU tensor of the handle's type (tensors elsewhere take
+    ``_device_tensor_problem``'s way), whose memory numpy then shares (``detach()`` drops
+    autograd's view of it, not the memory; a bfloat16 tensor is seen as its int16 bit
+    patterns).
     """
     if isinstance(obj, _np.ndarray):
         return obj, None
@@ -216,15 +312,9 @@ def _as_array(obj, name, dtype="float32"):
             return obj, None
         return _np.asarray(obj), None
     torch = _sys.modules["torch"]
-    if obj.device.type != "cpu":
-        return None, (f"{name} must be a CPU tensor, not one on {obj.device} "
-                      "(copy it to the host first)")
-    if obj.dtype != getattr(torch, dtype):
-        return None, (f"{name} must have dtype torch.{dtype}, the handle's, not {obj.dtype}")
-    if not obj.is_contiguous():
-        return None, f"{name} must be contiguous (use .contiguous())"
-    if obj.is_sparse or obj.is_conj() or obj.is_neg():
-        return None, f"{name} must be a plain dense tensor"
+    problem = _tensor_problem(obj, name, dtype)
+    if problem is not None:
+        return None, problem
     if dtype == "bfloat16":
         return obj.detach().view(torch.int16).numpy(), None
     return obj.detach().numpy(), None
@@ -297,8 +387,13 @@ class Handle:
 
     Arrays: numpy arrays or CPU torch tensors of n values of the handle's type, C-contiguous
     (bfloat16: torch.bfloat16 tensors, or numpy uint16 or int16 arrays of its bit patterns,
-    since numpy has no bfloat16). A wrong kind of array is ``TypeError``, a wrong length
-    ``ValueError``, on this rank; the peers' call then fails with ``ValueError`` instead of
+    since numpy has no bfloat16). In a build for CUDA or HIP (:func:`backend`), also CUDA or
+    ROCm tensors on the handles' GPU (:func:`device`): the reduce then runs on torch's current
+    stream of that GPU, after the work queued there (the kernels that wrote the gradient), and
+    later work on that stream sees the result; :meth:`reduce_sparse` copies such a gradient
+    to the host and its result back. A wrong kind of array (a tensor on another device, or on
+    a GPU in a build for CPUs) is ``TypeError``, a wrong length ``ValueError``, on this rank;
+    the peers' call then fails with ``ValueError`` naming this rank and its reason instead of
     waiting for it.
     """
 
@@ -339,6 +434,7 @@ class Handle:
         self._layout = segments
         compiled = [(_oktopk.SEGMENT_ROWS, s[1], s[2], s[3]) if s[0] == "rows"
                     else (_oktopk.SEGMENT_DENSE, s[1], 1, s[2]) for s in segments]
+        _initialize_for_torch()
         with _Prefixed(where):
             self._handle = _oktopk.Handle(comm.py2f(), algorithm, int(n), text, compiled,
                                           dtype_name)
@@ -355,18 +451,13 @@ class Handle:
         """
         where = "oktopk.Handle.reduce"
         out = self._default_out(grad, out)
-        g, o = self._arrays(where, grad, out, False)
-        with _Prefixed(where):
-            self._handle.reduce(g, o)
+        self._reduce(where, grad, out)
         return out
 
     def reduce_(self, array):
         """Collective. :meth:`reduce` in place: ``array`` is replaced by the reduced gradient.
         Returns ``array``."""
-        where = "oktopk.Handle.reduce_"
-        a, _ = self._arrays(where, array, array, False)
-        with _Prefixed(where):
-            self._handle.reduce(a, a)
+        self._reduce("oktopk.Handle.reduce_", array, array)
         return array
 
     def reduce_sparse(self, grad):
@@ -378,18 +469,24 @@ class Handle:
         GIL while it runs.
         """
         where = "oktopk.Handle.reduce_sparse"
+        source = grad
+        if _on_device(grad):
+            # The sparse result lives on the host: the gradient goes there first (a copy of n
+            # values, after torch's current stream), the result back to grad's GPU.
+            self._refuse(where, _device_tensor_problem(grad, "grad", self.dtype, self.n), False)
+            grad = grad.detach().cpu()
         g, problem = _as_array(grad, "grad", self.dtype)
-        if problem is not None:
-            with _Prefixed(where):
-                self._handle.fail_reduce(problem, False)
+        self._refuse(where, None if problem is None else (TypeError, problem), False)
         with _Prefixed(where):
             indices, values = self._handle.reduce_sparse(g)
-        if _is_torch_tensor(grad):
+        if _is_torch_tensor(source):
             torch = _sys.modules["torch"]
             if self.dtype == "bfloat16":
-                return (torch.from_numpy(indices),
+                pair = (torch.from_numpy(indices),
                         torch.from_numpy(values.view(_np.int16)).view(torch.bfloat16))
-            return torch.from_numpy(indices), torch.from_numpy(values)
+            else:
+                pair = torch.from_numpy(indices), torch.from_numpy(values)
+            return tuple(t.to(source.device) for t in pair)
         return indices, values
 
     def reduce_async(self, grad, out=None):
@@ -399,33 +496,79 @@ class Handle:
         Calls run one at a time on OkTopk's progress thread, in launch order over every handle
         of this process, while Python goes on. Every rank must launch its calls in the same
         order. ``grad`` and ``out`` must stay untouched until the request completes.
+
+        GPU tensors: the call's kernels and copies go to torch's current stream at launch,
+        when the progress thread reaches the call, so they follow whatever the caller queued
+        there by then; the request completes once that stream has finished the call.
         """
         where = "oktopk.Handle.reduce_async"
         if out is None:
             out = grad
-        g, o = self._arrays(where, grad, out, True)
+        arrays = self._arrays(where, grad, out, True)
         with _Prefixed(where):
-            request = self._handle.reduce_async(g, o)
+            if arrays.stream is None:
+                request = self._handle.reduce_async(arrays.grad, arrays.out)
+            else:
+                request = self._handle.reduce_on_stream_async(arrays.grad, arrays.out,
+                                                              arrays.stream, grad, out)
         return Request(request, out, "oktopk.Request")
+
+    def _reduce(self, where, grad, out):
+        arrays = self._arrays(where, grad, out, False)
+        with _Prefixed(where):
+            if arrays.stream is None:
+                self._handle.reduce(arrays.grad, arrays.out)
+            else:
+                self._handle.reduce_on_stream(arrays.grad, arrays.out, arrays.stream)
 
     def _default_out(self, grad, out):
         if out is not None:
             return out
         if _is_torch_tensor(grad):
             torch = _sys.modules["torch"]
-            return torch.empty(grad.shape, dtype=getattr(torch, self.dtype))
+            return torch.empty(grad.shape, dtype=getattr(torch, self.dtype), device=grad.device)
         return _np.empty(_np.shape(grad), dtype=_NUMPY_DTYPES[self.dtype])
 
+    def _refuse(self, where, problem, asynchronous):
+        """With a problem ``(TypeError or ValueError, reason)`` on this rank: fails the
+        collective call the peers are making (so that they do not wait, and report this
+        rank's reason) and raises it here."""
+        if problem is None:
+            return
+        kind, reason = problem
+        with _Prefixed(where):
+            self._handle.fail_reduce(reason, asynchronous, kind is TypeError)
+
     def _arrays(self, where, grad, out, asynchronous):
-        """numpy views of grad and out; on a torch tensor that cannot be one, fails the
-        collective call (so that peers do not wait) and raises TypeError."""
+        """What the compiled module reduces (_Arrays): numpy views of host arrays, or for
+        tensors on the GPU their addresses and torch's current stream there, the stream whose
+        work wrote them. Arrays this rank cannot reduce fail the collective call (see
+        _refuse)."""
+        if _on_device(grad) or _on_device(out):
+            return self._device_arrays(where, grad, out, asynchronous)
         g, problem = _as_array(grad, "grad", self.dtype)
         if problem is None:
             o, problem = (g, None) if out is grad else _as_array(out, "out", self.dtype)
-        if problem is not None:
-            with _Prefixed(where):
-                self._handle.fail_reduce(problem, asynchronous)
-        return g, o
+        self._refuse(where, None if problem is None else (TypeError, problem), asynchronous)
+        return _Arrays(g, o, None)
+
+    def _device_arrays(self, where, grad, out, asynchronous):
+        problem = None
+        if _is_torch_tensor(grad) and _is_torch_tensor(out) and grad.device != out.device:
+            problem = TypeError, (f"grad is a tensor on {grad.device} and out one on "
+                                  f"{out.device}: both must be on one device")
+        if problem is None:
+            problem = _device_tensor_problem(grad, "grad", self.dtype, self.n)
+        if problem is None and out is not grad:
+            problem = _device_tensor_problem(out, "out", self.dtype, self.n)
+        if problem is None:
+            g, o = grad.data_ptr(), out.data_ptr()
+            size = self.n * grad.element_size()
+            if g != o and g < o + size and o < g + size:
+                problem = ValueError, "grad and out overlap without being the same tensor"
+        self._refuse(where, problem, asynchronous)
+        torch = _sys.modules["torch"]
+        return _Arrays(g, o, torch.cuda.current_stream(grad.device).cuda_stream)
 
     # ---- information and state
 

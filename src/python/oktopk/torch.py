@@ -18,6 +18,13 @@ progress thread has finished the call, so communication overlaps with the rest o
 The result is the average over ranks of the sparsified gradients, the same bits on every rank,
 so the replicas stay identical.
 
+A model on a GPU needs OkTopk built for CUDA (or HIP, for ROCm torch): its buckets are then
+reduced where they are, on torch's current stream of their GPU (the stream backward wrote them
+on), and each future is a CUDA future whose completion event DDP's wait puts on its stream;
+the host never waits for the GPU in the hook. ``torch.cuda.set_device(local_rank)`` before the
+first handle runs OkTopk on the same GPU (``oktopk.initialize``). A build for CPUs refuses GPU
+buckets on every rank with a ``TypeError`` that says so.
+
 Handles are OkTopk handles over mpi4py's ``MPI.COMM_WORLD``; the process group DDP uses (gloo)
 must span the same processes. Launch with mpiexec (``python -m torch.distributed.run`` starts
 no MPI job).
@@ -65,6 +72,7 @@ float32 and are rounded back. In whole-model mode every bucket must have the sam
 them (DDP buckets by dtype), and a checkpoint restores each handle with its own.
 """
 
+import contextlib as _contextlib
 import queue as _queue
 import threading as _threading
 import warnings as _warnings
@@ -145,10 +153,33 @@ def _velocity_dtype(dtype):
 
 def _numpy_copy(tensor):
     """A flat numpy copy of a tensor's values (bfloat16, which numpy lacks, as float32: exact)."""
-    values = tensor.detach()
+    values = tensor.detach().cpu()
     if values.dtype == _torch.bfloat16:
         values = values.float()
     return values.numpy().reshape(-1).copy()
+
+
+def _future_on(buffer):
+    """A future for a bucket whose gradient lives where ``buffer`` does: on a GPU, a CUDA
+    future of that device, which records an event on the current stream when its result is
+    set, and makes a waiter's stream wait for that event rather than the host."""
+    if buffer.device.type == "cuda":
+        return _torch.futures.Future(devices=[buffer.device])
+    return _torch.futures.Future()
+
+
+def _completion_stream(buffer):
+    """The stream a bucket's reduce runs on: torch's current stream of the buffer's GPU when
+    the hook launches it, the one whose kernels wrote the gradients (None on the host)."""
+    return _torch.cuda.current_stream(buffer.device) if buffer.device.type == "cuda" else None
+
+
+def _on_stream(stream):
+    """A context in which torch's work goes to ``stream`` (on the completion thread, whose
+    current stream is otherwise the default one): the copies and masks after a reduce, and the
+    event a CUDA future records when its result is set, so that DDP's wait orders its stream
+    after them. No context on the host."""
+    return _contextlib.nullcontext() if stream is None else _torch.cuda.stream(stream)
 
 
 def embedding_weights(module):
@@ -522,7 +553,7 @@ class OkTopkHookState:
                                  residuals[0][0].residual_dtype)
             for handle, permutation in residuals:
                 residual[permutation] = handle.residual()
-        sent = _torch.from_numpy(residual == 0)
+        sent = _torch.from_numpy(residual == 0).to(velocities[0].device)
         offset = 0
         with _torch.no_grad():
             for velocity in velocities:
@@ -556,7 +587,8 @@ class OkTopkHookState:
             raise RuntimeError(f"{where}: the checkpoint's velocity of parameter {index} has "
                                f"{saved.size} elements, the parameter {grad.numel()}: not the "
                                "model the state was saved from")
-        return _torch.from_numpy(saved.copy()).to(dtype).reshape(grad.shape)
+        return _torch.from_numpy(saved.copy()).to(device=grad.device,
+                                                   dtype=dtype).reshape(grad.shape)
 
     def _reduce_bucket(self, where, bucket, index, layout, last):
         slot = self._slots.get(index)
@@ -577,13 +609,15 @@ class OkTopkHookState:
             for key in [k for k in self._slots if k > index]:
                 self._slots.pop(key).handle.close()
         buffer = bucket.buffer()
+        stream = _completion_stream(buffer)
         request = slot.handle.reduce_async(buffer)
-        future = _torch.futures.Future()
+        future = _future_on(buffer)
         masked = self._masked_velocities(layout)
 
         def finish():
-            self._mask(masked, [(slot.handle, None)])
-            future.set_result(buffer)
+            with _on_stream(stream):
+                self._mask(masked, [(slot.handle, None)])
+                future.set_result(buffer)
 
         self._completer.submit([request], finish, [future])
         return future
@@ -591,7 +625,7 @@ class OkTopkHookState:
     def _gather(self, where, bucket, layout, last):
         """Whole model, or a remapped iteration: keeps the bucket until the last one, then
         reduces them together and completes every bucket's future."""
-        future = _torch.futures.Future()
+        future = _future_on(bucket.buffer())
         dtype = bucket.buffer().dtype
         if not self._remap and self._gathered and self._gathered[0][0].dtype != dtype:
             # One handle sums one type. The buckets gathered so far fail too, not hang.
@@ -640,34 +674,37 @@ class OkTopkHookState:
         for buffer in buffers[1:]:
             wide = _torch.promote_types(wide, buffer.dtype)
         flat = _torch.cat([b.reshape(-1).to(wide) for b in buffers])
+        stream = _completion_stream(flat)
         parts = []
         requests = []
         for slot in targets:
             if slot.layout == layouts:
-                part, permutation = flat, None
+                part, permutation, index = flat, None, None
             else:
                 permutation = self._permutation(slot.layout, layouts)
-                part = flat[_torch.from_numpy(permutation)]
+                index = _torch.from_numpy(permutation).to(flat.device)
+                part = flat[index]
             part = part.to(getattr(_torch, slot.handle.dtype))
-            parts.append((part, permutation))
+            parts.append((part, permutation, index))
             requests.append(slot.handle.reduce_async(part))
 
         def finish():
-            for part, permutation in parts:
-                if permutation is not None:
-                    flat[_torch.from_numpy(permutation)] = part.to(flat.dtype)
-                elif part is not flat:
-                    flat.copy_(part)
-            offset = 0
-            for buffer in buffers:
-                count = buffer.numel()
-                buffer.copy_(flat[offset:offset + count])
-                offset += count
-            # Before any future completes: DDP's next iteration may follow at once.
-            self._mask(masked, [(slot.handle, permutation)
-                                for slot, (_, permutation) in zip(targets, parts)])
-            for buffer, future in zip(buffers, futures):
-                future.set_result(buffer)
+            with _on_stream(stream):
+                for part, _, index in parts:
+                    if index is not None:
+                        flat[index] = part.to(flat.dtype)
+                    elif part is not flat:
+                        flat.copy_(part)
+                offset = 0
+                for buffer in buffers:
+                    count = buffer.numel()
+                    buffer.copy_(flat[offset:offset + count])
+                    offset += count
+                # Before any future completes: DDP's next iteration may follow at once.
+                self._mask(masked, [(slot.handle, permutation)
+                                    for slot, (_, permutation, _) in zip(targets, parts)])
+                for buffer, future in zip(buffers, futures):
+                    future.set_result(buffer)
 
         self._completer.submit(requests, finish, futures)
         return futures[-1]
