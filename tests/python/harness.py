@@ -48,7 +48,7 @@ def digest(*arrays):
     h = hashlib.sha256()
     for a in arrays:
         if hasattr(a, "detach"):
-            a = a.detach()
+            a = a.detach().cpu()
             if str(a.dtype) == "torch.bfloat16":  # numpy has no bfloat16: its bit patterns
                 a = a.view(sys.modules["torch"].int16)
             a = a.numpy()

@@ -9,7 +9,9 @@ plain SGD) is SGD with momentum when the average is dense, keeps a velocity per 
 the rebuild and masks it where the average holds an update; a checkpoint (hook state, model,
 optimizer, velocities) resumed in fresh objects continues bit-identically; and a bfloat16 model
 (its own dtype on every handle) and a float32 model with wire="bf16" keep identical parameters
-on every rank and learn.
+on every rank and learn; buckets off the host that the build cannot reduce are refused on every
+rank, and where torch sees a GPU a model on it trains through the hook (or, in a build for
+CPUs, is refused).
 
 Run: mpiexec -n P python3 -m mpi4py test_ddp.py (PYTHONPATH: the build's python folder)."""
 
@@ -23,8 +25,10 @@ import warnings
 import numpy as np
 import torch
 import torch.distributed as dist
+from mpi4py import MPI
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import oktopk
 import oktopk.torch as okt
 from harness import check, comm, finish, identical_on_all_ranks, raises, rank, size
 
@@ -62,14 +66,15 @@ class Run:
     and `weight_decay`, or plain when the hook's state applies them (momentum correction)."""
 
     def __init__(self, state=None, seed=0, checkpoint=None, weight_decay=0.0,
-                 dtype=torch.float32):
+                 dtype=torch.float32, device="cpu"):
         if dtype == "mixed":
             # The first layer in bfloat16, the others in float32: DDP buckets them apart.
             layers = list(make_model(seed))
             module = torch.nn.Sequential(layers[0].to(torch.bfloat16), _ToFloat32(), *layers[1:])
             dtype = torch.bfloat16
         else:
-            module = make_model(seed).to(dtype)
+            module = make_model(seed).to(dtype=dtype, device=device)
+        self.device = device
         if checkpoint is not None:
             module.load_state_dict(checkpoint["model"])
         self.dtype = dtype  # of the input
@@ -88,7 +93,7 @@ class Run:
 
     def step(self, step):
         x, y = batch(step)
-        x = x.to(self.dtype)
+        x, y = x.to(dtype=self.dtype, device=self.device), y.to(self.device)
         self.optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(self.model(x), y)
         loss.backward()
@@ -598,8 +603,9 @@ def test_nan_fails_everywhere():
 
 
 class _MetaBucket:
-    """A stand-in for DDP's GradBucket over gradients off the host (meta tensors, which this
-    CPU torch can make; a CUDA bucket takes the same path in a build for CPUs)."""
+    """A stand-in for DDP's GradBucket over gradients off the host: meta tensors, which CPU
+    torch can make, and which the hook hands to its handles as it would CUDA ones (without
+    the CUDA stream and future)."""
 
     def __init__(self, parameters):
         self._parameters = parameters
@@ -633,6 +639,31 @@ def test_device_buckets_refused():
         e = raises(TypeError, state.hook, _MetaBucket(parameters))
         check(e is not None and "grad is a tensor on meta" in str(e),
               f"whole_model={whole_model}: a meta bucket raises TypeError on every rank ({e})")
+
+
+def test_gpu_model(whole_model):
+    """Where torch sees a GPU (never on a machine without one): a model on this rank's GPU
+    through the hook with momentum correction. A build for CUDA or HIP keeps the parameters
+    identical on every rank and trains; a build for CPUs refuses the GPU buckets with
+    TypeError on every rank."""
+    if not torch.cuda.is_available():
+        return
+    name = f"GPU model{' whole_model' if whole_model else ''}"
+    device = torch.device("cuda", comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+                          % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    state = okt.OkTopkHookState(algorithm="oktopk", density=0.05, start_iter=0,
+                                whole_model=whole_model, momentum=MOMENTUM)
+    run = Run(state, device=device)
+    if oktopk.backend() not in ("Cuda", "HIP"):
+        e = raises(TypeError, run.step, 0)
+        check(e is not None and "without a GPU" in str(e),
+              f"{name} in a build for {oktopk.backend()}: TypeError on every rank ({e})")
+        return
+    before = run.parameters()
+    identical, _ = train(run, 4)
+    check(identical and not same_bits(before, run.parameters()),
+          f"{name}: parameters identical on every rank after each step, and trained")
 
 
 def main():
@@ -669,6 +700,8 @@ def main():
         test_state_errors()
         test_nan_fails_everywhere()
         test_device_buckets_refused()
+        test_gpu_model(whole_model=False)
+        test_gpu_model(whole_model=True)
         test_value_types("oktopk")
         test_value_types("topka", whole_model=True)
         test_checkpoint("oktopk", dtype=torch.bfloat16)

@@ -348,11 +348,11 @@ def test_torch():
 
 def test_device_tensors():
     """Tensors off the host. This build's GPU, if any, takes tensors on it; a meta tensor, which
-    has no memory, is refused everywhere (as a CUDA tensor is by a build for CPUs, the same
-    path): the rank that passes one raises TypeError, its peers ValueError naming that rank
-    and the reason, in every form of reduce, and the handle is unchanged. In a CPU build the
-    compiled stream entry, which CUDA tensors take, reduces host addresses on stream 0 to the
-    bits of reduce."""
+    has no memory, is refused everywhere, and in a CPU build so is a CUDA tensor (a stand-in:
+    CPU torch makes none), as are sparse tensors: the rank that passes one raises TypeError,
+    its peers ValueError naming that rank and the reason, in every form of reduce, and the
+    handle is unchanged. In a CPU build the compiled stream entry, which CUDA tensors take,
+    reduces host addresses on stream 0 to the bits of reduce."""
     torch = import_torch()
     if torch is None:
         return
@@ -388,10 +388,24 @@ def test_device_tensors():
     refused_everywhere("a numpy grad and a meta out on rank 0", 0,
                        "grad must be a torch tensor on the GPU",
                        lambda: h.reduce(grad.numpy(), meta if rank == 0 else None))
+    refused_everywhere("a sparse tensor on the last rank", last,
+                       "grad must be a dense tensor, not a torch.sparse_coo one",
+                       lambda: h.reduce_(grad.to_sparse() if rank == last else grad.clone()))
     out = h.reduce(grad)
     check(np.array_equal(out.numpy(), twin.reduce(grad.numpy())),
           "the handle is unchanged after the refused calls")
     if not gpu_build:
+        # CPU torch makes no CUDA tensor: a host tensor that says it is on cuda:0 stands in.
+        class OnGpu(torch.Tensor):
+            @property
+            def device(self):
+                return torch.device("cuda", 0)
+
+        on_gpu = torch.Tensor._make_subclass(OnGpu, grad.clone())
+        refused_everywhere("a CUDA tensor in a CPU build on rank 0", 0,
+                           f"grad is a tensor on cuda:0, but this OkTopk was built for "
+                           f"{oktopk.backend()}, without a GPU",
+                           lambda: h.reduce_(on_gpu if rank == 0 else grad.clone()))
         same = True
         for call in range(1, 4):
             g = gradient(rank, n, call)

@@ -84,16 +84,22 @@ def device():
 _GPU_BACKENDS = ("Cuda", "HIP")
 
 
+# Environment variables by which a user chooses Kokkos's GPU: torch's choice then stands back.
+_KOKKOS_DEVICE_VARIABLES = ("KOKKOS_DEVICE_ID", "KOKKOS_MAP_DEVICE_ID_BY",
+                            "KOKKOS_VISIBLE_DEVICES")
+
+
 def _initialize_for_torch():
     """Before the first handle of a GPU build, when the user has not initialised OkTopk: runs
     Kokkos on torch's current GPU (``torch.cuda.set_device``), the one whose tensors the
-    program will hand over, unless ``KOKKOS_DEVICE_ID`` names one."""
+    program will hand over, if torch has started using a GPU and the environment chooses none
+    for Kokkos; Kokkos's own choice (a GPU per local rank) otherwise."""
     if _oktopk.initialized() or _oktopk.backend() not in _GPU_BACKENDS:
         return
     torch = _sys.modules.get("torch")
     args = []
-    if (torch is not None and "KOKKOS_DEVICE_ID" not in _os.environ
-            and torch.cuda.is_available()):
+    if (torch is not None and torch.cuda.is_initialized()
+            and not any(name in _os.environ for name in _KOKKOS_DEVICE_VARIABLES)):
         args.append(f"--kokkos-device-id={torch.cuda.current_device()}")
     with _Prefixed("oktopk.initialize"):
         _oktopk.initialize(args)
@@ -106,11 +112,13 @@ def initialize(*kokkos_args):
     collective. Kokkos is finalised at exit, before MPI, unless it was initialised outside
     OkTopk.
 
-    The GPU of a build for CUDA or HIP: without arguments naming one, the first handle (or
-    :func:`device`) picks torch's current device (``torch.cuda.current_device()``, set with
-    ``torch.cuda.set_device(local_rank)``) when torch is imported and sees a GPU, unless the
-    environment sets ``KOKKOS_DEVICE_ID``; Kokkos chooses otherwise (user guide, "GPU
-    users")."""
+    The GPU of a build for CUDA or HIP: pass ``"--kokkos-device-id=N"`` here to choose it.
+    Without a call to this function, the first handle (or :func:`device`) initialises Kokkos
+    on torch's current device (``torch.cuda.current_device()``, set with
+    ``torch.cuda.set_device(local_rank)``) when torch has started using a GPU and the
+    environment sets none of ``KOKKOS_DEVICE_ID``, ``KOKKOS_MAP_DEVICE_ID_BY`` and
+    ``KOKKOS_VISIBLE_DEVICES``; Kokkos chooses otherwise, a GPU per local rank (user guide,
+    "GPU users")."""
     for arg in kokkos_args:
         if not isinstance(arg, str):
             raise TypeError(f"oktopk.initialize: arguments must be str, not "
@@ -250,12 +258,15 @@ def _tensor_problem(obj, name, dtype):
     """Why a torch tensor cannot be a handle's array of type ``dtype`` whatever its device;
     None if it can."""
     torch = _sys.modules["torch"]
+    # The layout first: other layouts' tensors may raise where asked about contiguity.
+    if obj.layout != torch.strided:
+        return f"{name} must be a dense tensor, not a {obj.layout} one"
+    if obj.is_conj() or obj.is_neg():
+        return f"{name} must be a plain tensor, not a lazy conjugate or negation view"
     if obj.dtype != getattr(torch, dtype):
         return f"{name} must have dtype torch.{dtype}, the handle's, not {obj.dtype}"
     if not obj.is_contiguous():
         return f"{name} must be contiguous (use .contiguous())"
-    if obj.is_sparse or obj.is_conj() or obj.is_neg():
-        return f"{name} must be a plain dense tensor"
     return None
 
 

@@ -19,15 +19,17 @@ The result is the average over ranks of the sparsified gradients, the same bits 
 so the replicas stay identical.
 
 A model on a GPU needs OkTopk built for CUDA (or HIP, for ROCm torch): its buckets are then
-reduced where they are, on torch's current stream of their GPU (the stream backward wrote them
-on), and each future is a CUDA future whose completion event DDP's wait puts on its stream;
-the host never waits for the GPU in the hook. ``torch.cuda.set_device(local_rank)`` before the
-first handle runs OkTopk on the same GPU (``oktopk.initialize``). A build for CPUs refuses GPU
-buckets on every rank with a ``TypeError`` that says so.
+reduced where they are, on a stream of the hook's own on their GPU that first waits for
+torch's current stream there (the one backward wrote the bucket on) as it stood at the launch,
+so that the reduce waits for the bucket's gradients only, not for the rest of backward queued
+after them. Each future is a CUDA future whose completion event DDP's wait puts on its own
+stream; the host never waits for the GPU in the hook. ``torch.cuda.set_device(local_rank)``
+before the first handle runs OkTopk on the same GPU (``oktopk.initialize``). A build for CPUs
+refuses GPU buckets on every rank with a ``TypeError`` that says so.
 
-Handles are OkTopk handles over mpi4py's ``MPI.COMM_WORLD``; the process group DDP uses (gloo)
-must span the same processes. Launch with mpiexec (``python -m torch.distributed.run`` starts
-no MPI job).
+Handles are OkTopk handles over mpi4py's ``MPI.COMM_WORLD``; the process group DDP uses (gloo,
+or NCCL for a model on GPUs) must span the same processes. Launch with mpiexec (``python -m
+torch.distributed.run`` starts no MPI job).
 
 Two modes:
 
@@ -168,18 +170,17 @@ def _future_on(buffer):
     return _torch.futures.Future()
 
 
-def _completion_stream(buffer):
-    """The stream a bucket's reduce runs on: torch's current stream of the buffer's GPU when
-    the hook launches it, the one whose kernels wrote the gradients (None on the host)."""
-    return _torch.cuda.current_stream(buffer.device) if buffer.device.type == "cuda" else None
-
-
 def _on_stream(stream):
-    """A context in which torch's work goes to ``stream`` (on the completion thread, whose
-    current stream is otherwise the default one): the copies and masks after a reduce, and the
-    event a CUDA future records when its result is set, so that DDP's wait orders its stream
-    after them. No context on the host."""
-    return _contextlib.nullcontext() if stream is None else _torch.cuda.stream(stream)
+    """A context in which torch's work goes to ``stream`` (None: the host, no context). On the
+    completion thread: the copies and masks after a reduce, and the event a CUDA future records
+    when its result is set, so that DDP's wait orders its stream after them. The thread's
+    current device becomes the stream's first, so that leaving the context switches no device
+    (which would make a CUDA context on GPU 0 in every process)."""
+    if stream is None:
+        return _contextlib.nullcontext()
+    if _torch.cuda.current_device() != stream.device.index:
+        _torch.cuda.set_device(stream.device)
+    return _torch.cuda.stream(stream)
 
 
 def embedding_weights(module):
@@ -282,11 +283,30 @@ class OkTopkHookState:
         # (buffer, layout, future, velocities to mask) of this iteration, whole model/remap
         self._gathered = []
         self._permutations = {}
+        self._device_permutations = {}  # (target, layouts, device) -> the index on the device
         self._checked = False
         self._velocities = {}   # parameter index -> this rank's velocity (momentum correction)
         self._saved_velocities = {}  # restored, not yet claimed by a parameter: index -> array
         if getattr(self, "_completer", None) is None:
             self._completer = _Completer()
+        if getattr(self, "_streams", None) is None:
+            self._streams = {}  # GPU index -> the stream the hook's reduces run on there
+
+    def _reduce_stream(self, tensors):
+        """For tensors on a GPU: the hook's stream there, made to wait for the work torch's
+        current stream holds now (the kernels that wrote them) and marked as a user of their
+        memory; None on the host."""
+        place = tensors[0].device
+        if place.type != "cuda":
+            return None
+        stream = self._streams.get(place.index)
+        if stream is None:
+            stream = _torch.cuda.Stream(place)
+            self._streams[place.index] = stream
+        stream.wait_stream(_torch.cuda.current_stream(place))
+        for tensor in tensors:
+            tensor.record_stream(stream)
+        return stream
 
     def _check_group(self, where):
         group_size = _dist.get_world_size(self.process_group)
@@ -452,6 +472,15 @@ class OkTopkHookState:
             handle.load_state_dict(state)
         return _Slot(handle, layout)
 
+    def _device_permutation(self, target, layouts, place):
+        """_permutation as an index tensor on ``place``, made once (a copy from the host)."""
+        key = (target, layouts, place)
+        index = self._device_permutations.get(key)
+        if index is None:
+            index = _torch.from_numpy(self._permutation(target, layouts)).to(place)
+            self._device_permutations[key] = index
+        return index
+
     def _permutation(self, target, layouts):
         """Element indices p such that ``target``'s array is ``concat(layouts)[p]``."""
         key = (target, layouts)
@@ -553,7 +582,10 @@ class OkTopkHookState:
                                  residuals[0][0].residual_dtype)
             for handle, permutation in residuals:
                 residual[permutation] = handle.residual()
-        sent = _torch.from_numpy(residual == 0).to(velocities[0].device)
+        sent = _torch.from_numpy(residual == 0)
+        if velocities[0].device.type == "cuda":
+            # Page-locked, so that the copy is queued on the stream instead of waiting for it.
+            sent = sent.pin_memory().to(velocities[0].device, non_blocking=True)
         offset = 0
         with _torch.no_grad():
             for velocity in velocities:
@@ -609,8 +641,9 @@ class OkTopkHookState:
             for key in [k for k in self._slots if k > index]:
                 self._slots.pop(key).handle.close()
         buffer = bucket.buffer()
-        stream = _completion_stream(buffer)
-        request = slot.handle.reduce_async(buffer)
+        stream = self._reduce_stream([buffer])
+        with _on_stream(stream):
+            request = slot.handle.reduce_async(buffer)
         future = _future_on(buffer)
         masked = self._masked_velocities(layout)
 
@@ -674,19 +707,20 @@ class OkTopkHookState:
         for buffer in buffers[1:]:
             wide = _torch.promote_types(wide, buffer.dtype)
         flat = _torch.cat([b.reshape(-1).to(wide) for b in buffers])
-        stream = _completion_stream(flat)
         parts = []
-        requests = []
         for slot in targets:
             if slot.layout == layouts:
                 part, permutation, index = flat, None, None
             else:
                 permutation = self._permutation(slot.layout, layouts)
-                index = _torch.from_numpy(permutation).to(flat.device)
+                index = self._device_permutation(slot.layout, layouts, flat.device)
                 part = flat[index]
             part = part.to(getattr(_torch, slot.handle.dtype))
             parts.append((part, permutation, index))
-            requests.append(slot.handle.reduce_async(part))
+        stream = self._reduce_stream(buffers + [flat] + [part for part, _, _ in parts])
+        with _on_stream(stream):
+            requests = [slot.handle.reduce_async(part)
+                        for slot, (part, _, _) in zip(targets, parts)]
 
         def finish():
             with _on_stream(stream):
