@@ -522,10 +522,22 @@ enum class ArraysIn { Host, Device, Stream };
   throw;
 }
 
+// A reduce this rank cannot make, for `reason`: it joins the peers' call with no arrays, so that
+// they fail with the length error instead of waiting for it, and then every rank reports the
+// lowest refusing rank's reason.
+[[noreturn]] void refuse_reduce(const char* where, TypedHandle& h, const std::string& reason) {
+  try {
+    h.reduce_host(nullptr, nullptr);
+  } catch (const std::invalid_argument&) {
+    rethrow_agreed(where, h, reason);
+  }
+  // n = 0: the empty call was valid, and no other rank waits.
+  throw std::invalid_argument(std::string(where) + ": " + reason);
+}
+
 // A reduce of arrays of type `dtype`. A rank whose arguments are wrong (another type than the
 // handle's; for device arrays, memory its GPU cannot use; for a stream, one the build cannot
-// run on) joins the call with no arrays instead, so that the other ranks fail with the length
-// error rather than wait for it, and then every rank reports that rank's reason.
+// run on) refuses the call (refuse_reduce), and every rank reports that rank's reason.
 void reduce_as(const char* where, const char* typed, TypedHandle& h, int dtype, const void* grad,
                void* out, ArraysIn arrays, void* stream) {
   std::string refusal;
@@ -536,20 +548,18 @@ void reduce_as(const char* where, const char* typed, TypedHandle& h, int dtype, 
     if (refusal.empty()) refusal = refuse_array("grad", grad, h.size());
     if (refusal.empty()) refusal = refuse_array("out", out, h.size());
   }
-  const bool join = refusal.empty();
+  if (!refusal.empty()) refuse_reduce(where, h, refusal);
   try {
     if (arrays == ArraysIn::Host) {
-      h.reduce_host(join ? grad : nullptr, join ? out : nullptr);
-    } else if (arrays == ArraysIn::Stream && join) {
+      h.reduce_host(grad, out);
+    } else if (arrays == ArraysIn::Stream) {
       h.reduce_on_stream(stream, grad, out);
     } else {
-      h.reduce_device(join ? grad : nullptr, join ? out : nullptr);
+      h.reduce_device(grad, out);
     }
   } catch (const std::invalid_argument&) {
-    rethrow_agreed(where, h, refusal);
+    rethrow_agreed(where, h, std::string());
   }
-  // n = 0: the empty call was valid, and no other rank waits.
-  if (!join) throw std::invalid_argument(std::string(where) + ": " + refusal);
 }
 
 int reduce_call(const char* where, const char* typed, oktopk_handle* handle, int dtype,
@@ -593,36 +603,20 @@ int reduce_sparse_call(const char* where, const char* typed, oktopk_handle* hand
     const std::int32_t* got_indices = nullptr;
     const void* got_values = nullptr;
     std::int64_t got_count = 0;
-    // Without somewhere to put the result, or with arrays of another type, the call is joined
-    // with no gradient, so that the other ranks fail with the length error instead of waiting
-    // for this one, and then report this one's reason.
+    // Without somewhere to put the result, or with arrays of another type, the call is
+    // refused (refuse_reduce), and every rank reports this one's reason.
     oktopk::run_on_progress_thread([&] {
+      if (!refusal.empty()) refuse_reduce(where, *handle->typed, refusal);
       try {
-        handle->typed->reduce_sparse_host(refusal.empty() ? grad : nullptr, &got_indices,
-                                          &got_values, &got_count);
+        handle->typed->reduce_sparse_host(grad, &got_indices, &got_values, &got_count);
       } catch (const std::invalid_argument&) {
-        rethrow_agreed(where, *handle->typed, refusal);
+        rethrow_agreed(where, *handle->typed, std::string());
       }
     });
-    // n == 0: an empty gradient was a valid call.
-    if (!refusal.empty()) throw std::invalid_argument(std::string(where) + ": " + refusal);
     *indices = got_indices;
     *values = got_values;
     *count = got_count;
   });
-}
-
-// A reduce this rank cannot make, for `reason`: it joins the peers' call with no arrays, so that
-// they fail with the length error instead of waiting for it, and then every rank reports the
-// lowest refusing rank's reason.
-[[noreturn]] void refuse_reduce(const char* where, TypedHandle& h, const std::string& reason) {
-  try {
-    h.reduce_host(nullptr, nullptr);
-  } catch (const std::invalid_argument&) {
-    rethrow_agreed(where, h, reason);
-  }
-  // n = 0: the empty call was valid, and no other rank waits.
-  throw std::invalid_argument(std::string(where) + ": " + reason);
 }
 
 std::string reason_text(const char* reason) {
