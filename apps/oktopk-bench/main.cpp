@@ -77,6 +77,12 @@ int bench_main(int argc, char* argv[], const oktopk::Communicator& world) {
   oktopk::apps::FailureSettlement failures("oktopk-bench");
   Kokkos::ScopeGuard kokkos(argc, argv);
   try {
+    // Where the buffers live in device memory, how they reach MPI decides much of the time.
+    if (root &&
+        !Kokkos::SpaceAccessibility<Kokkos::HostSpace,
+                                    Kokkos::DefaultExecutionSpace::memory_space>::accessible) {
+      std::cerr << "oktopk-bench: GPU-aware MPI: " << oktopk::gpu_aware_mpi().reason << "\n";
+    }
     run_benchmark(args, world, file);
   } catch (const std::exception& e) {
     const std::string cause = oktopk::apps::failure_cause(e);

@@ -257,6 +257,12 @@ int oktopk_reduce_refused_async(oktopk_handle* handle, const char* reason,
  * "Cuda", "HIP", ...), in static storage; needs no oktopk_initialize. */
 int oktopk_get_backend(const char** name);
 
+/* How this process hands GPU buffers to MPI (user guide, "GPU-aware MPI"): *device_pointers is 1
+ * when MPI gets device pointers, 0 for page-locked host copies (and always in a build without a
+ * GPU); *reason, in static storage, says why (OKTOPK_GPU_AWARE_MPI, or what the MPI said of
+ * itself). Either may be NULL. Needs MPI_Init, not oktopk_initialize. */
+int oktopk_get_gpu_aware_mpi(int* device_pointers, const char** reason);
+
 /* Sets *done to 1 if the request has completed (0 otherwise) without waiting; once done,
  * returns the reduce's own result code (and its message in oktopk_last_error), again on every
  * later call. */

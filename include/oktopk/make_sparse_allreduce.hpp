@@ -5,6 +5,7 @@
 #include <oktopk/algorithm.hpp>
 #include <oktopk/communicator.hpp>
 #include <oktopk/error.hpp>
+#include <oktopk/gpu_aware_mpi.hpp>
 #include <oktopk/layout.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/sparse_allreduce.hpp>
@@ -20,7 +21,6 @@
 #include <oktopk/impl/comm/failure.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/gpu_aware_mpi.hpp>
-#include <oktopk/impl/comm/mpi_mirror.hpp>
 
 #include <cstdint>
 #include <exception>
@@ -55,8 +55,9 @@ namespace oktopk {
 /// later. Invalid values (n outside [0, 2^31 - 1], options out of range, a layout that does not
 /// cover [0, n) exactly, a wire the gradient type does not take) throw std::invalid_argument
 /// too.
-/// Built with OKTOPK_ENABLE_GPU_AWARE_MPI=ON, a device ExecSpace throws std::runtime_error on
-/// every rank when MPI says it cannot read GPU memory (where MPI can be asked). If building the
+/// OKTOPK_GPU_AWARE_MPI holding another word than on, off or auto on some rank throws
+/// std::invalid_argument on every rank; for a device ExecSpace, ranks that chose differently
+/// whether MPI gets device pointers (gpu_aware_mpi()) throw std::runtime_error. If building the
 /// handle fails on some ranks only (its buffers do not fit in memory), every rank throws the
 /// same std::runtime_error, naming the lowest failing rank and its cause ("rank R could not
 /// build the handle: <cause>": for an allocation, Kokkos's message with the View's label, or
@@ -71,24 +72,14 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
       "oktopk::make_sparse_allreduce: the gradient type must be float, double, oktopk::bfloat16 or "
       "oktopk::float16");
   constexpr const char* where = "oktopk::make_sparse_allreduce";
-  impl::GpuAwareness gpu_aware = impl::GpuAwareness::Unknown;
-  std::string gpu_query;
-  if constexpr (impl::mpi_uses_view_memory_v<ExecSpace> && !impl::runs_on_host_v<ExecSpace>) {
-    gpu_aware = impl::query_gpu_aware_mpi(gpu_query);
-  }
-  // Nodes may run different MPI set-ups: agreeing on the answer makes every rank throw alike.
   comm.check_agreement(where, {{"algorithm", static_cast<std::int64_t>(algorithm)},
                                {"n", n},
                                {"options", options.digest()},
                                {"layout", layout.digest()},
-                               {"gradient type", impl::ValueTraits<Value>::code},
-                               {"GPU-aware MPI", static_cast<std::int64_t>(gpu_aware)}});
-  OKTOPK_REQUIRE(gpu_aware != impl::GpuAwareness::No, std::runtime_error, where,
-                 "this copy of OkTopk hands GPU memory to MPI (OKTOPK_ENABLE_GPU_AWARE_MPI=ON), "
-                 "but MPI cannot read it ("
-                     << gpu_query
-                     << "); use a GPU-aware MPI (Cray MPICH: export MPICH_GPU_SUPPORT_ENABLED=1) "
-                        "or rebuild with -DOKTOPK_ENABLE_GPU_AWARE_MPI=OFF");
+                               {"gradient type", impl::ValueTraits<Value>::code}});
+  // Nodes may run different MPI set-ups: every rank learns of a bad OKTOPK_GPU_AWARE_MPI on
+  // any, and a GPU handle's ranks must hand their buffers to MPI alike.
+  impl::agree_on_gpu_aware_mpi(comm, where, gpu_aware_mpi(), !impl::runs_on_host_v<ExecSpace>);
   OKTOPK_REQUIRE(n >= 0 && n <= std::numeric_limits<index_type>::max(), std::invalid_argument,
                  where, "n must be in [0, 2^31 - 1], got " << n);
   options.validate();

@@ -7,6 +7,7 @@
 #include <oktopk/config.hpp>
 #include <oktopk/error.hpp>
 #include <oktopk/fwd.hpp>
+#include <oktopk/gpu_aware_mpi.hpp>
 #include <oktopk/layout.hpp>
 #include <oktopk/make_sparse_allreduce.hpp>
 #include <oktopk/options.hpp>

@@ -875,6 +875,19 @@ int oktopk_get_backend(const char** name) {
   });
 }
 
+int oktopk_get_gpu_aware_mpi(int* device_pointers, const char** reason) {
+  return guarded([&] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized)
+      throw std::runtime_error(
+          "oktopk_get_gpu_aware_mpi: MPI is not initialised (call MPI_Init first)");
+    const oktopk::GpuAwareMpi& choice = oktopk::gpu_aware_mpi();
+    if (device_pointers != nullptr) *device_pointers = choice.device_pointers ? 1 : 0;
+    if (reason != nullptr) *reason = choice.reason.c_str();
+  });
+}
+
 int oktopk_get_device(int* device) {
   return guarded([&] {
     if (device == nullptr) throw std::invalid_argument("oktopk_get_device: device is NULL");

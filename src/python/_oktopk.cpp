@@ -677,6 +677,16 @@ PYBIND11_MODULE(_oktopk, m) {
       "The Kokkos execution space the handles run on: \"OpenMP\", \"Serial\", \"Cuda\", "
       "\"HIP\", ... (oktopk_get_backend); known before initialize().");
   m.def(
+      "gpu_aware_mpi",
+      [] {
+        int device_pointers = 0;
+        const char* reason = nullptr;
+        check(oktopk_get_gpu_aware_mpi(&device_pointers, &reason));
+        return py::make_tuple(device_pointers != 0, std::string(reason));
+      },
+      "(device_pointers, reason): whether MPI gets GPU buffers as they are rather than through "
+      "host copies, and why (oktopk_get_gpu_aware_mpi). Needs MPI initialised.");
+  m.def(
       "device",
       [] {
         initialize({});

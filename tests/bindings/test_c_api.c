@@ -1077,12 +1077,25 @@ static void test_on_stream(void) {
 
 /* oktopk_reduce_refused and its async form: the refusing rank's reason reaches every rank, whose
  * reduce (dense, sparse or asynchronous) fails instead of waiting, and the handle is unchanged;
- * oktopk_get_backend names the build's execution space. */
+ * oktopk_get_backend names the build's execution space, and oktopk_get_gpu_aware_mpi says how
+ * GPU buffers reach MPI. */
 static void test_refused(void) {
   const char* backend = NULL;
   check(oktopk_get_backend(&backend) == OKTOPK_SUCCESS && backend != NULL && backend[0] != '\0',
         "get_backend");
   check(oktopk_get_backend(NULL) == OKTOPK_ERROR_INVALID_ARGUMENT, "get_backend(NULL)");
+  {
+    int device_pointers = -1;
+    const char* reason = NULL;
+    check(oktopk_get_gpu_aware_mpi(&device_pointers, &reason) == OKTOPK_SUCCESS &&
+              (device_pointers == 0 || device_pointers == 1) && reason != NULL && reason[0] != '\0',
+          "get_gpu_aware_mpi");
+    /* A build for CPUs hands host memory to MPI as it is. */
+    if (strcmp(backend, "Cuda") != 0 && strcmp(backend, "HIP") != 0)
+      check(device_pointers == 0 && strstr(reason, "no GPU backend") != NULL,
+            "get_gpu_aware_mpi without a GPU");
+    check(oktopk_get_gpu_aware_mpi(NULL, NULL) == OKTOPK_SUCCESS, "get_gpu_aware_mpi(NULL, NULL)");
+  }
   const int64_t n = 1501;
   twins t = make_twins("topka", n, "density=0.03", "refused: create a handle and its twin");
   oktopk_handle* h = t.h;

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // How buffers reach MPI (impl/mpi_mirror.hpp) and the sparse allgatherv built on it. This file is
-// compiled twice: as is, where host spaces hand their Views to MPI directly, and with
+// compiled twice: as is, where host spaces hand their Views to MPI directly (a GPU build as
+// the process chose, oktopk::gpu_aware_mpi()), and with
 // OKTOPK_TEST_HOST_STAGING, where every buffer goes through a separate host copy as in CUDA and
 // HIP builds without GPU-aware MPI. Buffers here have more capacity than they use, and the unused
 // part holds a sentinel that must never reach another rank.
 #include "mpi/mpi_test_utils.hpp"
 #include <oktopk/communicator.hpp>
+#include <oktopk/gpu_aware_mpi.hpp>
 #include <oktopk/impl/collectives/sparse_allgatherv.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 
@@ -13,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -24,10 +27,8 @@ using oktopk::value_type;
 using oktopk::test::world_rank;
 using oktopk::test::world_size;
 
-constexpr bool staged = !oktopk::impl::mpi_uses_view_memory_v<Exec>;
-#if defined(OKTOPK_TEST_HOST_STAGING)
-static_assert(staged, "OKTOPK_TEST_HOST_STAGING must route every buffer through a host copy");
-#endif
+// Whether MPI gets host copies: the test build's choice, or this process's for a GPU.
+bool staged() { return !oktopk::impl::mpi_uses_view_memory<Exec>(); }
 
 constexpr float sentinel = -7.0f;
 
@@ -48,26 +49,58 @@ std::vector<typename View::non_const_value_type> host_copy(const View& view, std
   return std::vector<typename View::non_const_value_type>(mirror.data(), mirror.data() + count);
 }
 
+// What an MPI buffer holds, read on the host: its host copy, or the View's memory it points to.
+template <class T>
+std::vector<std::remove_const_t<T>> contents(const oktopk::impl::MpiBuffer<T>& buffer) {
+  if (buffer.staged()) {
+    const auto& host = buffer.staging();
+    return std::vector<std::remove_const_t<T>>(host.data(), host.data() + host.extent(0));
+  }
+  using Entry = std::remove_const_t<T>;
+  Kokkos::View<Entry*, Memory, Kokkos::MemoryTraits<Kokkos::Unmanaged>> in_place(
+      const_cast<Entry*>(buffer.data()), buffer.size());
+  return host_copy(in_place, static_cast<std::int64_t>(buffer.size()));
+}
+
+TEST(MpiStaging, ChoiceFollowsTheBuildAndTheProcess) {
+#if defined(OKTOPK_TEST_HOST_STAGING)
+  EXPECT_TRUE(staged()) << "OKTOPK_TEST_HOST_STAGING must route every buffer through a host copy";
+#else
+  EXPECT_EQ(staged(),
+            !oktopk::impl::runs_on_host_v<Exec> && !oktopk::gpu_aware_mpi().device_pointers);
+#endif
+}
+
 TEST(MpiStaging, SendViewHoldsTheSentPartOnly) {
   Exec exec;
   const auto view = device_copy<float>({1.0f, 2.0f, 3.0f}, 10, sentinel);
   const auto sent =
       oktopk::impl::mpi_send_view(exec, Kokkos::subview(view, Kokkos::make_pair(0, 3)));
-  ASSERT_EQ(sent.extent(0), 3u);
-  EXPECT_EQ(sent.data() != view.data(), staged);
-  EXPECT_EQ(host_copy(sent, 3), (std::vector<float>{1, 2, 3}));
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_EQ(sent.staged(), staged());
+  EXPECT_EQ(sent.data() != view.data(), staged());
+  EXPECT_EQ(contents(sent), (std::vector<float>{1, 2, 3}));
+  // A send of const entries, as the methods make from their inputs.
+  const Kokkos::View<const float*, Memory> input = view;
+  const oktopk::impl::MpiBuffer<const float> sent_const =
+      oktopk::impl::mpi_send_view(exec, Kokkos::subview(input, Kokkos::make_pair(1, 3)));
+  EXPECT_EQ(contents(sent_const), (std::vector<float>{2, 3}));
 }
 
 TEST(MpiStaging, ReceivedMovesOnlyTheGivenRange) {
   Exec exec;
   const auto view = device_copy<float>({}, 8, sentinel);
   auto buffer = oktopk::impl::mpi_receive_view(exec, view);
-  ASSERT_EQ(buffer.extent(0), 8u);
-  EXPECT_EQ(buffer.data() != view.data(), staged);
-  // What MPI would write (through a host mirror: with GPU-aware MPI the buffer is device memory).
-  auto written = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), buffer);
-  for (int i = 2; i < 5; ++i) written(i) = static_cast<float>(i);
-  Kokkos::deep_copy(buffer, written);
+  ASSERT_EQ(buffer.size(), 8u);
+  EXPECT_EQ(buffer.data() != view.data(), staged());
+  // What MPI would write: into the host copy, or (GPU-aware MPI) into the View.
+  if (buffer.staged()) {
+    for (int i = 2; i < 5; ++i) buffer.staging()(i) = static_cast<float>(i);
+  } else {
+    auto written = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+    for (int i = 2; i < 5; ++i) written(i) = static_cast<float>(i);
+    Kokkos::deep_copy(view, written);
+  }
   oktopk::impl::mpi_received(exec, buffer, view, 2, 5);
   exec.fence();
   EXPECT_EQ(host_copy(view, 8),

@@ -360,6 +360,11 @@ def test_device_tensors():
     check(oktopk.backend() in ("Serial", "OpenMP", "Threads", "Cuda", "HIP"),
           f"backend() names an execution space ({oktopk.backend()})")
     check((oktopk.device() >= 0) == gpu_build, f"device() is {oktopk.device()}, -1 without a GPU")
+    device_pointers, reason = oktopk.gpu_aware_mpi()
+    check(isinstance(device_pointers, bool) and isinstance(reason, str) and reason != "",
+          f"gpu_aware_mpi() is (bool, reason): {(device_pointers, reason)}")
+    check(gpu_build or (not device_pointers and "no GPU backend" in reason),
+          f"gpu_aware_mpi() without a GPU: host memory as it is ({reason})")
     n = 2000
     h = oktopk.Handle(comm, "oktopk", n, **OPTIONS)
     twin = oktopk.Handle(comm, "oktopk", n, **OPTIONS)

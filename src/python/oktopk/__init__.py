@@ -71,6 +71,15 @@ def backend():
     return _oktopk.backend()
 
 
+def gpu_aware_mpi():
+    """``(device_pointers, reason)``: whether this process hands MPI the GPU tensors' memory as it
+    is (True) or page-locked host copies of it (False), and why: ``OKTOPK_GPU_AWARE_MPI`` (on,
+    off or auto, read once) or what the MPI said of itself. False in a build for CPUs. Needs MPI
+    initialised (``import mpi4py.MPI`` or ``torch.distributed`` with MPI do it)."""
+    with _Prefixed("oktopk.gpu_aware_mpi"):
+        return _oktopk.gpu_aware_mpi()
+
+
 def device():
     """The index of the GPU this process's handles run on (``torch.device("cuda", index)``),
     or -1 in a build for CPUs. Initialises OkTopk first if no handle has (see

@@ -46,8 +46,8 @@ class GTopk final : public MethodBase<ExecSpace, Value> {
   using vector_type = typename Base::vector_type;
   using index_vector_type = typename Base::index_vector_type;
   // What MPI reads and writes (a host copy without GPU-aware MPI): values, or 16-bit words.
-  using MpiValues = Kokkos::View<Real*, mpi_memory_space_t<ExecSpace>>;
-  using MpiWords = Kokkos::View<std::uint16_t*, mpi_memory_space_t<ExecSpace>>;
+  using MpiValues = MpiBuffer<Real>;
+  using MpiWords = MpiBuffer<std::uint16_t>;
 
  public:
   GTopk(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options,

@@ -230,7 +230,7 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
         exec, Kokkos::subview(received, Kokkos::make_pair(std::int64_t{0}, got_count)));
     // Step 0 sends this rank's input; later steps the partial sums it made (for a narrow
     // wire, already rounded into `wire` by the step before).
-    Kokkos::View<const W*, mpi_memory_space_t<ExecSpace>> send;
+    MpiBuffer<const W> send;
     if constexpr (narrow) {
       if (s == 0) ring_round(exec, in, wire, sent.first, sent_count);
       send = mpi_send_view(exec, Kokkos::subview(wire, sent));

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Hands Views in an execution space's memory to MPI: directly when MPI can read that memory
-// (host spaces, or GPU-aware MPI), otherwise through host copies.
+// (host spaces, or GPU-aware MPI as this process chose it: oktopk/gpu_aware_mpi.hpp), otherwise
+// through page-locked host copies.
 #pragma once
 
 #include <oktopk/communicator.hpp>
-#include <oktopk/config.hpp>
+#include <oktopk/error.hpp>
+#include <oktopk/gpu_aware_mpi.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
 
@@ -14,20 +16,27 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 namespace oktopk::impl {
 
-/// Whether MPI reads and writes Views of ExecSpace in place. Tests define
+/// Whether MPI reads and writes Views of ExecSpace in place: always for host spaces, and for
+/// device spaces where this process chose device pointers. Tests define
 /// OKTOPK_TEST_HOST_STAGING to stage every buffer through a separate host copy even on host
 /// spaces, so CPU-only runs check the copies that CUDA and HIP builds without GPU-aware MPI make.
 template <class ExecSpace>
-inline constexpr bool mpi_uses_view_memory_v =
+bool mpi_uses_view_memory() {
 #if defined(OKTOPK_TEST_HOST_STAGING)
-    false;
+  return false;
 #else
-    runs_on_host_v<ExecSpace> || (OKTOPK_ENABLE_GPU_AWARE_MPI != 0);
+  if constexpr (runs_on_host_v<ExecSpace>) {
+    return true;
+  } else {
+    return gpu_aware_mpi().device_pointers;
+  }
 #endif
+}
 
 /// \brief Host staging buffers of T, kept from one message to the next: a fresh host allocation
 /// per message would be page-faulted in on every call, costing about as much as the copy.
@@ -83,64 +92,87 @@ class HostStagingPool {
   }
 };
 
-/// A host buffer for `view`'s extent, never aliasing it (create_mirror_view would return a host
-/// View itself), left uninitialized: the caller fills it or MPI does.
-template <class View>
-Kokkos::View<typename View::non_const_value_type*, PinnedHostSpace> mpi_staging_buffer(
-    const View& view) {
-  return HostStagingPool<typename View::non_const_value_type>::acquire(view.extent(0));
-}
+/// \brief Where MPI reads or writes a View's entries: the View's own memory, or a page-locked
+/// host copy that the buffer holds. Made by mpi_send_view and mpi_receive_view; T is const for
+/// a send of const entries. In place, the buffer points into the View without holding it: keep
+/// the View alive while MPI uses the buffer.
+template <class T>
+class MpiBuffer {
+ public:
+  using Staging = Kokkos::View<std::remove_const_t<T>*, PinnedHostSpace>;
 
-/// The memory MPI reads and writes for Views of ExecSpace.
-template <class ExecSpace>
-using mpi_memory_space_t = std::conditional_t<mpi_uses_view_memory_v<ExecSpace>,
-                                              typename ExecSpace::memory_space, PinnedHostSpace>;
+  MpiBuffer() = default;
+  /// The entries of a View MPI reads in place.
+  MpiBuffer(T* data, std::size_t size) : data_(data), size_(size) {}
+  /// A host copy.
+  explicit MpiBuffer(Staging staging)
+      : data_(staging.data()),
+        size_(staging.extent(0)),
+        staged_(true),
+        staging_(std::move(staging)) {}
+  /// A buffer of non-const entries as one of const entries (to send it).
+  template <class U, std::enable_if_t<std::is_same_v<const U, T> && !std::is_same_v<U, T>, int> = 0>
+  MpiBuffer(const MpiBuffer<U>& other)  // NOLINT(google-explicit-constructor): as T* to const T*
+      : data_(other.data()),
+        size_(other.size()),
+        staged_(other.staged()),
+        staging_(other.staging()) {}
 
-/// A View MPI may send from, holding `view`'s contents: `view` itself when MPI can read it, a
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  /// Whether the entries are a host copy (then staging() holds them).
+  bool staged() const noexcept { return staged_; }
+  const Staging& staging() const noexcept { return staging_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  bool staged_ = false;
+  Staging staging_;
+};
+
+/// A buffer MPI may send from, holding `view`'s contents: `view` itself when MPI can read it, a
 /// host copy otherwise. Fences `exec` either way, since MPI does not wait for Kokkos work.
 /// Pass only the part that is sent (a subview), so a staging copy moves no unused capacity.
-/// The result's entries are const when `view`'s are.
+/// The buffer's entries are const when `view`'s are.
 template <class ExecSpace, class View>
-Kokkos::View<typename View::value_type*, mpi_memory_space_t<ExecSpace>> mpi_send_view(
-    const ExecSpace& exec, const View& view) {
-  if constexpr (mpi_uses_view_memory_v<ExecSpace>) {
+MpiBuffer<typename View::value_type> mpi_send_view(const ExecSpace& exec, const View& view) {
+  if (mpi_uses_view_memory<ExecSpace>()) {
+    OKTOPK_ASSERT(view.span_is_contiguous());
     fence(exec, "oktopk::mpi_send_view");
-    return view;
-  } else {
-    auto host = mpi_staging_buffer(view);
-    Kokkos::deep_copy(exec, host, view);
-    fence(exec, "oktopk::mpi_send_view");
-    return host;
+    return MpiBuffer<typename View::value_type>(view.data(), view.extent(0));
   }
+  auto host = HostStagingPool<typename View::non_const_value_type>::acquire(view.extent(0));
+  Kokkos::deep_copy(exec, host, view);
+  fence(exec, "oktopk::mpi_send_view");
+  return MpiBuffer<typename View::value_type>(std::move(host));
 }
 
-/// A View MPI may receive into, for data that belongs in `view`: `view` itself when MPI can
+/// A buffer MPI may receive into, for data that belongs in `view`: `view` itself when MPI can
 /// write it, a host buffer otherwise (then call mpi_received). Fences `exec`, so that no
 /// Kokkos work still touches `view` while MPI writes it. As with mpi_send_view, pass only the
 /// part that receives.
 template <class ExecSpace, class View>
-Kokkos::View<typename View::non_const_value_type*, mpi_memory_space_t<ExecSpace>> mpi_receive_view(
-    const ExecSpace& exec, const View& view) {
+MpiBuffer<typename View::non_const_value_type> mpi_receive_view(const ExecSpace& exec,
+                                                                const View& view) {
+  using T = typename View::non_const_value_type;
   fence(exec, "oktopk::mpi_receive_view");
-  if constexpr (mpi_uses_view_memory_v<ExecSpace>) {
-    return view;
-  } else {
-    return mpi_staging_buffer(view);
+  if (mpi_uses_view_memory<ExecSpace>()) {
+    OKTOPK_ASSERT(view.span_is_contiguous());
+    return MpiBuffer<T>(view.data(), view.extent(0));
   }
+  return MpiBuffer<T>(HostStagingPool<T>::acquire(view.extent(0)));
 }
 
-/// Moves received entries [begin, end) from the MPI-side View into `view` (nothing to do
-/// when they are the same View).
-template <class ExecSpace, class View, class MpiView>
-void mpi_received(const ExecSpace& exec, const MpiView& received, const View& view,
+/// Moves received entries [begin, end) from the buffer MPI wrote into `view` (nothing to do
+/// when MPI wrote `view` itself).
+template <class ExecSpace, class View, class T>
+void mpi_received(const ExecSpace& exec, const MpiBuffer<T>& received, const View& view,
                   std::int64_t begin, std::int64_t end) {
-  if constexpr (!mpi_uses_view_memory_v<ExecSpace>) {
-    if (end > begin) {
-      const auto range = Kokkos::make_pair(begin, end);
-      Kokkos::deep_copy(exec, Kokkos::subview(view, range), Kokkos::subview(received, range));
-    }
-  } else {
-    (void)exec, (void)received, (void)view, (void)begin, (void)end;
+  if (received.staged() && end > begin) {
+    const auto range = Kokkos::make_pair(begin, end);
+    Kokkos::deep_copy(exec, Kokkos::subview(view, range),
+                      Kokkos::subview(received.staging(), range));
   }
 }
 
