@@ -11,6 +11,7 @@
 #endif
 
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
@@ -106,8 +107,12 @@ void agree_on_gpu_aware_mpi(const Communicator& comm, const char* where, const G
   OKTOPK_REQUIRE(!bad_setting, std::invalid_argument, where,
                  "rank " << bad_setting.rank << ": " << bad_setting.cause);
   if (!device_buffers) return;
+  // Whether some rank hands device pointers, and whether some rank stages: one reduction when
+  // they agree, the reasons only when they do not.
+  std::int64_t sides[2] = {local.device_pointers ? 1 : 0, local.device_pointers ? 0 : 1};
+  comm.allreduce_in_place(sides, 2, MPI_MAX);
+  if (sides[0] == 0 || sides[1] == 0) return;
   const AgreedFailure direct = comm.agree_on_failure(local.device_pointers, local.reason);
-  if (!direct || direct.every_rank) return;
   const AgreedFailure staged = comm.agree_on_failure(!local.device_pointers, local.reason);
   std::ostringstream message;
   message << where << ": the ranks differ on handing GPU memory to MPI: rank " << direct.rank

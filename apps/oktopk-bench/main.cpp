@@ -24,6 +24,7 @@
 #include <exception>
 #include <iostream>
 #include <string>
+#include <type_traits>
 
 namespace oktopk::bench {
 namespace {
@@ -77,10 +78,8 @@ int bench_main(int argc, char* argv[], const oktopk::Communicator& world) {
   oktopk::apps::FailureSettlement failures("oktopk-bench");
   Kokkos::ScopeGuard kokkos(argc, argv);
   try {
-    // Where the buffers live in device memory, how they reach MPI decides much of the time.
-    if (root &&
-        !Kokkos::SpaceAccessibility<Kokkos::HostSpace,
-                                    Kokkos::DefaultExecutionSpace::memory_space>::accessible) {
+    // On a GPU, how the buffers reach MPI decides much of the time.
+    if (root && !std::is_same_v<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>) {
       std::cerr << "oktopk-bench: GPU-aware MPI: " << oktopk::gpu_aware_mpi().reason << "\n";
     }
     run_benchmark(args, world, file);

@@ -20,7 +20,7 @@ namespace oktopk {
 /// make_sparse_allreduce throws on every rank when the variable holds another word on some rank
 /// and, for a handle on a GPU, when the ranks of its communicator did not all choose alike.
 /// Host memory always goes to MPI as it is: in a build without a GPU backend the choice
-/// changes nothing.
+/// changes nothing (`reason` says so, or names a bad word).
 struct GpuAwareMpi {
   bool device_pointers = false;  ///< whether MPI gets device pointers (else host copies)
   std::string setting;  ///< "on", "off" or "auto": the variable's value, or the build's default

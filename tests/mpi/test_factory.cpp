@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -103,7 +104,9 @@ TEST(Factory, ChecksTheGpuAwareMpiSetting) {
   const oktopk::GpuAwareMpi& choice = oktopk::gpu_aware_mpi();
   const char* variable = std::getenv("OKTOPK_GPU_AWARE_MPI");
   const std::string setting = variable != nullptr ? variable : "";
-  const bool valid = setting.empty() || setting == "on" || setting == "off" || setting == "auto";
+  std::string word = setting;  // the words are case-insensitive
+  for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const bool valid = word.empty() || word == "on" || word == "off" || word == "auto";
   EXPECT_EQ(choice.error.empty(), valid) << choice.error;
   for (const Algorithm a : oktopk::all_algorithms) {
     SCOPED_TRACE(oktopk::to_string(a));

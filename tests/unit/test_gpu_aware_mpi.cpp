@@ -97,8 +97,8 @@ TEST(GpuAwareMpi, WordsAreCaseInsensitiveAndOthersAreErrors) {
   for (const char* bad : {"1", "yes", "of", "auto "}) {
     const auto choice = decide_gpu_aware_mpi(gpu_build(bad, GpuAwareness::Yes));
     EXPECT_FALSE(choice.device_pointers) << bad;
-    EXPECT_EQ(choice.error, std::string("OKTOPK_GPU_AWARE_MPI is '") + bad +
-                                "', not on, off or auto");
+    EXPECT_EQ(choice.error,
+              std::string("OKTOPK_GPU_AWARE_MPI is '") + bad + "', not on, off or auto");
   }
   // Also in a build without a GPU, where the choice changes nothing: a typo is still reported.
   GpuAwareMpiInputs host;
