@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
+#include <utility>
 
 namespace {
 
@@ -571,20 +572,27 @@ int reduce_call(const char* where, const char* typed, oktopk_handle* handle, int
   });
 }
 
-int reduce_async_call(const char* where, const char* typed, oktopk_handle* handle, int dtype,
-                      const void* grad, void* out, oktopk_request** request, ArraysIn arrays,
-                      void* stream = nullptr) {
+// Launches `work` (a call on handle's progress-thread queue) and hands back its request: the
+// frame of every asynchronous entry.
+template <class Work>
+int launch_call(const char* where, oktopk_handle* handle, oktopk_request** request, Work work) {
   return guarded([&] {
     if (request == nullptr) throw std::invalid_argument(std::string(where) + ": request is NULL");
     *request = nullptr;
     require_handle(handle, where);
     auto launched = std::make_unique<oktopk_request>();
-    launched->request =
-        oktopk::launch_in_order([where, typed, handle, dtype, grad, out, arrays, stream] {
-          reduce_as(where, typed, *handle->typed, dtype, grad, out, arrays, stream);
-        });
+    launched->request = oktopk::launch_in_order(std::move(work));
     *request = launched.release();
   });
+}
+
+int reduce_async_call(const char* where, const char* typed, oktopk_handle* handle, int dtype,
+                      const void* grad, void* out, oktopk_request** request, ArraysIn arrays,
+                      void* stream = nullptr) {
+  return launch_call(where, handle, request,
+                     [where, typed, handle, dtype, grad, out, arrays, stream] {
+                       reduce_as(where, typed, *handle->typed, dtype, grad, out, arrays, stream);
+                     });
 }
 
 int reduce_sparse_call(const char* where, const char* typed, oktopk_handle* handle, int dtype,
@@ -855,16 +863,9 @@ int oktopk_reduce_refused(oktopk_handle* handle, const char* reason) {
 
 int oktopk_reduce_refused_async(oktopk_handle* handle, const char* reason,
                                 oktopk_request** request) {
-  return guarded([&] {
-    if (request == nullptr)
-      throw std::invalid_argument("oktopk_reduce_refused_async: request is NULL");
-    *request = nullptr;
-    require_handle(handle, "oktopk_reduce_refused_async");
-    auto launched = std::make_unique<oktopk_request>();
-    launched->request = oktopk::launch_in_order([handle, text = reason_text(reason)] {
-      refuse_reduce("oktopk_reduce_refused_async", *handle->typed, text);
-    });
-    *request = launched.release();
+  constexpr const char* where = "oktopk_reduce_refused_async";
+  return launch_call(where, handle, request, [handle, text = reason_text(reason)] {
+    refuse_reduce(where, *handle->typed, text);
   });
 }
 
