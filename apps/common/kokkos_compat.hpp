@@ -6,6 +6,9 @@
 
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Sort.hpp>
+#if __has_include(<KokkosBlas3_gemm.hpp>)
+#include <KokkosBlas3_gemm.hpp>
+#endif
 
 #include <string>
 
@@ -41,5 +44,23 @@ void sort_ascending(const ExecSpace& exec, const ViewType& view) {
   Kokkos::sort(view);
 #endif
 }
+
+#if __has_include(<KokkosBlas3_gemm.hpp>)
+/// C = alpha op(A) op(B) + beta C on `exec`, for the programs built with Kokkos Kernels. Kokkos
+/// Kernels 4 takes the instance; 3.x runs on the default instance, so `exec` is fenced before
+/// and the default instance after (on a GPU, two host synchronisations per product).
+template <class ExecSpace, class A, class B, class C>
+void gemm_on(const ExecSpace& exec, const char* trans_a, const char* trans_b,
+             typename C::const_value_type alpha, const A& a, const B& b,
+             typename C::const_value_type beta, const C& c) {
+#if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 40000
+  KokkosBlas::gemm(exec, trans_a, trans_b, alpha, a, b, beta, c);
+#else
+  fence(exec, "oktopk::apps::gemm_on: before");
+  KokkosBlas::gemm(trans_a, trans_b, alpha, a, b, beta, c);
+  fence(ExecSpace(), "oktopk::apps::gemm_on: after");
+#endif
+}
+#endif
 
 }  // namespace oktopk::apps

@@ -183,6 +183,10 @@ void BasicLanguageModel<Scalar>::ensure_capacity(const ExecutionSpace& exec, std
   alloc(dinputs_, rows * E, "oktopk::train::LanguageModel::dinputs");
   alloc(dh_carry_, batch * H, "oktopk::train::LanguageModel::dh_carry");
   alloc(dc_carry_, batch * H, "oktopk::train::LanguageModel::dc_carry");
+  word_positions_ = Kokkos::View<std::int64_t*, MemorySpace>(
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                         std::string("oktopk::train::LanguageModel::word_positions")),
+      rows);
 }
 
 template <class Scalar>
@@ -272,31 +276,50 @@ double BasicLanguageModel<Scalar>::cross_entropy(const ExecutionSpace& exec, con
   const Flat<Scalar> logits(logits_.data(), rows * V);
   const Scalar inv_rows = Scalar(1) / static_cast<Scalar>(rows);
   double total = 0;
+  // A team per row, its threads over the vocabulary (one thread per row would leave a GPU
+  // idle at a few hundred rows of thousands of logits). Each row's max and sum are team
+  // reductions, whose order follows the team size: a fixed one, 128 threads on GPUs and one
+  // on the host (the order of the former loop), so that the bits, and a resumed run, do not
+  // depend on what Kokkos would choose for the device.
+  using Team = Kokkos::TeamPolicy<ExecutionSpace>;
+  constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
   Kokkos::parallel_reduce(
-      "oktopk::train::LanguageModel::cross_entropy",
-      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, rows),
-      KOKKOS_LAMBDA(const std::int64_t r, double& sum) {
+      "oktopk::train::LanguageModel::cross_entropy", Team(exec, rows, host ? 1 : 128),
+      KOKKOS_LAMBDA(const typename Team::member_type& team, double& sum) {
+        const std::int64_t r = team.league_rank();
         const std::int64_t t = r / B;
         const std::int64_t target = windows(r - t * B, t + 1);
         Scalar* row = &logits(r * V);
         // log-sum-exp shifted by the largest logit, so exp cannot overflow.
         Scalar top = row[0];
-        for (std::int64_t j = 1; j < V; ++j) top = row[j] > top ? row[j] : top;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, V),
+            [&](const std::int64_t j, Scalar& most) { most = row[j] > most ? row[j] : most; },
+            Kokkos::Max<Scalar>(top));
         const Scalar target_logit = row[target];
         Scalar s = 0;
         if (with_gradient) {
+          team.team_barrier();  // every thread has read row[target] before it is overwritten
           // The exponentials are kept in the row, so the softmax needs one exp per entry.
-          for (std::int64_t j = 0; j < V; ++j) {
-            row[j] = kexp(row[j] - top);
-            s += row[j];
-          }
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, V),
+              [&](const std::int64_t j, Scalar& part) {
+                row[j] = kexp(row[j] - top);
+                part += row[j];
+              },
+              s);
           const Scalar scale = inv_rows / s;
-          for (std::int64_t j = 0; j < V; ++j) row[j] *= scale;
-          row[target] -= inv_rows;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V),
+                               [&](const std::int64_t j) { row[j] *= scale; });
+          team.team_barrier();
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { row[target] -= inv_rows; });
         } else {
-          for (std::int64_t j = 0; j < V; ++j) s += kexp(row[j] - top);
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, V),
+              [&](const std::int64_t j, Scalar& part) { part += kexp(row[j] - top); }, s);
         }
-        sum += static_cast<double>(top + klog(s) - target_logit);
+        Kokkos::single(Kokkos::PerTeam(team),
+                       [&]() { sum += static_cast<double>(top + klog(s) - target_logit); });
       },
       total);
   return total / static_cast<double>(rows);
@@ -347,17 +370,31 @@ void BasicLanguageModel<Scalar>::embedding_backward(const ExecutionSpace& exec,
   const Flat<Scalar> table(gradient.data() + embedding_offset_, shape_.vocabulary * E);
   const Flat<const Scalar> dinputs(dinputs_.data(), T * B * E);
   Kokkos::deep_copy(exec, table, Scalar(0));
-  // One work item per column of the table, summing over the batch's words in a fixed order:
-  // no two items write the same entry, so no atomics, and the sums are the same bit for bit
-  // on every run (a checkpointed run resumes exactly).
+  // A row of the table sums the positions of its word, in position order: no two work items
+  // write the same entry, so no atomics, and the sums are the same bit for bit on every run (a
+  // checkpointed run resumes exactly). The positions are sorted by word first (key: word, then
+  // position), so that a work item (a word's first position, a column) adds only its word's
+  // positions instead of scanning all T B of them.
+  const std::int64_t positions = T * B;
+  const auto keys = Kokkos::subview(word_positions_, Kokkos::make_pair(std::int64_t{0}, positions));
+  Kokkos::parallel_for(
+      "oktopk::train::LanguageModel::word_positions",
+      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, positions), KOKKOS_LAMBDA(const std::int64_t p) {
+        const std::int64_t t = p / B;
+        keys(p) = static_cast<std::int64_t>(windows(p - t * B, t)) * positions + p;
+      });
+  ::oktopk::apps::sort_ascending(exec, keys);
   Kokkos::parallel_for(
       "oktopk::train::LanguageModel::embedding_backward",
-      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, E), KOKKOS_LAMBDA(const std::int64_t e) {
-        for (std::int64_t t = 0; t < T; ++t) {
-          for (std::int64_t b = 0; b < B; ++b) {
-            table(windows(b, t) * E + e) += dinputs((t * B + b) * E + e);
-          }
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(exec, {0, 0}, {positions, E}),
+      KOKKOS_LAMBDA(const std::int64_t first, const std::int64_t e) {
+        const std::int64_t word = keys(first) / positions;
+        if (first > 0 && keys(first - 1) / positions == word) return;  // not the word's first
+        Scalar sum = 0;
+        for (std::int64_t q = first; q < positions && keys(q) / positions == word; ++q) {
+          sum += dinputs((keys(q) - word * positions) * E + e);
         }
+        table(word * E + e) = sum;
       });
 }
 

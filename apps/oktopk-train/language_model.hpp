@@ -113,6 +113,9 @@ class BasicLanguageModel {
   Kokkos::View<Scalar*, MemorySpace> dh_carry_;  // B x H: d(loss)/d(h_t) through h_{t+1}
   Kokkos::View<Scalar*, MemorySpace> dc_carry_;  // B x H: d(loss)/d(c_t) through c_{t+1}
   Kokkos::View<Scalar*, MemorySpace> ones_;
+  // word * (T B) + position for every position t * B + b, sorted: the positions grouped by word
+  // for the embedding's backward pass.
+  Kokkos::View<std::int64_t*, MemorySpace> word_positions_;
 };
 
 using LanguageModel = BasicLanguageModel<float>;

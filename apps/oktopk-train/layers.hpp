@@ -9,7 +9,6 @@
 #include "common/kokkos_compat.hpp"
 #include "spaces.hpp"
 
-#include <KokkosBlas3_gemm.hpp>
 #include <Kokkos_Core.hpp>
 
 #include <cmath>
@@ -47,16 +46,13 @@ Matrix<Scalar> matrix(Scalar* data, std::int64_t rows, std::int64_t cols) {
   return Matrix<Scalar>(data, rows, cols);
 }
 
-/// C = alpha op(A) op(B) + beta C. The gemm without an execution space argument is the one
-/// Kokkos Kernels 3.4 and 4.x both have; it runs on the default instance, so it is ordered after
-/// the work already queued on `exec` and before the work queued after it.
+/// C = alpha op(A) op(B) + beta C, ordered on `exec` (apps::gemm_on: on the instance with Kokkos
+/// Kernels 4, between fences with 3.x).
 template <class Scalar>
 void gemm(const ExecutionSpace& exec, const char* trans_a, const char* trans_b, Scalar alpha,
           const Matrix<const Scalar>& a, const Matrix<const Scalar>& b, Scalar beta,
           const Matrix<Scalar>& c) {
-  ::oktopk::apps::fence(exec, "oktopk::train::gemm: before");
-  KokkosBlas::gemm(trans_a, trans_b, alpha, a, b, beta, c);
-  ::oktopk::apps::fence(ExecutionSpace(), "oktopk::train::gemm: after");
+  ::oktopk::apps::gemm_on(exec, trans_a, trans_b, alpha, a, b, beta, c);
 }
 
 /// A buffer that only grows, allocated uninitialized. The label is a std::string because

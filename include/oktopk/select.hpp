@@ -12,6 +12,7 @@
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/kernels/count_levels.hpp>
+#include <oktopk/impl/kernels/ordered_compaction.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -142,9 +143,8 @@ std::int64_t count_above(const ExecSpace& exec, const XView& x, float threshold)
 namespace impl {
 
 /// totals[j] = entries with |x(i)| > levels.threshold[j], for every level, in one pass: on the
-/// host each chunk is counted at every level while it is in cache; on GPUs each entry above the
-/// lowest level (at the densities the levels are for, a few times k of n) adds one to the
-/// highest level it passes, and the totals are the sums from the top down. On the host,
+/// host each chunk is counted at every level while it is in cache; on GPUs one entry per work
+/// item, in a reduction over the array of counts (CountAboveLevels). On the host,
 /// per_chunk (at least levels.count rows, chunk_count<ExecSpace>(n) columns) receives each
 /// chunk's counts too, a row per level, for select_above_counted() at any of them; empty, the
 /// counts are kept in a View of the call's own. On GPUs it is not used.
@@ -181,26 +181,11 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
   } else {
     if (levels.count == 0) return;
     const auto n = static_cast<std::int64_t>(x.extent(0));
-    const CountLevels thresholds = levels;
-    Kokkos::View<count_type[max_count_levels], typename ExecSpace::memory_space> highest(
-        Kokkos::view_alloc(exec, "oktopk::count_above_levels"));
-    Kokkos::parallel_for(
-        "oktopk::count_above_levels", impl::RangeOf<ExecSpace>(exec, 0, n),
-        KOKKOS_LAMBDA(const std::int64_t i) {
-          const float m = impl::magnitude(x(i));
-          if (!(m > thresholds.threshold[0])) return;
-          int j = 0;
-          while (j + 1 < thresholds.count && m > thresholds.threshold[j + 1]) ++j;
-          Kokkos::atomic_add(&highest(j), count_type{1});
-        });
-    auto host = Kokkos::create_mirror_view(highest);
-    Kokkos::deep_copy(exec, host, highest);
-    fence(exec, "oktopk::count_above_levels: counts to the host");
-    std::int64_t running = 0;
-    for (int j = levels.count - 1; j >= 0; --j) {
-      running += host(j);
-      totals[j] = running;
-    }
+    const auto count = static_cast<unsigned>(levels.count);
+    Kokkos::parallel_reduce("oktopk::count_above_levels", impl::RangeOf<ExecSpace>(exec, 0, n),
+                            CountAboveLevels<XView>{count, x, levels},
+                            Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                totals, static_cast<std::size_t>(count)));
   }
 }
 
@@ -219,7 +204,8 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
 ///
 /// Returns the number of selected entries. Only the first min(count, capacity) are written,
 /// capacity being the smaller extent of `indices` and `values`: a caller whose buffers were too
-/// small sees count > capacity, grows them and calls again. One pass over x.
+/// small sees count > capacity, grows them and calls again. On GPUs x is read once
+/// (impl::compact_in_order()); on the host twice, a counting pass and the writing one.
 template <class ExecSpace, class XView, class IdxView, class ValView>
 std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold,
                           const IdxView& indices, const ValView& values) {
@@ -234,6 +220,12 @@ std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold
   const auto capacity = static_cast<std::int64_t>(
       indices.extent(0) < values.extent(0) ? indices.extent(0) : values.extent(0));
   const auto n = static_cast<std::int64_t>(x.extent(0));
+  if constexpr (!impl::runs_on_host_v<ExecSpace>) {
+    using Keep = impl::KeepAbove<ExecSpace, XView, IdxView, ValView, false>;
+    return static_cast<std::int64_t>(impl::compact_in_order(
+        exec, n,
+        Keep{x, threshold, 0, indices, values, static_cast<impl::PackedCounts>(capacity)}));
+  }
   std::int64_t count = 0;
   Kokkos::parallel_scan(
       "oktopk::select_above::compact",
@@ -250,8 +242,9 @@ std::int64_t select_above(const ExecSpace& exec, const XView& x, float threshold
 ///
 /// Returns the number selected, min(ties, entries equal) more than select_above(); writes the
 /// first min(count, capacity) as select_above() does. std::invalid_argument when ties < 0.
-/// One pass to count, one to write, each over all of x: for calls where ties matter, which
-/// exact thresholds on coarse values (sums of 16-bit values) make common.
+/// On GPUs one read of x, as select_above(); on the host one pass to count and one to write,
+/// each over all of x: for calls where ties matter, which exact thresholds on coarse values
+/// (sums of 16-bit values) make common.
 template <class ExecSpace, class XView, class IdxView, class ValView>
 std::int64_t select_above_and_ties(const ExecSpace& exec, const XView& x, float threshold,
                                    std::int64_t ties, const IdxView& indices,
@@ -270,6 +263,16 @@ std::int64_t select_above_and_ties(const ExecSpace& exec, const XView& x, float 
   const auto capacity = static_cast<std::int64_t>(
       indices.extent(0) < values.extent(0) ? indices.extent(0) : values.extent(0));
   const auto n = static_cast<std::int64_t>(x.extent(0));
+  if constexpr (!impl::runs_on_host_v<ExecSpace>) {
+    using Keep = impl::KeepAbove<ExecSpace, XView, IdxView, ValView, true>;
+    const impl::PackedCounts packed =
+        impl::compact_in_order(exec, n,
+                               Keep{x, threshold, static_cast<impl::PackedCounts>(ties), indices,
+                                    values, static_cast<impl::PackedCounts>(capacity)});
+    const auto above = static_cast<std::int64_t>(packed & impl::above_mask);
+    const auto equal = static_cast<std::int64_t>(packed >> impl::tied_shift);
+    return above + (equal < ties ? equal : ties);
+  }
   using Functor = impl::SelectAboveAndTiesFunctor<XView, IdxView, ValView>;
   std::int64_t packed = 0;
   Kokkos::parallel_scan(
@@ -284,7 +287,8 @@ std::int64_t select_above_and_ties(const ExecSpace& exec, const XView& x, float 
 
 /// \brief select_above() when each chunk's count of entries above the threshold is already
 /// known: `chunk_counts` has chunk_count<ExecSpace>(n) entries, as impl::accumulate_counting()
-/// stores them for the same x and threshold. A scan over the counts and one pass over x, where
+/// stores them on host spaces (impl::count_above_by_chunk() on any) for the same x and
+/// threshold. A scan over the counts and one pass over x, where
 /// select_above() reads x twice (a counting scan pass, then the writing pass). Same results.
 template <class ExecSpace, class XView, class CountView, class IdxView, class ValView>
 std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float threshold,

@@ -445,7 +445,6 @@ inline void check_gtopk_tree(const Call& c, std::int64_t k) {
     in_final[j] = 1;
   }
   Diff out_diff, residual_diff;
-  const float lt = c.stats.local_threshold;
   for (std::size_t j = 0; j < n; ++j) {
     if (!same_value_bits(expected_out[j], c.out[j])) out_diff.note(j, expected_out[j], c.out[j]);
     const bool cleared = selected_here[j] && in_final[j];

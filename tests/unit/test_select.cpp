@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// count_above, select_above, select_above_and_ties (and impl::select_pairs_above),
-// select_above_counted (after impl::accumulate_counting) and select_above_by_region against
-// host references, per space.
+// count_above, select_above, select_above_and_ties (and impl::select_pairs_above, and
+// impl::compact_in_order, their GPU form), select_above_counted (after
+// impl::accumulate_counting) and select_above_by_region against host references, per space.
 #include "exec_spaces.hpp"
 #include "host_reference.hpp"
 #include "test_data.hpp"
@@ -14,9 +14,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -107,6 +109,17 @@ ref::Selection select_above_and_ties_reference(const std::vector<float>& x, floa
   return s;
 }
 
+/// The outputs hold the first `count` entries of `expected`.
+template <class ExecSpace, class IdxView, class ValView>
+void expect_first_entries(const ExecSpace& exec, const IdxView& indices, const ValView& values,
+                          const ref::Selection& expected, std::size_t count) {
+  const std::vector<index_type> first_indices(expected.indices.begin(),
+                                              expected.indices.begin() + count);
+  const std::vector<float> first_values(expected.values.begin(), expected.values.begin() + count);
+  EXPECT_TRUE(same_entries(to_vector(exec, indices), first_indices));
+  EXPECT_TRUE(same_entries(to_vector(exec, values), first_values));
+}
+
 /// select_above_and_ties, and impl::select_pairs_above (its form for (index, value) pairs),
 /// against the reference, for no ties, some, and more than there are; with a spare capacity
 /// of three that keeps its sentinels, and with a capacity of half the count.
@@ -144,12 +157,7 @@ TYPED_TEST(Select, SelectAboveAndTiesMatchesReference) {
           EXPECT_EQ(
               oktopk::select_above_and_ties(exec, x_view, t, ties, short_indices, short_values),
               count);
-          const std::vector<index_type> half_indices(expected.indices.begin(),
-                                                     expected.indices.begin() + half);
-          const std::vector<float> half_values(expected.values.begin(),
-                                               expected.values.begin() + half);
-          EXPECT_TRUE(same_entries(to_vector(exec, short_indices), half_indices));
-          EXPECT_TRUE(same_entries(to_vector(exec, short_values), half_values));
+          expect_first_entries(exec, short_indices, short_values, expected, half);
           expected.indices.resize(capacity, index_sentinel);
           expected.values.resize(capacity, value_sentinel);
           EXPECT_TRUE(same_entries(to_vector(exec, indices), expected.indices));
@@ -167,9 +175,85 @@ TYPED_TEST(Select, SelectAboveAndTiesMatchesReference) {
                std::invalid_argument);
 }
 
-/// impl::accumulate_counting (acc = residual + grad with its counts at three levels, per chunk
-/// too), impl::count_above_by_chunk and impl::count_above_levels, followed by
-/// select_above_counted, against the host reference of the same sum.
+/// impl::compact_in_order, the compaction behind select_above and select_above_and_ties on
+/// GPUs, on every space: the references' entries, with three spare slots that keep their
+/// sentinels, and with room for half of them (the first half written, the count whole), at the
+/// test sizes and around the ends of its 32-entry words and its tiles (up to 256 words).
+TYPED_TEST(Select, OrderedCompactionMatchesReference) {
+  using Exec = TypeParam;
+  using oktopk::impl::PackedCounts;
+  const Exec exec;
+  std::vector<std::size_t> sizes(std::begin(test_sizes), std::end(test_sizes));
+  for (const std::size_t n : {31, 32, 33, 8191, 8192, 8193, 65537}) sizes.push_back(n);
+  for (const auto kind : all_data_kinds) {
+    for (const auto n : sizes) {
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<Exec>(x, "x");
+      using XView = std::decay_t<decltype(x_view)>;
+      for (const float t : thresholds_for(x)) {
+        const auto equal = static_cast<std::int64_t>(
+            std::count_if(x.begin(), x.end(), [t](float v) { return std::fabs(v) == t; }));
+        for (const std::int64_t ties : {std::int64_t{-1}, std::int64_t{0}, equal / 2, equal + 1}) {
+          SCOPED_TRACE(case_name(kind, n, t) + ", ties = " + std::to_string(ties));
+          auto expected =
+              ties < 0 ? ref::select_above(x, t) : select_above_and_ties_reference(x, t, ties);
+          const auto count = static_cast<std::int64_t>(expected.indices.size());
+          const auto capacity = static_cast<std::size_t>(count) + 3;
+          auto indices = filled_view<Exec>(capacity, index_sentinel, "indices");
+          auto values = filled_view<Exec>(capacity, value_sentinel, "values");
+          using Idx = decltype(indices);
+          using Val = decltype(values);
+          const PackedCounts room = capacity;
+          std::int64_t selected = 0;
+          if (ties < 0) {
+            using Keep = oktopk::impl::KeepAbove<Exec, XView, Idx, Val, false>;
+            selected = static_cast<std::int64_t>(oktopk::impl::compact_in_order(
+                exec, static_cast<std::int64_t>(n), Keep{x_view, t, 0, indices, values, room}));
+          } else {
+            using Keep = oktopk::impl::KeepAbove<Exec, XView, Idx, Val, true>;
+            const PackedCounts packed = oktopk::impl::compact_in_order(
+                exec, static_cast<std::int64_t>(n),
+                Keep{x_view, t, static_cast<PackedCounts>(ties), indices, values, room});
+            const auto above = static_cast<std::int64_t>(packed & oktopk::impl::above_mask);
+            EXPECT_EQ(static_cast<std::int64_t>(packed >> oktopk::impl::tied_shift), equal);
+            selected = above + std::min(equal, ties);
+          }
+          EXPECT_EQ(selected, count);
+          // Room for half: the first half written, the count the same.
+          const auto half = static_cast<std::size_t>(count / 2);
+          auto short_indices = filled_view<Exec>(half, index_sentinel, "short_indices");
+          auto short_values = filled_view<Exec>(half, value_sentinel, "short_values");
+          const PackedCounts short_room = half;
+          PackedCounts short_packed = 0;
+          if (ties < 0) {
+            using Keep = oktopk::impl::KeepAbove<Exec, XView, Idx, Val, false>;
+            short_packed = oktopk::impl::compact_in_order(
+                exec, static_cast<std::int64_t>(n),
+                Keep{x_view, t, 0, short_indices, short_values, short_room});
+          } else {
+            using Keep = oktopk::impl::KeepAbove<Exec, XView, Idx, Val, true>;
+            short_packed =
+                oktopk::impl::compact_in_order(exec, static_cast<std::int64_t>(n),
+                                               Keep{x_view, t, static_cast<PackedCounts>(ties),
+                                                    short_indices, short_values, short_room});
+          }
+          EXPECT_EQ(short_packed & oktopk::impl::above_mask,
+                    static_cast<PackedCounts>(ref::count_above(x, t)));
+          expect_first_entries(exec, short_indices, short_values, expected, half);
+          expected.indices.resize(capacity, index_sentinel);
+          expected.values.resize(capacity, value_sentinel);
+          EXPECT_TRUE(same_entries(to_vector(exec, indices), expected.indices));
+          EXPECT_TRUE(same_entries(to_vector(exec, values), expected.values));
+        }
+      }
+    }
+  }
+}
+
+/// impl::accumulate_counting (acc = residual + grad with its counts at every level, per chunk
+/// too on host spaces), its GPU form and count_above_levels's (run on every space),
+/// impl::count_above_by_chunk and impl::count_above_levels, followed by select_above_counted,
+/// against the host reference of the same sum.
 TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
   using Memory = typename TypeParam::memory_space;
   const TypeParam exec;
@@ -195,8 +279,6 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
         // 1.25^2 t (rising, so only for a positive t), else t and two raised ones.
         const bool positive = std::isfinite(t) && t > 0.0f;
         const auto levels = oktopk::impl::guard_levels(t, 1.25, positive ? 2 : 0, 3);
-        // Levels past the first are counted on host spaces only (their totals are row sums).
-        const int levels_counted = oktopk::impl::runs_on_host_v<TypeParam> ? levels.count : 1;
         const auto counts = oktopk::impl::accumulate_counting(exec, residual_view, grad_view,
                                                               acc_view, levels, level_counts);
         // Computed sums: a NaN's payload is the hardware's (CUDA makes 0x7fffffff).
@@ -204,14 +286,16 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
         const auto expected_nonfinite =
             std::count_if(acc.begin(), acc.end(), [](float v) { return !std::isfinite(v); });
         EXPECT_EQ(counts.nonfinite, expected_nonfinite);
-        // Each level's total and each chunk's count: the reference over that chunk's entries.
+        // Each level's total and (host spaces, which keep them) each chunk's count: the
+        // reference over that chunk's entries.
+        constexpr bool rows_kept = oktopk::impl::runs_on_host_v<TypeParam>;
         const auto chunk = oktopk::impl::chunk_length_v<TypeParam>;
         std::int64_t wrong_chunks = 0;
-        for (int j = 0; j < levels_counted; ++j) {
+        for (int j = 0; j < levels.count; ++j) {
           const float level_t = levels.threshold[j];
           EXPECT_EQ(counts.above[j], ref::count_above(acc, level_t)) << "level " << j;
           const auto row = to_vector(exec, Kokkos::subview(level_counts, j, Kokkos::ALL));
-          for (std::int64_t c = 0; c < chunks; ++c) {
+          for (std::int64_t c = 0; rows_kept && c < chunks; ++c) {
             const auto begin = static_cast<std::size_t>(c * chunk);
             const auto end = std::min(n, static_cast<std::size_t>((c + 1) * chunk));
             const std::vector<float> part(acc.begin() + begin, acc.begin() + end);
@@ -225,7 +309,34 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
         Kokkos::deep_copy(chunk_counts, count_type{-1});
         EXPECT_EQ(oktopk::impl::count_above_by_chunk(exec, acc_view, first, chunk_counts),
                   counts.above[0]);
-        EXPECT_TRUE(same_entries(to_vector(exec, chunk_counts), got));
+        if (rows_kept) EXPECT_TRUE(same_entries(to_vector(exec, chunk_counts), got));
+        // The GPU forms of both counting passes, run on every space: the same totals, and the
+        // same sums.
+        {
+          using HostCounts =
+              Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+          using Residual = std::decay_t<decltype(residual_view)>;
+          using Grad = std::decay_t<decltype(grad_view)>;
+          using Acc = Kokkos::View<float*, Memory>;
+          Acc acc_again("acc_again", n);
+          std::int64_t pass[1 + oktopk::impl::max_count_levels] = {};
+          const auto slots = static_cast<unsigned>(1 + levels.count);
+          Kokkos::parallel_reduce(Kokkos::RangePolicy<TypeParam>(exec, 0, n),
+                                  oktopk::impl::AccumulateCountingLevels<Residual, Grad, Acc>{
+                                      slots, residual_view, grad_view, acc_again, levels},
+                                  HostCounts(pass, slots));
+          EXPECT_TRUE(same_values(to_vector(exec, acc_again), acc));
+          EXPECT_EQ(pass[0], expected_nonfinite);
+          std::int64_t above[oktopk::impl::max_count_levels] = {};
+          Kokkos::parallel_reduce(Kokkos::RangePolicy<TypeParam>(exec, 0, n),
+                                  oktopk::impl::CountAboveLevels<Acc>{
+                                      static_cast<unsigned>(levels.count), acc_view, levels},
+                                  HostCounts(above, static_cast<std::size_t>(levels.count)));
+          for (int j = 0; j < levels.count; ++j) {
+            EXPECT_EQ(pass[1 + j], ref::count_above(acc, levels.threshold[j])) << "level " << j;
+            EXPECT_EQ(above[j], pass[1 + j]) << "level " << j;
+          }
+        }
         // All levels in one pass, as the global guard counts: the totals alone, then with
         // each chunk's counts kept (host spaces), the same as the accumulate pass's.
         std::int64_t totals[oktopk::impl::max_count_levels] = {};

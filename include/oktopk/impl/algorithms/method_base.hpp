@@ -86,8 +86,8 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
   virtual bool uses_error_feedback() const { return true; }
 
   /// Thresholds the method wants the call's accumulate pass to count |acc| above, for free
-  /// (the pass reads acc anyway): accumulated_ then knows them (on GPUs the first level
-  /// only). None (the default): nothing counted. Asked before the call counter moves, so the
+  /// (the pass reads acc anyway): accumulated_ then knows them. None (the default): nothing
+  /// counted. Asked before the call counter moves, so the
   /// call it is for is iteration_ + 1.
   virtual impl::CountLevels accumulate_count_levels() const { return {}; }
 

@@ -35,6 +35,14 @@ KOKKOS_INLINE_FUNCTION bool isnan(float x) {
 #endif
 }
 
+/// How a reduction functor's join() takes its arguments: Kokkos before 3.7 joins through
+/// volatile ones, later releases through plain ones (4.x deprecates the volatile form).
+#if KOKKOS_VERSION >= 30700
+#define OKTOPK_JOIN_QUALIFIER
+#else
+#define OKTOPK_JOIN_QUALIFIER volatile
+#endif
+
 /// The IEEE-754 bit pattern of x (Kokkos::bit_cast exists from 4.1 only).
 KOKKOS_INLINE_FUNCTION std::uint32_t float_to_bits(float x) {
 #if KOKKOS_VERSION >= 40100

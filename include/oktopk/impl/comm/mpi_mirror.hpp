@@ -9,15 +9,13 @@
 #include <oktopk/gpu_aware_mpi.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/base/scratch_pool.hpp>
 
 #include <Kokkos_Core.hpp>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <type_traits>
-#include <vector>
 
 namespace oktopk::impl {
 
@@ -38,59 +36,11 @@ bool mpi_uses_view_memory() {
 #endif
 }
 
-/// \brief Host staging buffers of T, kept from one message to the next: a fresh host allocation
-/// per message would be page-faulted in on every call, costing about as much as the copy.
-/// In CUDA and HIP builds they are page-locked (PinnedHostSpace), so copies between them and
-/// the GPU run at full speed and in stream order, without a bounce through a driver buffer.
-///
-/// A block is free while the pool holds its only reference; acquire() hands out a subview,
-/// which holds one more until the caller drops it. Blocks grow when a larger message comes,
-/// and the pool empties itself at Kokkos::finalize (a hook, registered whenever the pool goes
-/// from empty to non-empty, so it also works after a re-initialization).
+/// Host staging buffers of T, kept from one message to the next (ScratchPool). In CUDA and HIP
+/// builds they are page-locked (PinnedHostSpace), so copies between them and the GPU run at full
+/// speed and in stream order, without a bounce through a driver buffer.
 template <class T>
-class HostStagingPool {
- public:
-  using Buffer = Kokkos::View<T*, PinnedHostSpace>;
-
-  /// An uninitialized host buffer of `count` entries that no other live buffer shares.
-  static Buffer acquire(std::size_t count) {
-    if (count == 0) return Buffer();
-    State& state = get();
-    std::lock_guard<std::mutex> lock(state.mutex);
-    const auto first = Kokkos::make_pair(std::size_t{0}, count);
-    Buffer* free_block = nullptr;
-    for (auto& block : state.blocks) {
-      if (block.use_count() != 1) continue;
-      if (block.extent(0) >= count) return Kokkos::subview(block, first);
-      free_block = &block;
-    }
-    if (free_block == nullptr) {
-      if (state.blocks.empty()) Kokkos::push_finalize_hook(&HostStagingPool::release);
-      state.blocks.emplace_back();
-      free_block = &state.blocks.back();
-    }
-    // Grow by at least a quarter, so slowly rising counts do not reallocate every call.
-    const std::size_t size = std::max(count, free_block->extent(0) + free_block->extent(0) / 4);
-    *free_block =
-        Buffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::mpi_staging"), size);
-    return Kokkos::subview(*free_block, first);
-  }
-
- private:
-  struct State {
-    std::mutex mutex;
-    std::vector<Buffer> blocks;
-  };
-  static State& get() {
-    static State state;
-    return state;
-  }
-  static void release() {
-    State& state = get();
-    std::lock_guard<std::mutex> lock(state.mutex);
-    state.blocks.clear();
-  }
-};
+using HostStagingPool = ScratchPool<T, PinnedHostSpace>;
 
 /// \brief Where MPI reads or writes a View's entries: the View's own memory, or a page-locked
 /// host copy that the buffer holds. Made by mpi_send_view and mpi_receive_view; T is const for

@@ -22,9 +22,9 @@ namespace oktopk::impl {
 
 /// \brief One handle's accumulate pass and what the current call's pass counted: the levels
 /// (thresholds), how many entries of acc lie above each, per chunk too on host spaces (a row
-/// per level; on GPUs the first level only and no rows), and the candidates above the lowest
-/// level where keeping them saves a pass (host spaces). For gradients of type Value; acc and
-/// the residual are of its arithmetic type.
+/// per level; on GPUs the totals alone), and the candidates above the lowest level where
+/// keeping them saves a pass (host spaces). For gradients of type Value; acc and the residual
+/// are of its arithmetic type.
 template <class ExecSpace, class Value>
 class AccumulatePass {
  public:
@@ -43,10 +43,9 @@ class AccumulatePass {
   /// the candidates above the lowest level where that is worth it (host spaces, k well below
   /// n). Returns how many entries of acc are not finite. acc may be residual.
   std::int64_t run(const ExecSpace& exec, const vector_type& residual,
-                   const const_gradient_type& grad, const vector_type& acc, CountLevels levels,
-                   std::int64_t k) {
+                   const const_gradient_type& grad, const vector_type& acc,
+                   const CountLevels& levels, std::int64_t k) {
     const auto n = static_cast<std::int64_t>(acc.extent(0));
-    if (!runs_on_host_v<ExecSpace> && levels.count > 1) levels.count = 1;
     if (runs_on_host_v<ExecSpace> && levels.count > 0 &&
         static_cast<int>(chunk_counts_.extent(0)) < levels.count) {
       chunk_counts_ = ChunkCounts(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,

@@ -44,6 +44,45 @@ inline CountLevels guard_levels(float t, double step, int down, int up) {
   return out;
 }
 
+/// counts[j] += 1 for every level whose threshold m exceeds. The levels rise, so the walk ends
+/// at the first it does not: one comparison for the many entries below the lowest level.
+KOKKOS_INLINE_FUNCTION void add_to_levels(float m, const CountLevels& levels,
+                                          std::int64_t* counts) {
+  for (int j = 0; j < levels.count && m > levels.threshold[j]; ++j) ++counts[j];
+}
+
+/// The init() and join() of the GPU counting passes, Kokkos reductions over an array of
+/// `count` counts (value_type std::int64_t[], value_count set): on GPUs Kokkos keeps such an
+/// array per thread in shared memory and merges it once per thread, where an array per entry
+/// would sit in local memory and be cleared for every entry.
+KOKKOS_INLINE_FUNCTION void clear_counts(std::int64_t* counts, unsigned count) {
+  for (unsigned j = 0; j < count; ++j) counts[j] = 0;
+}
+
+KOKKOS_INLINE_FUNCTION void add_counts(OKTOPK_JOIN_QUALIFIER std::int64_t* into,
+                                       const OKTOPK_JOIN_QUALIFIER std::int64_t* from,
+                                       unsigned count) {
+  for (unsigned j = 0; j < count; ++j) into[j] += from[j];
+}
+
+/// The GPU form of count_above_levels(): counts[j] = entries of x with |x| above level j.
+template <class XView>
+struct CountAboveLevels {
+  using value_type = std::int64_t[];
+  unsigned value_count;
+  XView x;
+  CountLevels levels;
+
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, value_type counts) const {
+    add_to_levels(magnitude(x(i)), levels, counts);
+  }
+  KOKKOS_INLINE_FUNCTION void init(value_type counts) const { clear_counts(counts, value_count); }
+  KOKKOS_INLINE_FUNCTION void join(OKTOPK_JOIN_QUALIFIER value_type into,
+                                   const OKTOPK_JOIN_QUALIFIER value_type from) const {
+    add_counts(into, from, value_count);
+  }
+};
+
 /// counts[j] = entries of x[begin, end) with |x| > levels.threshold[j], for every level; the
 /// thresholds must rise, as guard_levels() makes them. One level is one loop that vectorizes;
 /// several go by groups of 16 entries, each counted at the first level in such a loop, and

@@ -46,62 +46,96 @@ struct AccumulateCounts {
   std::int64_t above[max_count_levels] = {};  ///< entries with |acc| > each level's threshold
 };
 
+/// accumulate_counting() on GPUs: one entry per work item, the counts in a reduction over an
+/// array (see clear_counts()), the non-finite entries first, then every level's.
+template <class Residual, class Grad, class Acc>
+struct AccumulateCountingLevels {
+  using value_type = std::int64_t[];
+  unsigned value_count;
+  Residual residual;
+  Grad grad;
+  Acc acc;
+  CountLevels levels;
+
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, value_type counts) const {
+    const typename Acc::non_const_value_type a = residual(i) + to_arithmetic(grad(i));
+    acc(i) = a;
+    counts[0] += fits_value<typename Grad::non_const_value_type>(a) ? 0 : 1;
+    add_to_levels(magnitude(a), levels, counts + 1);
+  }
+  KOKKOS_INLINE_FUNCTION void init(value_type counts) const { clear_counts(counts, value_count); }
+  KOKKOS_INLINE_FUNCTION void join(OKTOPK_JOIN_QUALIFIER value_type into,
+                                   const OKTOPK_JOIN_QUALIFIER value_type from) const {
+    add_counts(into, from, value_count);
+  }
+};
+
 /// \brief acc = residual + grad in one pass, counting the entries of acc that are not finite
 /// and those with |acc| above each of `levels`' thresholds (none above NaN).
 ///
-/// The pass goes by chunks of chunk_length_v entries (on the host a loop the compiler
-/// vectorizes, then the counts over the chunk while it is in cache; on GPUs one entry per
-/// thread). When `chunk_counts` (levels × chunks, chunk_count<ExecSpace>(n) columns) has a row
-/// for every level, each chunk's counts are stored there, so that select_above_counted()
-/// compacts at any of the thresholds in one pass instead of two. Levels past the first are
-/// counted only when recorded on a host space, where their totals are sums over their rows;
-/// elsewhere counts.above holds the first level's total alone.
+/// On the host the pass goes by chunks of chunk_length_v entries, a loop the compiler
+/// vectorizes, then the counts over the chunk while it is in cache. When `chunk_counts`
+/// (levels × chunks, chunk_count<ExecSpace>(n) columns) has a row for every level, each
+/// chunk's counts are stored there, so that select_above_counted() compacts at any of the
+/// thresholds in one pass instead of two, and every level is counted (their totals are sums
+/// over their rows); without rows, the first level alone. On GPUs every level is counted, one
+/// entry per work item (AccumulateCountingLevels), and `chunk_counts` is not used.
 template <class ExecSpace, class Residual, class Grad, class Acc, class ChunkCounts>
 AccumulateCounts accumulate_counting(const ExecSpace& exec, const Residual& residual,
                                      const Grad& grad, const Acc& acc, const CountLevels& levels,
                                      const ChunkCounts& chunk_counts) {
   static_assert(ChunkCounts::rank == 2, "chunk_counts: one row per level");
   const auto n = static_cast<std::int64_t>(grad.extent(0));
-  const std::int64_t chunks = chunk_count<ExecSpace>(n);
-  const std::int64_t chunk = chunk_length_v<ExecSpace>;
-  const bool record = static_cast<std::int64_t>(chunk_counts.extent(0)) >= levels.count &&
-                      static_cast<std::int64_t>(chunk_counts.extent(1)) == chunks;
-  const int counted =
-      record && runs_on_host_v<ExecSpace> ? levels.count : (levels.count < 1 ? levels.count : 1);
-  CountLevels thresholds = levels;
-  thresholds.count = counted;
-  // The non-finite count and the first level's in one sum: above in the low 32 bits (it never
-  // reaches 2^31), non-finite above.
-  std::int64_t packed = 0;
-  Kokkos::parallel_reduce(
-      "oktopk::accumulate_counting", RangeOf<ExecSpace>(exec, 0, chunks),
-      KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& sum) {
-        const std::int64_t begin = c * chunk;
-        const std::int64_t end = begin + chunk < n ? begin + chunk : n;
-        std::int64_t bad = 0;
-        for (std::int64_t i = begin; i < end; ++i) {
-          const typename Acc::non_const_value_type a = residual(i) + to_arithmetic(grad(i));
-          acc(i) = a;
-          bad += fits_value<typename Grad::non_const_value_type>(a) ? 0 : 1;
-        }
-        std::int64_t above[max_count_levels] = {};
-        count_levels_in(acc, thresholds, begin, end, above);
-        if (record) {
-          for (int j = 0; j < counted; ++j) chunk_counts(j, c) = above[j];
-        }
-        sum += above[0] + (bad << 32);
-      },
-      packed);
-  AccumulateCounts counts;
-  counts.nonfinite = packed >> 32;
-  counts.above[0] = packed & 0xffffffff;
-  // The other levels' totals: sums of their rows, which are host memory here.
-  if constexpr (runs_on_host_v<ExecSpace>) {
+  if constexpr (!runs_on_host_v<ExecSpace>) {
+    std::int64_t totals[1 + max_count_levels] = {};
+    const auto count = static_cast<unsigned>(1 + levels.count);
+    Kokkos::parallel_reduce(
+        "oktopk::accumulate_counting", RangeOf<ExecSpace>(exec, 0, n),
+        AccumulateCountingLevels<Residual, Grad, Acc>{count, residual, grad, acc, levels},
+        Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(totals, count));
+    AccumulateCounts counts;
+    counts.nonfinite = totals[0];
+    for (int j = 0; j < levels.count; ++j) counts.above[j] = totals[1 + j];
+    return counts;
+  } else {
+    const std::int64_t chunks = chunk_count<ExecSpace>(n);
+    const std::int64_t chunk = chunk_length_v<ExecSpace>;
+    const bool record = static_cast<std::int64_t>(chunk_counts.extent(0)) >= levels.count &&
+                        static_cast<std::int64_t>(chunk_counts.extent(1)) == chunks;
+    const int counted = record ? levels.count : (levels.count < 1 ? levels.count : 1);
+    CountLevels thresholds = levels;
+    thresholds.count = counted;
+    // The non-finite count and the first level's in one sum: above in the low 32 bits (it never
+    // reaches 2^31), non-finite above.
+    std::int64_t packed = 0;
+    Kokkos::parallel_reduce(
+        "oktopk::accumulate_counting", RangeOf<ExecSpace>(exec, 0, chunks),
+        KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& sum) {
+          const std::int64_t begin = c * chunk;
+          const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+          std::int64_t bad = 0;
+          for (std::int64_t i = begin; i < end; ++i) {
+            const typename Acc::non_const_value_type a = residual(i) + to_arithmetic(grad(i));
+            acc(i) = a;
+            bad += fits_value<typename Grad::non_const_value_type>(a) ? 0 : 1;
+          }
+          std::int64_t above[max_count_levels] = {};
+          count_levels_in(acc, thresholds, begin, end, above);
+          if (record) {
+            for (int j = 0; j < counted; ++j) chunk_counts(j, c) = above[j];
+          }
+          sum += above[0] + (bad << 32);
+        },
+        packed);
+    AccumulateCounts counts;
+    counts.nonfinite = packed >> 32;
+    counts.above[0] = packed & 0xffffffff;
+    // The other levels' totals: sums of their rows, which are host memory here.
     for (int j = 1; j < counted; ++j) {
       for (std::int64_t c = 0; c < chunks; ++c) counts.above[j] += chunk_counts(j, c);
     }
+    return counts;
   }
-  return counts;
 }
 
 /// How many entries have |x| > threshold, also stored per chunk in `chunk_counts` when it has

@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Stream compaction in index order reading the input once, the selection kernels' shape on
+// GPUs. Kokkos's parallel_scan there calls its functor twice per entry (a counting pass, then
+// the writing pass) and, at one entry per work item, adds bookkeeping of its own: a threshold
+// select over 2^26 floats took 13 times a copy on an H200. Here a first kernel reads the input
+// once and keeps a bit per entry (a word of 32 entries per thread, a tile of words per team)
+// and each tile's count; the tiles' counts are scanned; a last kernel finds each word's first
+// slot from its tile's and writes the kept entries, reading the input again only at them. The
+// bits are 1/32 of a float input; no team waits on another.
+#pragma once
+
+#include <oktopk/error.hpp>
+#include <oktopk/fwd.hpp>
+#include <oktopk/impl/base/half_types.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/base/scratch_pool.hpp>
+#include <oktopk/impl/base/value_traits.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+
+namespace oktopk::impl {
+
+/// A packed pair of counts: entries kept for being above (the low 31 bits) and for being tied
+/// (from bit 31); each stays below 2^31, as n does.
+using PackedCounts = unsigned long long;
+inline constexpr int tied_shift = 31;
+inline constexpr PackedCounts above_mask = (PackedCounts{1} << tied_shift) - 1;
+
+/// What compact_in_order() asks of an entry.
+enum class Kept : int { no = 0, above = 1, tied = 2 };
+
+/// Set bits of a 32-bit word (a loop-free form the compilers turn into one instruction).
+KOKKOS_INLINE_FUNCTION int count_bits(std::uint32_t w) {
+  w = w - ((w >> 1) & 0x55555555u);
+  w = (w & 0x33333333u) + ((w >> 2) & 0x33333333u);
+  w = (w + (w >> 4)) & 0x0f0f0f0fu;
+  return static_cast<int>((w * 0x01010101u) >> 24);
+}
+
+/// The index of the lowest set bit of w != 0.
+KOKKOS_INLINE_FUNCTION int lowest_bit(std::uint32_t w) { return count_bits((w & (0u - w)) - 1u); }
+
+/// The kernels of compact_in_order(); `keep` answers `Kept keep.kind(i)` and stores with
+/// `keep.store(i, above_before, tied_before, kind)`, the kept entries before i of each kind.
+template <class Keep>
+struct OrderedCompaction {
+  using ExecSpace = typename Keep::execution_space;
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Words = Kokkos::View<std::uint32_t*, typename ExecSpace::memory_space>;
+  using Counts = Kokkos::View<PackedCounts*, typename ExecSpace::memory_space>;
+
+  Keep keep;
+  Words above_bits;  // bit b of word w: entry 32 w + b is kept as above
+  Words tied_bits;   // ... as tied (empty unless Keep::ties)
+  Counts tile_counts;
+  std::int64_t n;
+
+  struct Mark {};
+  struct Write {};
+
+  /// The first kernel: a word of bits per thread, the tile's count per team.
+  KOKKOS_INLINE_FUNCTION void operator()(Mark, const Member& team) const {
+    const std::int64_t w =
+        static_cast<std::int64_t>(team.league_rank()) * team.team_size() + team.team_rank();
+    PackedCounts mine = 0;
+    if (w < static_cast<std::int64_t>(above_bits.extent(0))) {
+      std::uint32_t above = 0;
+      std::uint32_t tied = 0;
+      const std::int64_t first = 32 * w;
+      const int entries = n - first < 32 ? static_cast<int>(n - first) : 32;
+      for (int b = 0; b < entries; ++b) {
+        const Kept kind = keep.kind(first + b);
+        above |= kind == Kept::above ? std::uint32_t{1} << b : 0u;
+        tied |= kind == Kept::tied ? std::uint32_t{1} << b : 0u;
+      }
+      above_bits(w) = above;
+      if (Keep::ties) tied_bits(w) = tied;
+      mine = static_cast<PackedCounts>(count_bits(above)) +
+             (static_cast<PackedCounts>(count_bits(tied)) << tied_shift);
+    }
+    PackedCounts tile = mine;
+    team.team_reduce(Kokkos::Sum<PackedCounts>(tile));
+    if (team.team_rank() == 0) tile_counts(team.league_rank()) = tile;
+  }
+
+  /// The last kernel: each word's first slot (its tile's, from the scanned counts, and the
+  /// words before it in the tile), then its kept entries in index order.
+  KOKKOS_INLINE_FUNCTION void operator()(Write, const Member& team) const {
+    const std::int64_t w =
+        static_cast<std::int64_t>(team.league_rank()) * team.team_size() + team.team_rank();
+    const bool real = w < static_cast<std::int64_t>(above_bits.extent(0));
+    std::uint32_t above = real ? above_bits(w) : 0u;
+    std::uint32_t tied = real && Keep::ties ? tied_bits(w) : 0u;
+    const PackedCounts mine = static_cast<PackedCounts>(count_bits(above)) +
+                              (static_cast<PackedCounts>(count_bits(tied)) << tied_shift);
+    const PackedCounts before = tile_counts(team.league_rank()) + team.team_scan(mine);
+    PackedCounts above_before = before & above_mask;
+    PackedCounts tied_before = before >> tied_shift;
+    std::uint32_t kept = above | tied;
+    while (kept != 0) {
+      const int b = lowest_bit(kept);
+      kept &= kept - 1u;
+      const bool is_above = ((above >> b) & 1u) != 0u;
+      keep.store(32 * w + b, above_before, tied_before, is_above ? Kept::above : Kept::tied);
+      if (is_above) {
+        ++above_before;
+      } else {
+        ++tied_before;
+      }
+    }
+  }
+};
+
+/// \brief Calls keep.store() for every entry i of [0, n) that keep.kind() keeps, in index
+/// order, with the counts of each kind kept before it; returns the counts over all n, packed
+/// (PackedCounts). Reads each entry once to classify it and again only where it is kept. Fences
+/// `exec` once, at the end. Any space (the tests run it on the host); on GPUs, select_above's
+/// kernels. n must be below 2^31, as select_above's check_length makes sure.
+template <class ExecSpace, class Keep>
+PackedCounts compact_in_order(const ExecSpace& exec, std::int64_t n, const Keep& keep) {
+  if (n <= 0) return 0;
+  OKTOPK_ASSERT(n <= 2147483647);  // each packed count has 31 bits
+  using Kernels = OrderedCompaction<Keep>;
+  using Memory = typename ExecSpace::memory_space;
+  using MarkPolicy = Kokkos::TeamPolicy<ExecSpace, typename Kernels::Mark>;
+  using WritePolicy = Kokkos::TeamPolicy<ExecSpace, typename Kernels::Write>;
+  const std::int64_t words = (n + 31) / 32;
+  // At most 256 threads, as many as both kernels take, and a power of two: Kokkos 3.x's CUDA
+  // team_scan needs one (its team_size_max steps by 32).
+  const Kernels sizing{keep, {}, {}, {}, n};
+  const int most = std::min(
+      {256, MarkPolicy(exec, 1, Kokkos::AUTO).team_size_max(sizing, Kokkos::ParallelForTag()),
+       WritePolicy(exec, 1, Kokkos::AUTO).team_size_max(sizing, Kokkos::ParallelForTag())});
+  int team_size = 1;
+  while (2 * team_size <= most) team_size *= 2;
+  const std::int64_t tiles = (words + team_size - 1) / team_size;
+  const auto above_bits =
+      ScratchPool<std::uint32_t, Memory>::acquire(static_cast<std::size_t>(words));
+  const auto tied_bits =
+      Keep::ties ? ScratchPool<std::uint32_t, Memory>::acquire(static_cast<std::size_t>(words))
+                 : typename Kernels::Words();
+  // One count per tile and one more, 0, which the scan turns into the total: the host waits
+  // once, for the total, after the last kernel.
+  const auto tile_counts =
+      ScratchPool<PackedCounts, Memory>::acquire(static_cast<std::size_t>(tiles + 1));
+  Kokkos::deep_copy(exec, Kokkos::subview(tile_counts, tiles), PackedCounts{0});
+  const Kernels kernels{keep, above_bits, tied_bits, tile_counts, n};
+  Kokkos::parallel_for("oktopk::compact_in_order::mark",
+                       MarkPolicy(exec, static_cast<int>(tiles), team_size), kernels);
+  Kokkos::parallel_scan(
+      "oktopk::compact_in_order::tiles", RangeOf<ExecSpace>(exec, 0, tiles + 1),
+      KOKKOS_LAMBDA(const std::int64_t t, PackedCounts& before, bool final) {
+        const PackedCounts count = tile_counts(t);
+        if (final) tile_counts(t) = before;
+        before += count;
+      });
+  Kokkos::parallel_for("oktopk::compact_in_order::write",
+                       WritePolicy(exec, static_cast<int>(tiles), team_size), kernels);
+  PackedCounts total = 0;
+  Kokkos::deep_copy(exec, Kokkos::View<PackedCounts, Kokkos::HostSpace>(&total),
+                    Kokkos::subview(tile_counts, tiles));
+  fence(exec, "oktopk::compact_in_order: the outputs and the total are written");
+  return total;
+}
+
+/// keep() of select_above on GPUs (Ties false: the entries with |x(i)| > threshold) and of
+/// select_above_and_ties (Ties true: those and the first `wanted_ties` equal to it). An entry's
+/// slot is the entries above before it plus min(tied before it, wanted_ties); entries past the
+/// capacity are counted, not written.
+template <class ExecSpace, class XView, class IdxView, class ValView, bool Ties>
+struct KeepAbove {
+  using execution_space = ExecSpace;
+  static constexpr bool ties = Ties;
+  XView x;
+  float threshold;
+  PackedCounts wanted_ties;
+  IdxView indices;
+  ValView values;
+  PackedCounts capacity;
+
+  KOKKOS_INLINE_FUNCTION Kept kind(std::int64_t i) const {
+    const float m = magnitude(x(i));
+    return m > threshold ? Kept::above : (Ties && m == threshold ? Kept::tied : Kept::no);
+  }
+  KOKKOS_INLINE_FUNCTION void store(std::int64_t i, PackedCounts above_before,
+                                    PackedCounts tied_before, Kept kind) const {
+    if (kind == Kept::tied && tied_before >= wanted_ties) return;
+    const PackedCounts slot =
+        above_before + (tied_before < wanted_ties ? tied_before : wanted_ties);
+    if (slot < capacity) {
+      indices(slot) = static_cast<index_type>(i);
+      values(slot) = value_cast<typename ValView::non_const_value_type>(x(i));
+    }
+  }
+};
+
+}  // namespace oktopk::impl
