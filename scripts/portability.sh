@@ -3,8 +3,9 @@
 # Portability check, run by CI after scripts/test.sh: builds OkTopk against Kokkos 4.6.01
 # (OpenMP: library, tests and apps, then the portability tests below) and a Kokkos develop
 # snapshot (OpenMP: library and tests, then the same tests but the apps'), and against Kokkos
-# 4.6.01 for CUDA (library, unit and binding tests, the Python package, apps) and HIP (the same
-# but the apps; its Python package is also imported), compile only: no GPU is needed.
+# 4.6.01 for CUDA (library, unit and binding tests, the Python package, apps, the S2 suite; every
+# program then read by scripts/check-lambda-odr.py) and HIP (the same but the apps and the S2
+# suite; its Python package is also imported), compile only: no GPU is needed.
 # Warnings are errors in OkTopk's own targets (OKTOPK_WARNINGS_AS_ERRORS), never in the Kokkos
 # headers.
 #
@@ -205,6 +206,9 @@ oktopk_port_config() {
     targets=(--target oktopk oktopk_unit_tests oktopk_unit_api_tests tests/bindings/all
              oktopk_python)
   [ "$backend" = openmp ] || [ "$apps" = OFF ] || targets+=(apps/all)
+  # The S2 suite, whose own copy of the sketch kernels crashed the library's on a GPU: the
+  # program check below reads it (docs/design.md, the rules).
+  [ "$backend" != cuda ] || targets+=(oktopk_test_s2)
   if ! cmake --build "$build" -j "$OKTOPK_JOBS" "${targets[@]}" -- -k 0 2>&1 |
        tee "$build/portability-build.log"
   then
@@ -220,6 +224,20 @@ oktopk_port_config() {
     PYTHONPATH="$build/python" /usr/bin/python3 -c \
       'import oktopk, sys; sys.exit(oktopk.backend() != "HIP")' || {
       echo "oktopk: portability: hip: the Python package does not import as a HIP build" >&2
+      return 1; }
+  fi
+  # nvcc's host-side wrappers of KOKKOS_LAMBDA keep their function pointers per translation unit:
+  # a kernel template that two units instantiate alike can call through a null pointer on a GPU
+  # (scripts/check-lambda-odr.py says how). Every program and module built here is read for it.
+  if [ "$backend" = cuda ]; then
+    local programs=()
+    mapfile -t programs < <(find "$build" -path '*/CMakeFiles' -prune -o -type f \
+      \( -name '*.so' -o -perm -u+x ! -name '*.sh' ! -name '*.py' \) -print | sort)
+    ((${#programs[@]})) || {
+      echo "oktopk: portability: cuda: no program found in $build to check" >&2; return 1; }
+    /usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/check-lambda-odr.py" "${programs[@]}" || {
+      echo "oktopk: portability: cuda: a program can call a lambda through a null pointer" \
+           "(above; make that kernel a named functor)" >&2
       return 1; }
   fi
   # oktopk-train needs Kokkos Kernels: make sure this configuration really compiled it.

@@ -17,20 +17,138 @@ namespace oktopk {
 
 namespace impl {
 
+// The kernels are named functors, not lambdas: a user's program and the library instantiate
+// them with the same types, and nvcc's host-side lambda wrappers do not survive that
+// (scripts/check-lambda-odr.py).
+
+/// Counts the i where list(i) < list(i + 1) fails.
+template <class IdxView>
+struct CountOrderViolations {
+  IdxView list;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& bad) const {
+    if (!(list(i) < list(i + 1))) ++bad;
+  }
+};
+
 /// Number of positions where a sorted list fails to rise strictly (0 for a valid list).
 template <class ExecSpace, class IdxView>
 std::int64_t count_order_violations(const ExecSpace& exec, const IdxView& list) {
   const auto size = static_cast<std::int64_t>(list.extent(0));
   std::int64_t violations = 0;
   if (size < 2) return 0;
-  Kokkos::parallel_reduce(
-      "oktopk::check_sorted", impl::RangeOf<ExecSpace>(exec, 0, size - 1),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& bad) {
-        if (!(list(i) < list(i + 1))) ++bad;
-      },
-      violations);
+  Kokkos::parallel_reduce("oktopk::check_sorted", impl::RangeOf<ExecSpace>(exec, 0, size - 1),
+                          CountOrderViolations<IdxView>{list}, violations);
   return violations;
 }
+
+/// dense(i) += values(j) atomically, for scatter_in_range.
+template <class DenseView, class ValView>
+struct AtomicAddAt {
+  DenseView dense;
+  ValView values;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, const std::int64_t j) const {
+    Kokkos::atomic_add(&dense(i), values(j));
+  }
+};
+
+/// dense(indices(j) + offset) += values(j), for distinct indices.
+template <class IdxView, class ValView, class DenseView>
+struct AddDistinct {
+  IdxView indices;
+  ValView values;
+  DenseView dense;
+  count_type offset = 0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
+    dense(indices(j) + offset) += values(j);
+  }
+};
+
+/// shared_before(i) = how many of a(0..i) also occur in b (an exclusive scan), and
+/// shared_before(na) = all of them.
+template <class AIdx, class BIdx, class Shared>
+struct CountShared {
+  AIdx a_indices;
+  BIdx b_indices;
+  Shared shared_before;
+  std::int64_t na = 0;
+  std::int64_t nb = 0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& prefix,
+                                         const bool final) const {
+    if (final) shared_before(i) = prefix;
+    const auto j = lower_bound(b_indices, nb, a_indices(i));
+    if (j < nb && b_indices(j) == a_indices(i)) ++prefix;
+    if (final && i == na - 1) shared_before(na) = prefix;
+  }
+};
+
+/// Places a's entry i in the merged output, summed with b's entry of the same index if any.
+template <class AIdx, class AVal, class BIdx, class BVal, class Shared, class OutIdx, class OutVal>
+struct PlaceFromA {
+  AIdx a_indices;
+  AVal a_values;
+  BIdx b_indices;
+  BVal b_values;
+  Shared shared_before;
+  OutIdx out_indices;
+  OutVal out_values;
+  std::int64_t nb = 0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    const index_type key = a_indices(i);
+    const auto j = lower_bound(b_indices, nb, key);
+    const bool common = j < nb && b_indices(j) == key;
+    const std::int64_t slot = i + j - shared_before(i);
+    out_indices(slot) = key;
+    out_values(slot) = common ? a_values(i) + b_values(j) : a_values(i);
+  }
+};
+
+/// Places b's entry j in the merged output unless a has its index (placed by PlaceFromA).
+template <class AIdx, class BIdx, class BVal, class Shared, class OutIdx, class OutVal>
+struct PlaceFromB {
+  AIdx a_indices;
+  BIdx b_indices;
+  BVal b_values;
+  Shared shared_before;
+  OutIdx out_indices;
+  OutVal out_values;
+  std::int64_t na = 0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
+    const index_type key = b_indices(j);
+    const auto i = lower_bound(a_indices, na, key);
+    if (i < na && a_indices(i) == key) return;  // placed with a
+    const std::int64_t slot = j + i - shared_before(i);
+    out_indices(slot) = key;
+    out_values(slot) = b_values(j);
+  }
+};
+
+/// Writes the entries of the shorter list that the longer one also holds, in order (a scan).
+template <class AIdx, class BIdx, class OutIdx>
+struct IntersectEntries {
+  AIdx a;
+  BIdx b;
+  OutIdx out;
+  std::int64_t na = 0;
+  std::int64_t nb = 0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& slot,
+                                         const bool final) const {
+    const bool a_shorter = na <= nb;
+    const index_type key = a_shorter ? a(i) : b(i);
+    const auto j = a_shorter ? lower_bound(b, nb, key) : lower_bound(a, na, key);
+    const bool found = a_shorter ? (j < nb && b(j) == key) : (j < na && a(j) == key);
+    if (found) {
+      if (final) out(slot) = key;
+      ++slot;
+    }
+  }
+};
 
 }  // namespace impl
 
@@ -52,9 +170,9 @@ void scatter_add(const ExecSpace& exec, const IdxView& indices, const ValView& v
                  indices.extent(0) << " indices but " << values.extent(0) << " values");
   impl::ScopedRegion region("oktopk::scatter_add");
   const auto n = static_cast<std::int64_t>(dense.extent(0));
-  const std::int64_t outside = impl::scatter_in_range(
-      exec, "oktopk::scatter_add", indices, offset, n,
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { Kokkos::atomic_add(&dense(i), values(j)); });
+  const std::int64_t outside =
+      impl::scatter_in_range(exec, "oktopk::scatter_add", indices, offset, n,
+                             impl::AtomicAddAt<DenseView, ValView>{dense, values});
   OKTOPK_REQUIRE(outside == 0, std::invalid_argument, where,
                  outside << " indices (after adding offset " << offset
                          << ") fall outside the dense vector of length " << n);
@@ -71,9 +189,9 @@ namespace impl {
 template <class ExecSpace, class IdxView, class ValView, class DenseView>
 void scatter_add_distinct(const ExecSpace& exec, const IdxView& indices, const ValView& values,
                           const DenseView& dense, count_type offset = 0) {
-  Kokkos::parallel_for(
-      "oktopk::scatter_add_distinct", impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t j) { dense(indices(j) + offset) += values(j); });
+  Kokkos::parallel_for("oktopk::scatter_add_distinct",
+                       impl::RangeOf<ExecSpace>(exec, 0, indices.extent(0)),
+                       AddDistinct<IdxView, ValView, DenseView>{indices, values, dense, offset});
 }
 
 }  // namespace impl
@@ -97,37 +215,20 @@ std::int64_t merge_sorted_unchecked(const ExecSpace& exec, const AIdx& a_indices
   auto shared_before =
       make_uninitialized<std::int64_t>(exec, "oktopk::merge_sorted::shared_before", na + 1);
   std::int64_t shared = 0;
+  using Shared = decltype(shared_before);
   Kokkos::parallel_scan(
       "oktopk::merge_sorted::count_shared", impl::RangeOf<ExecSpace>(exec, 0, na),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& prefix, bool final) {
-        if (final) shared_before(i) = prefix;
-        const auto j = lower_bound(b_indices, nb, a_indices(i));
-        if (j < nb && b_indices(j) == a_indices(i)) ++prefix;
-        if (final && i == na - 1) shared_before(na) = prefix;
-      },
-      shared);
+      CountShared<AIdx, BIdx, Shared>{a_indices, b_indices, shared_before, na, nb}, shared);
   if (na == 0) Kokkos::deep_copy(exec, shared_before, 0);
 
   Kokkos::parallel_for(
       "oktopk::merge_sorted::place_a", impl::RangeOf<ExecSpace>(exec, 0, na),
-      KOKKOS_LAMBDA(std::int64_t i) {
-        const index_type key = a_indices(i);
-        const auto j = lower_bound(b_indices, nb, key);
-        const bool common = j < nb && b_indices(j) == key;
-        const std::int64_t slot = i + j - shared_before(i);
-        out_indices(slot) = key;
-        out_values(slot) = common ? a_values(i) + b_values(j) : a_values(i);
-      });
+      PlaceFromA<AIdx, AVal, BIdx, BVal, Shared, OutIdx, OutVal>{
+          a_indices, a_values, b_indices, b_values, shared_before, out_indices, out_values, nb});
   Kokkos::parallel_for(
       "oktopk::merge_sorted::place_b", impl::RangeOf<ExecSpace>(exec, 0, nb),
-      KOKKOS_LAMBDA(std::int64_t j) {
-        const index_type key = b_indices(j);
-        const auto i = lower_bound(a_indices, na, key);
-        if (i < na && a_indices(i) == key) return;  // placed with a
-        const std::int64_t slot = j + i - shared_before(i);
-        out_indices(slot) = key;
-        out_values(slot) = b_values(j);
-      });
+      PlaceFromB<AIdx, BIdx, BVal, Shared, OutIdx, OutVal>{
+          a_indices, b_indices, b_values, shared_before, out_indices, out_values, na});
   return na + nb - shared;
 }
 
@@ -141,20 +242,9 @@ std::int64_t intersect_sorted_unchecked(const ExecSpace& exec, const AIdx& a, co
   const auto nb = static_cast<std::int64_t>(b.extent(0));
   const std::int64_t shorter = na < nb ? na : nb;
   // Scan the shorter list and binary-search the longer: O(min log max).
-  const bool a_shorter = na <= nb;
   std::int64_t count = 0;
-  Kokkos::parallel_scan(
-      "oktopk::intersect_sorted", impl::RangeOf<ExecSpace>(exec, 0, shorter),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& slot, bool final) {
-        const index_type key = a_shorter ? a(i) : b(i);
-        const auto j = a_shorter ? lower_bound(b, nb, key) : lower_bound(a, na, key);
-        const bool found = a_shorter ? (j < nb && b(j) == key) : (j < na && a(j) == key);
-        if (found) {
-          if (final) out(slot) = key;
-          ++slot;
-        }
-      },
-      count);
+  Kokkos::parallel_scan("oktopk::intersect_sorted", impl::RangeOf<ExecSpace>(exec, 0, shorter),
+                        IntersectEntries<AIdx, BIdx, OutIdx>{a, b, out, na, nb}, count);
   return count;
 }
 

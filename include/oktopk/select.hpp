@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 namespace oktopk {
 
@@ -38,6 +39,24 @@ KOKKOS_INLINE_FUNCTION int count_above_in(const XView& x, float t, std::int64_t 
   for (std::int64_t i = begin; i < end; ++i) count += impl::magnitude(x(i)) > t ? 1 : 0;
   return count;
 }
+
+// The kernels of this file are named functors, not lambdas: a user's program and the library
+// instantiate them with the same types, and nvcc's host-side lambda wrappers do not survive
+// that (scripts/check-lambda-odr.py).
+
+/// Adds the entries with |x| > t of chunk c (`chunk` entries, the last one shorter) to `sum`.
+template <class XView>
+struct CountAboveChunks {
+  XView x;
+  float t = 0.0f;
+  std::int64_t chunk = 1;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c, std::int64_t& sum) const {
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    const std::int64_t begin = c * chunk;
+    sum += count_above_in(x, t, begin, begin + chunk < n ? begin + chunk : n);
+  }
+};
 
 /// Stream compaction of {i : |x(i)| > t}, one chunk of `chunk` entries per work item. The
 /// scan's exclusive prefix is the chunk's first output slot; entries past the capacity are
@@ -130,17 +149,31 @@ std::int64_t count_above(const ExecSpace& exec, const XView& x, float threshold)
   const auto n = static_cast<std::int64_t>(x.extent(0));
   const std::int64_t chunk = impl::chunk_length_v<ExecSpace>;
   std::int64_t count = 0;
-  Kokkos::parallel_reduce(
-      "oktopk::count_above", impl::RangeOf<ExecSpace>(exec, 0, impl::chunk_count<ExecSpace>(n)),
-      KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& sum) {
-        const std::int64_t begin = c * chunk;
-        sum += impl::count_above_in(x, threshold, begin, begin + chunk < n ? begin + chunk : n);
-      },
-      count);
+  Kokkos::parallel_reduce("oktopk::count_above",
+                          impl::RangeOf<ExecSpace>(exec, 0, impl::chunk_count<ExecSpace>(n)),
+                          impl::CountAboveChunks<XView>{x, threshold, chunk}, count);
   return count;
 }
 
 namespace impl {
+
+/// per_chunk(j, c) = entries of chunk c with |x| > thresholds.threshold[j], for every level j.
+template <class XView, class ChunkCounts>
+struct CountChunkLevels {
+  XView x;
+  CountLevels thresholds;
+  ChunkCounts per_chunk;
+  std::int64_t chunk = 1;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    const std::int64_t begin = c * chunk;
+    const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+    std::int64_t counts[max_count_levels] = {};
+    count_levels_in(x, thresholds, begin, end, counts);
+    for (int j = 0; j < thresholds.count; ++j) per_chunk(j, c) = counts[j];
+  }
+};
 
 /// totals[j] = entries with |x(i)| > levels.threshold[j], for every level, in one pass: on the
 /// host each chunk is counted at every level while it is in cache; on GPUs one entry per work
@@ -157,7 +190,6 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
     const auto n = static_cast<std::int64_t>(x.extent(0));
     const std::int64_t chunks = chunk_count<ExecSpace>(n);
     const std::int64_t chunk = chunk_length_v<ExecSpace>;
-    const CountLevels thresholds = levels;
     if (per_chunk.extent(0) == 0) {
       per_chunk =
           ChunkCounts(Kokkos::view_alloc(Kokkos::WithoutInitializing, "oktopk::count_above_levels"),
@@ -165,15 +197,8 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
     }
     OKTOPK_ASSERT(static_cast<int>(per_chunk.extent(0)) >= levels.count &&
                   static_cast<std::int64_t>(per_chunk.extent(1)) == chunks);
-    Kokkos::parallel_for(
-        "oktopk::count_above_levels", impl::RangeOf<ExecSpace>(exec, 0, chunks),
-        KOKKOS_LAMBDA(std::int64_t c) {
-          const std::int64_t begin = c * chunk;
-          const std::int64_t end = begin + chunk < n ? begin + chunk : n;
-          std::int64_t counts[max_count_levels] = {};
-          count_levels_in(x, thresholds, begin, end, counts);
-          for (int j = 0; j < thresholds.count; ++j) per_chunk(j, c) = counts[j];
-        });
+    Kokkos::parallel_for("oktopk::count_above_levels", impl::RangeOf<ExecSpace>(exec, 0, chunks),
+                         CountChunkLevels<XView, ChunkCounts>{x, levels, per_chunk, chunk});
     fence(exec, "oktopk::count_above_levels: counts to the host");
     for (int j = 0; j < levels.count; ++j) {
       for (std::int64_t c = 0; c < chunks; ++c) totals[j] += per_chunk(j, c);
@@ -285,11 +310,42 @@ std::int64_t select_above_and_ties(const ExecSpace& exec, const XView& x, float 
   return above + (equal < ties ? equal : ties);
 }
 
+namespace impl {
+
+/// first_slot(c) = the sum of counts before chunk c (an exclusive scan).
+template <class CountView, class SlotView>
+struct ChunkFirstSlots {
+  CountView counts;
+  SlotView first_slot;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c, std::int64_t& slot,
+                                         const bool final) const {
+    if (final) first_slot(c) = slot;
+    slot += counts(c);
+  }
+};
+
+/// Writes chunk c's selected entries from its first slot on.
+template <class Compact, class SlotView>
+struct CompactFromSlots {
+  Compact compact;
+  SlotView first_slot;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
+    std::int64_t slot = first_slot(c);
+    compact(c, slot, true);
+  }
+};
+
+}  // namespace impl
+
 /// \brief select_above() when each chunk's count of entries above the threshold is already
 /// known: `chunk_counts` has chunk_count<ExecSpace>(n) entries, as impl::accumulate_counting()
 /// stores them on host spaces (impl::count_above_by_chunk() on any) for the same x and
-/// threshold. A scan over the counts and one pass over x, where
-/// select_above() reads x twice (a counting scan pass, then the writing pass). Same results.
+/// threshold. On the host, a scan over the counts and one pass over x, where select_above()
+/// reads x twice (a counting scan pass, then the writing pass). On GPUs, where a chunk is one
+/// entry, select_above() itself: its compaction already counts in the pass that marks the
+/// entries, and scanning n counts would cost an n-entry View per call. Same results.
 template <class ExecSpace, class XView, class CountView, class IdxView, class ValView>
 std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float threshold,
                                   const CountView& chunk_counts, const IdxView& indices,
@@ -307,30 +363,75 @@ std::int64_t select_above_counted(const ExecSpace& exec, const XView& x, float t
   OKTOPK_REQUIRE(
       static_cast<std::int64_t>(chunk_counts.extent(0)) == chunks, std::invalid_argument, where,
       "chunk_counts has " << chunk_counts.extent(0) << " entries for " << chunks << " chunks of x");
+  if constexpr (!impl::runs_on_host_v<ExecSpace>) {
+    return select_above(exec, x, threshold, indices, values);
+  }
   const auto capacity = static_cast<std::int64_t>(
       indices.extent(0) < values.extent(0) ? indices.extent(0) : values.extent(0));
   const auto first_slot = impl::make_uninitialized<std::int64_t>(
       exec, "oktopk::select_above_counted::first_slot", static_cast<std::size_t>(chunks));
+  using SlotView = std::remove_const_t<decltype(first_slot)>;
   std::int64_t count = 0;
   Kokkos::parallel_scan(
       "oktopk::select_above_counted::offsets", impl::RangeOf<ExecSpace>(exec, 0, chunks),
-      KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& slot, bool final) {
-        if (final) first_slot(c) = slot;
-        slot += chunk_counts(c);
-      },
-      count);
-  const impl::SelectAboveFunctor<XView, IdxView, ValView> compact{
+      impl::ChunkFirstSlots<CountView, SlotView>{chunk_counts, first_slot}, count);
+  using Compact = impl::SelectAboveFunctor<XView, IdxView, ValView>;
+  const Compact compact{
       x, threshold, indices, values, capacity, n, impl::chunk_length_v<ExecSpace>};
-  Kokkos::parallel_for(
-      "oktopk::select_above_counted::compact", impl::RangeOf<ExecSpace>(exec, 0, chunks),
-      KOKKOS_LAMBDA(std::int64_t c) {
-        std::int64_t slot = first_slot(c);
-        compact(c, slot, true);
-      });
+  Kokkos::parallel_for("oktopk::select_above_counted::compact",
+                       impl::RangeOf<ExecSpace>(exec, 0, chunks),
+                       impl::CompactFromSlots<Compact, SlotView>{compact, first_slot});
   return count;
 }
 
 namespace impl {
+
+/// region_counts(r) = how many of the `total` ascending indices lie in region r.
+template <class OffsetView, class IdxView, class CountView>
+struct CountRegionEntries {
+  OffsetView region_offsets;
+  IdxView indices;
+  CountView region_counts;
+  std::int64_t total = 0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r) const {
+    const auto begin = lower_bound(indices, total, region_offsets(r));
+    const auto end = lower_bound(indices, total, region_offsets(r + 1));
+    region_counts(r) = end - begin;
+  }
+};
+
+/// indices(j) becomes relative to the start of its region.
+template <class OffsetView, class IdxView>
+struct MakeRegionRelative {
+  OffsetView region_offsets;
+  IdxView indices;
+  std::int64_t regions = 0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
+    const index_type global = indices(j);
+    // Last region starting at or before `global`; empty regions share their start with the
+    // next one, and upper_bound skips past them.
+    const auto r = upper_bound(region_offsets, regions + 1, global) - 1;
+    indices(j) = static_cast<index_type>(global - region_offsets(r));
+  }
+};
+
+/// Counts the r where region_offsets breaks its rules: offsets(0) = 0, offsets(regions) = n,
+/// non-decreasing.
+template <class OffsetView>
+struct CountBadOffsets {
+  OffsetView region_offsets;
+  std::int64_t regions = 0;
+  std::int64_t n = 0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r, std::int64_t& bad) const {
+    const bool ends_ok =
+        (r != 0 || region_offsets(0) == 0) && (r != regions || region_offsets(regions) == n);
+    const bool ordered = r == 0 || region_offsets(r - 1) <= region_offsets(r);
+    if (!ends_ok || !ordered) ++bad;
+  }
+};
 
 /// The region split of select_above_by_region(), after the compaction: region_counts(r)
 /// receives how many of the `total` ascending indices lie in region r, and each index becomes
@@ -346,22 +447,13 @@ void split_by_region(const ExecSpace& exec, const OffsetView& region_offsets,
 
   // The compacted indices ascend, so each region's entries are one contiguous run: its start is
   // a binary search for the region's first index. This touches only the selected entries.
-  Kokkos::parallel_for(
-      "oktopk::select_above_by_region::count", impl::RangeOf<ExecSpace>(exec, 0, regions),
-      KOKKOS_LAMBDA(std::int64_t r) {
-        const auto begin = impl::lower_bound(indices, total, region_offsets(r));
-        const auto end = impl::lower_bound(indices, total, region_offsets(r + 1));
-        region_counts(r) = end - begin;
-      });
-  Kokkos::parallel_for(
-      "oktopk::select_above_by_region::relative_indices", impl::RangeOf<ExecSpace>(exec, 0, total),
-      KOKKOS_LAMBDA(std::int64_t j) {
-        const index_type global = indices(j);
-        // Last region starting at or before `global`; empty regions share their start with the
-        // next one, and upper_bound skips past them.
-        const auto r = impl::upper_bound(region_offsets, regions + 1, global) - 1;
-        indices(j) = static_cast<index_type>(global - region_offsets(r));
-      });
+  Kokkos::parallel_for("oktopk::select_above_by_region::count",
+                       impl::RangeOf<ExecSpace>(exec, 0, regions),
+                       CountRegionEntries<OffsetView, IdxView, CountView>{region_offsets, indices,
+                                                                          region_counts, total});
+  Kokkos::parallel_for("oktopk::select_above_by_region::relative_indices",
+                       impl::RangeOf<ExecSpace>(exec, 0, total),
+                       MakeRegionRelative<OffsetView, IdxView>{region_offsets, indices, regions});
 }
 
 }  // namespace impl
@@ -406,16 +498,10 @@ std::int64_t select_above_by_region(const ExecSpace& exec, const XView& x, float
       static_cast<std::int64_t>(region_counts.extent(0)) >= regions, std::invalid_argument, where,
       "region_counts has " << region_counts.extent(0) << " entries for " << regions << " regions");
   std::int64_t bad_offsets = 0;
-  Kokkos::parallel_reduce(
-      "oktopk::select_above_by_region::check_offsets",
-      impl::RangeOf<ExecSpace>(exec, 0, regions + 1),
-      KOKKOS_LAMBDA(const std::int64_t r, std::int64_t& bad) {
-        const bool ends_ok =
-            (r != 0 || region_offsets(0) == 0) && (r != regions || region_offsets(regions) == n);
-        const bool ordered = r == 0 || region_offsets(r - 1) <= region_offsets(r);
-        if (!ends_ok || !ordered) ++bad;
-      },
-      bad_offsets);
+  Kokkos::parallel_reduce("oktopk::select_above_by_region::check_offsets",
+                          impl::RangeOf<ExecSpace>(exec, 0, regions + 1),
+                          impl::CountBadOffsets<OffsetView>{region_offsets, regions, n},
+                          bad_offsets);
   OKTOPK_REQUIRE(bad_offsets == 0, std::invalid_argument, where,
                  "region_offsets must rise from 0 to the length of x (" << n << ")");
 

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 namespace oktopk {
 
@@ -102,6 +103,48 @@ struct SampledThresholdWorkspace {
   KthLargestWorkspace<ExecSpace> kth;
 };
 
+namespace impl {
+
+// The kernels are named functors, not lambdas: a user's program and the library instantiate
+// them with the same types, and nvcc's host-side lambda wrappers do not survive that
+// (scripts/check-lambda-odr.py).
+
+/// sample(j) = x(a hash of seed and j, mod n): draw j of the sampled threshold.
+template <class XView, class SampleView>
+struct DrawSample {
+  XView x;
+  SampleView sample;
+  std::uint64_t seed = 0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
+    const auto n = static_cast<std::uint64_t>(x.extent(0));
+    const std::uint64_t h = splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(j)));
+    sample(j) = x(static_cast<std::int64_t>(h % n));
+  }
+};
+
+/// Adds, per chunk of x, the sum of (x(i) - center)^power for power 1 or 2 (a loop per chunk,
+/// which vectorizes on the host).
+template <class XView, int Power>
+struct ChunkMoment {
+  XView x;
+  std::int64_t chunk = 1;
+  double center = 0.0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c, double& sum) const {
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    const std::int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+    double local = 0.0;
+    for (std::int64_t i = c * chunk; i < end; ++i) {
+      const double d = static_cast<double>(to_arithmetic(x(i))) - center;
+      local += Power == 1 ? d : d * d;
+    }
+    sum += local;
+  }
+};
+
+}  // namespace impl
+
 /// \brief Estimates the k-th largest |x| from `sample_size` entries drawn uniformly with
 /// replacement (a hash of `seed` and the draw number picks each, so the estimate is
 /// deterministic): the ceil(k·s/n)-th largest |sample|. Exact when sample_size >= n.
@@ -126,11 +169,7 @@ float estimate_threshold_sampled(
       Kokkos::subview(workspace.sample, Kokkos::make_pair(std::int64_t{0}, sample_size));
   Kokkos::parallel_for(
       "oktopk::estimate_threshold_sampled::draw", impl::RangeOf<ExecSpace>(exec, 0, sample_size),
-      KOKKOS_LAMBDA(std::int64_t j) {
-        const std::uint64_t h =
-            impl::splitmix64(seed ^ impl::splitmix64(static_cast<std::uint64_t>(j)));
-        sample(j) = x(static_cast<std::int64_t>(h % static_cast<std::uint64_t>(n)));
-      });
+      impl::DrawSample<XView, std::remove_const_t<decltype(sample)>>{x, sample, seed});
   // ceil(k·s/n) without overflow for any k <= n, s < n < 2^63.
   const long double scaled = static_cast<long double>(k) * sample_size / n;
   auto sample_k = static_cast<std::int64_t>(std::ceil(scaled));
@@ -165,31 +204,13 @@ float estimate_threshold_gaussian(const ExecSpace& exec, const XView& x, std::in
   const impl::RangeOf<ExecSpace> chunks(exec, 0, impl::chunk_count<ExecSpace>(n));
   const std::int64_t chunk = impl::chunk_length_v<ExecSpace>;
   double sum = 0.0;
-  Kokkos::parallel_reduce(
-      "oktopk::estimate_threshold_gaussian::mean", chunks,
-      KOKKOS_LAMBDA(std::int64_t c, double& s) {
-        const std::int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
-        double local = 0.0;
-        for (std::int64_t i = c * chunk; i < end; ++i)
-          local += static_cast<double>(impl::to_arithmetic(x(i)));
-        s += local;
-      },
-      sum);
+  Kokkos::parallel_reduce("oktopk::estimate_threshold_gaussian::mean", chunks,
+                          impl::ChunkMoment<XView, 1>{x, chunk, 0.0}, sum);
   const double mean = sum / static_cast<double>(n);
   // Two passes (mean, then squared deviations) avoid the cancellation of sum(x^2) - n·mean^2.
   double squares = 0.0;
-  Kokkos::parallel_reduce(
-      "oktopk::estimate_threshold_gaussian::variance", chunks,
-      KOKKOS_LAMBDA(std::int64_t c, double& s) {
-        const std::int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
-        double local = 0.0;
-        for (std::int64_t i = c * chunk; i < end; ++i) {
-          const double d = static_cast<double>(impl::to_arithmetic(x(i))) - mean;
-          local += d * d;
-        }
-        s += local;
-      },
-      squares);
+  Kokkos::parallel_reduce("oktopk::estimate_threshold_gaussian::variance", chunks,
+                          impl::ChunkMoment<XView, 2>{x, chunk, mean}, squares);
   const double sigma = std::sqrt(squares / static_cast<double>(n));
   const double z =
       impl::inverse_normal_cdf(static_cast<double>(k) / (2.0 * static_cast<double>(n)));

@@ -92,24 +92,64 @@ void ring_add(const ExecSpace& exec, const In& in, const Partial& partial, const
   }
 }
 
+// The kernels of ring_add_average, ring_add_average_rounded and round_counting_nonfinite are
+// named functors, not lambdas: several translation units instantiate them with the same types,
+// and nvcc's host-side lambda wrappers do not survive that (scripts/check-lambda-odr.py).
+
+/// out[begin + i] = (in[begin + i] + received(i)) / divisor, counting the results that are not
+/// finite.
+template <class In, class Out, class Received>
+struct AddAverage {
+  In in;
+  Out out;
+  Received received;
+  std::int64_t begin = 0;
+  float divisor = 1.0f;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& nonfinite) const {
+    using Real = typename Out::non_const_value_type;
+    const Real average = (in(begin + i) + received(i)) / divisor;
+    out(begin + i) = average;
+    if (!is_finite(average)) ++nonfinite;
+  }
+};
+
 /// out[begin, begin + count) = (in[...] + received[0, count)) / divisor, returning how many of
 /// those results are not finite.
 template <class ExecSpace, class In, class Out, class Received>
 std::int64_t ring_add_average(const ExecSpace& exec, const In& in, const Out& out,
                               const Received& received, std::int64_t begin, std::int64_t count,
                               float divisor) {
-  using Real = typename Out::non_const_value_type;
   std::int64_t bad = 0;
-  Kokkos::parallel_reduce(
-      "oktopk::ring_allreduce::add_average", RangeOf<ExecSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& nonfinite) {
-        const Real average = (in(begin + i) + received(i)) / divisor;
-        out(begin + i) = average;
-        if (!is_finite(average)) ++nonfinite;
-      },
-      bad);
+  Kokkos::parallel_reduce("oktopk::ring_allreduce::add_average", RangeOf<ExecSpace>(exec, 0, count),
+                          AddAverage<In, Out, Received>{in, out, received, begin, divisor}, bad);
   return bad;
 }
+
+/// AddAverage for a narrowing wire: the average rounded to W goes to wire(begin + i) and,
+/// converted, to out(begin + i).
+template <class In, class Out, class Received, class WireView>
+struct AddAverageRounded {
+  In in;
+  Out out;
+  Received received;
+  WireView wire;
+  std::int64_t begin = 0;
+  float divisor = 1.0f;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& nonfinite) const {
+    using W = typename WireView::non_const_value_type;
+    using Stored = typename Out::non_const_value_type;
+    using Sum = ring_sum_t<W>;
+    const W rounded = value_cast<W>((as_sent<W>(static_cast<Sum>(to_arithmetic(in(begin + i)))) +
+                                     static_cast<Sum>(to_arithmetic(received(i)))) /
+                                    static_cast<Sum>(divisor));
+    const Sum average = static_cast<Sum>(to_arithmetic(rounded));
+    wire(begin + i) = rounded;
+    out(begin + i) = value_cast<Stored>(average);
+    if (!is_finite(average)) ++nonfinite;
+  }
+};
 
 /// ring_add_average for a narrowing wire (`in` as sent): each average is rounded to the wire's
 /// type, which goes into wire[begin, begin + count) for the allgather and, converted, into
@@ -119,41 +159,35 @@ template <class ExecSpace, class In, class Out, class Received, class WireView>
 std::int64_t ring_add_average_rounded(const ExecSpace& exec, const In& in, const Out& out,
                                       const Received& received, const WireView& wire,
                                       std::int64_t begin, std::int64_t count, float divisor) {
-  using W = typename WireView::non_const_value_type;
-  using Stored = typename Out::non_const_value_type;
-  using Sum = ring_sum_t<W>;
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
       "oktopk::ring_allreduce::add_average_rounded", RangeOf<ExecSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& nonfinite) {
-        const W rounded =
-            value_cast<W>((as_sent<W>(static_cast<Sum>(to_arithmetic(in(begin + i)))) +
-                           static_cast<Sum>(to_arithmetic(received(i)))) /
-                          static_cast<Sum>(divisor));
-        const Sum average = static_cast<Sum>(to_arithmetic(rounded));
-        wire(begin + i) = rounded;
-        out(begin + i) = value_cast<Stored>(average);
-        if (!is_finite(average)) ++nonfinite;
-      },
-      bad);
+      AddAverageRounded<In, Out, Received, WireView>{in, out, received, wire, begin, divisor}, bad);
   return bad;
 }
+
+/// out(i) = in(i) as sent (rounded to W and back), counting the results that are not finite.
+template <class W, class In, class Out>
+struct RoundCountingNonfinite {
+  In in;
+  Out out;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& nonfinite) const {
+    using Stored = typename Out::non_const_value_type;
+    using Sum = ring_sum_t<W>;
+    const Sum x = as_sent<W>(static_cast<Sum>(to_arithmetic(in(i))));
+    out(i) = value_cast<Stored>(x);
+    if (!is_finite(x)) ++nonfinite;
+  }
+};
 
 /// out = in as sent (rounded to W and back), returning how many results are not finite.
 template <class W, class ExecSpace, class In, class Out>
 std::int64_t round_counting_nonfinite(const ExecSpace& exec, const In& in, const Out& out) {
-  using Stored = typename Out::non_const_value_type;
-  using Sum = ring_sum_t<W>;
   std::int64_t bad = 0;
-  Kokkos::parallel_reduce(
-      "oktopk::ring_allreduce::round_counting_nonfinite",
-      RangeOf<ExecSpace>(exec, 0, out.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& nonfinite) {
-        const Sum x = as_sent<W>(static_cast<Sum>(to_arithmetic(in(i))));
-        out(i) = value_cast<Stored>(x);
-        if (!is_finite(x)) ++nonfinite;
-      },
-      bad);
+  Kokkos::parallel_reduce("oktopk::ring_allreduce::round_counting_nonfinite",
+                          RangeOf<ExecSpace>(exec, 0, out.extent(0)),
+                          RoundCountingNonfinite<W, In, Out>{in, out}, bad);
   return bad;
 }
 

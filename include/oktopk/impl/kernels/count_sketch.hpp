@@ -201,6 +201,68 @@ struct DenseSketchEntries {
   }
 };
 
+// The kernels of this file are named functors, not lambdas: the library and the tests' oracle
+// (impl::s2_oracle) instantiate them with the same types, and nvcc's host-side lambda wrappers
+// do not survive that (scripts/check-lambda-odr.py; the S2 suite crashed on a GPU through one).
+
+/// Marks the row of every non-zero entry in `bitmap` and finds the largest |value|.
+template <class Entries, class Bitmap, class Real>
+struct MarkRowsAndLargest {
+  Entries entries;
+  Bitmap bitmap;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t e, Real& most) const {
+    using Mark = typename Bitmap::non_const_value_type;
+    std::int64_t row = 0;
+    const Real v = entries(e, row);
+    if (v == Real(0)) return;
+    bitmap(row) = Mark(1);
+    const Real a = v < Real(0) ? -v : v;
+    if (a > most) most = a;
+  }
+};
+
+/// Adds each non-zero entry to its cells and counts the non-zeros: stored in its own cell of
+/// `table` in an exact sketch, else added on `grid` into `fixed` with integer atomics.
+template <class Entries, class Table, class Fixed>
+struct AddToCells {
+  CountSketch sketch;
+  Entries entries;
+  Table table;
+  Fixed fixed;
+  FixedPointGrid grid;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t e, std::int64_t& count) const {
+    using Real = typename Table::non_const_value_type;
+    std::int64_t row = 0;
+    const Real v = entries(e, row);
+    if (v == Real(0)) return;
+    ++count;
+    if (sketch.exact) {
+      // h_q(e) = e: no two entries share a cell.
+      sketch.for_each_cell(e, [&](int, std::int64_t c, float sign) { table(c) = sign * v; });
+      return;
+    }
+    const std::int64_t units = grid.to_units(static_cast<double>(v));
+    sketch.for_each_cell(e, [&](int, std::int64_t c, float sign) {
+      Kokkos::atomic_add(&fixed(c), sign < 0.0f ? -units : units);
+    });
+  }
+};
+
+/// table(c) = fixed(c) · step, through double, in the table's type.
+template <class Table, class Fixed>
+struct CellsFromFixed {
+  Table table;
+  Fixed fixed;
+  double step = 1.0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
+    using Real = typename Table::non_const_value_type;
+    table(c) = static_cast<Real>(static_cast<double>(fixed(c)) * step);
+  }
+};
+
 /// Clears `table` and `bitmap`, then, for every non-zero entry of key e in [0, keys)
 /// (value = entries(e, row)): table(q, h_q(e)) += s_q(e)·value in every sketch row q, and
 /// bitmap(row) = 1. Returns the non-zeros. Several entries of a row may mark it at once; they
@@ -217,51 +279,24 @@ std::int64_t sketch_entries(const ExecSpace& exec, const CountSketch& sketch, st
                             const Bitmap& bitmap) {
   using Real = typename Table::non_const_value_type;
   using Mark = typename Bitmap::non_const_value_type;
-  const CountSketch s = sketch;
   Kokkos::deep_copy(exec, table, Real(0));
   Kokkos::deep_copy(exec, bitmap, Mark(0));
   Real largest = 0;
-  Kokkos::parallel_reduce(
-      "oktopk::count_sketch::largest", RangeOf<ExecSpace>(exec, 0, keys),
-      KOKKOS_LAMBDA(const std::int64_t e, Real& most) {
-        std::int64_t row = 0;
-        const Real v = entries(e, row);
-        if (v == Real(0)) return;
-        bitmap(row) = Mark(1);
-        const Real a = v < Real(0) ? -v : v;
-        if (a > most) most = a;
-      },
-      Kokkos::Max<Real>(largest));
+  Kokkos::parallel_reduce("oktopk::count_sketch::largest", RangeOf<ExecSpace>(exec, 0, keys),
+                          MarkRowsAndLargest<Entries, Bitmap, Real>{entries, bitmap},
+                          Kokkos::Max<Real>(largest));
   if (!(largest > Real(0))) return 0;  // no non-zeros: the table stays 0
-  OKTOPK_ASSERT(s.exact || static_cast<std::int64_t>(fixed.extent(0)) >= s.cells());
+  OKTOPK_ASSERT(sketch.exact || static_cast<std::int64_t>(fixed.extent(0)) >= sketch.cells());
   const FixedPointGrid grid = FixedPointGrid::make(static_cast<double>(largest), keys);
-  if (!s.exact) Kokkos::deep_copy(exec, fixed, std::int64_t{0});
+  if (!sketch.exact) Kokkos::deep_copy(exec, fixed, std::int64_t{0});
   std::int64_t nonzeros = 0;
-  Kokkos::parallel_reduce(
-      "oktopk::count_sketch::sketch", RangeOf<ExecSpace>(exec, 0, keys),
-      KOKKOS_LAMBDA(const std::int64_t e, std::int64_t& count) {
-        std::int64_t row = 0;
-        const Real v = entries(e, row);
-        if (v == Real(0)) return;
-        ++count;
-        if (s.exact) {
-          // h_q(e) = e: no two entries share a cell.
-          s.for_each_cell(e, [&](int, std::int64_t c, float sign) { table(c) = sign * v; });
-          return;
-        }
-        const std::int64_t units = grid.to_units(static_cast<double>(v));
-        s.for_each_cell(e, [&](int, std::int64_t c, float sign) {
-          Kokkos::atomic_add(&fixed(c), sign < 0.0f ? -units : units);
-        });
-      },
-      nonzeros);
-  if (s.exact) return nonzeros;
-  const double step = grid.step;
-  Kokkos::parallel_for(
-      "oktopk::count_sketch::from_fixed", RangeOf<ExecSpace>(exec, 0, s.cells()),
-      KOKKOS_LAMBDA(std::int64_t c) {
-        table(c) = static_cast<Real>(static_cast<double>(fixed(c)) * step);
-      });
+  Kokkos::parallel_reduce("oktopk::count_sketch::sketch", RangeOf<ExecSpace>(exec, 0, keys),
+                          AddToCells<Entries, Table, Fixed>{sketch, entries, table, fixed, grid},
+                          nonzeros);
+  if (sketch.exact) return nonzeros;
+  Kokkos::parallel_for("oktopk::count_sketch::from_fixed",
+                       RangeOf<ExecSpace>(exec, 0, sketch.cells()),
+                       CellsFromFixed<Table, Fixed>{table, fixed, grid.step});
   return nonzeros;
 }
 
@@ -282,19 +317,48 @@ Kokkos::View<std::int64_t*, typename ExecSpace::memory_space> make_fixed_cells(
       static_cast<std::size_t>(sketch.exact ? 0 : sketch.cells()));
 }
 
+/// x(i) -= estimate(table, i) where x(i) is not zero.
+template <class Table, class X>
+struct SubtractOwnEstimate {
+  CountSketch sketch;
+  Table table;
+  X x;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    const auto v = x(i);
+    if (v != 0.0f) x(i) = v - sketch.estimate(table, i);
+  }
+};
+
 /// x(i) -= estimate(table, i) for every non-zero x(i): with the rank's own sketch, what error
 /// feedback keeps of what the sketch lost.
 template <class ExecSpace, class Table, class X>
 void subtract_own_estimate(const ExecSpace& exec, const CountSketch& sketch, const Table& table,
                            const X& x) {
-  const CountSketch s = sketch;
-  Kokkos::parallel_for(
-      "oktopk::count_sketch::subtract_own_estimate", RangeOf<ExecSpace>(exec, 0, s.n),
-      KOKKOS_LAMBDA(std::int64_t i) {
-        const auto v = x(i);
-        if (v != 0.0f) x(i) = v - s.estimate(table, i);
-      });
+  Kokkos::parallel_for("oktopk::count_sketch::subtract_own_estimate",
+                       RangeOf<ExecSpace>(exec, 0, sketch.n),
+                       SubtractOwnEstimate<Table, X>{sketch, table, x});
 }
+
+/// out(i) = estimate(table, i) / divisor in a marked row (counted), 0 elsewhere.
+template <class Table, class Bitmap, class Out>
+struct DecodeMarkedRows {
+  CountSketch sketch;
+  Table table;
+  Bitmap bitmap;
+  Out out;
+  float divisor = 1.0f;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& count) const {
+    using Stored = typename Out::non_const_value_type;
+    if (bitmap(i / sketch.row_width) != 0) {
+      out(i) = value_cast<Stored>(sketch.estimate(table, i) / divisor);
+      ++count;
+    } else {
+      out(i) = Stored{};
+    }
+  }
+};
 
 /// out(i) = estimate(table, i) / divisor on the rows the bitmap marks, 0 elsewhere; returns the
 /// number of entries in marked rows.
@@ -302,20 +366,10 @@ template <class ExecSpace, class Table, class Bitmap, class Out>
 std::int64_t decode_marked_rows(const ExecSpace& exec, const CountSketch& sketch,
                                 const Table& table, const Bitmap& bitmap, const Out& out,
                                 float divisor) {
-  using Stored = typename Out::non_const_value_type;
-  const CountSketch s = sketch;
   std::int64_t covered = 0;
-  Kokkos::parallel_reduce(
-      "oktopk::count_sketch::decode", RangeOf<ExecSpace>(exec, 0, s.n),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
-        if (bitmap(i / s.row_width) != 0) {
-          out(i) = value_cast<Stored>(s.estimate(table, i) / divisor);
-          ++count;
-        } else {
-          out(i) = Stored{};
-        }
-      },
-      covered);
+  Kokkos::parallel_reduce("oktopk::count_sketch::decode", RangeOf<ExecSpace>(exec, 0, sketch.n),
+                          DecodeMarkedRows<Table, Bitmap, Out>{sketch, table, bitmap, out, divisor},
+                          covered);
   return covered;
 }
 

@@ -116,6 +116,22 @@ struct OrderedCompaction {
   }
 };
 
+/// tile_counts(t) becomes the counts of the tiles before t (an exclusive scan); the last slot,
+/// 0 before, becomes the total. A named functor, not a lambda, as every kernel that the public
+/// headers reach: a user's program and the library instantiate them with the same types, and
+/// nvcc's host-side lambda wrappers do not survive that (scripts/check-lambda-odr.py).
+template <class Counts>
+struct TileOffsets {
+  Counts tile_counts;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t t, PackedCounts& before,
+                                         const bool final) const {
+    const PackedCounts count = tile_counts(t);
+    if (final) tile_counts(t) = before;
+    before += count;
+  }
+};
+
 /// \brief Calls keep.store() for every entry i of [0, n) that keep.kind() keeps, in index
 /// order, with the counts of each kind kept before it; returns the counts over all n, packed
 /// (PackedCounts). Reads each entry once to classify it and again only where it is kept. Fences
@@ -152,13 +168,8 @@ PackedCounts compact_in_order(const ExecSpace& exec, std::int64_t n, const Keep&
   const Kernels kernels{keep, above_bits, tied_bits, tile_counts, n};
   Kokkos::parallel_for("oktopk::compact_in_order::mark",
                        MarkPolicy(exec, static_cast<int>(tiles), team_size), kernels);
-  Kokkos::parallel_scan(
-      "oktopk::compact_in_order::tiles", RangeOf<ExecSpace>(exec, 0, tiles + 1),
-      KOKKOS_LAMBDA(const std::int64_t t, PackedCounts& before, bool final) {
-        const PackedCounts count = tile_counts(t);
-        if (final) tile_counts(t) = before;
-        before += count;
-      });
+  Kokkos::parallel_scan("oktopk::compact_in_order::tiles", RangeOf<ExecSpace>(exec, 0, tiles + 1),
+                        TileOffsets<typename Kernels::Counts>{tile_counts});
   Kokkos::parallel_for("oktopk::compact_in_order::write",
                        WritePolicy(exec, static_cast<int>(tiles), team_size), kernels);
   PackedCounts total = 0;

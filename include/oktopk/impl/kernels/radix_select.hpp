@@ -95,66 +95,107 @@ struct RadixSchedule {
   }
 };
 
+// The histogram kernels are named functors, not lambdas, as every kernel that the public
+// headers reach (kth_largest_abs): a user's program and the library instantiate them with the
+// same types, and nvcc's host-side lambda wrappers do not survive that
+// (scripts/check-lambda-odr.py).
+
 /// Host shape: one contiguous stretch per thread, counted into a private array on the thread's
 /// stack. The array holds several interleaved copies of the bins so that runs of equal digits
 /// do not serialize on one counter. After the first pass few keys match the prefix, so entries
 /// are tested a group at a time (a loop that vectorizes) and walked one by one only in groups
 /// that hold a match.
+template <class XView, class HistView>
+struct RadixHistogramHost {
+  static constexpr int copies = 4;
+  static constexpr std::int64_t group = 16;
+  XView x;
+  RadixDigit digit;
+  HistView histogram;
+  std::int64_t stretches = 1;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t s) const {
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    int local[copies << radix_max_bits];
+    for (int b = 0; b < copies * digit.bins; ++b) local[b] = 0;
+    const std::int64_t begin = n * s / stretches;
+    const std::int64_t end = n * (s + 1) / stretches;
+    const int bins = digit.bins;
+    const int shift = digit.shift;
+    auto count = [&](std::int64_t i, std::uint32_t key) {
+      const int bin = static_cast<int>((key >> shift) & static_cast<std::uint32_t>(bins - 1));
+      ++local[bin + bins * static_cast<int>(i & (copies - 1))];
+    };
+    for (std::int64_t i = begin; digit.first_pass && i < end; ++i) {
+      const std::uint32_t key = abs_key(x(i));
+      if (key <= abs_key_infinity) count(i, key);
+    }
+    for (std::int64_t g = begin; !digit.first_pass && g < end; g += group) {
+      const std::int64_t g_end = g + group < end ? g + group : end;
+      // The prefix test alone, branch-free so it vectorizes; counts() then drops NaNs.
+      int matches = 0;
+      for (std::int64_t i = g; i < g_end; ++i) {
+        matches += (abs_key(x(i)) >> digit.prefix_shift) == digit.prefix ? 1 : 0;
+      }
+      if (matches == 0) continue;
+      for (std::int64_t i = g; i < g_end; ++i) {
+        const std::uint32_t key = abs_key(x(i));
+        if (digit.counts(key)) count(i, key);
+      }
+    }
+    for (int b = 0; b < digit.bins; ++b) {
+      std::int64_t total = 0;
+      for (int c = 0; c < copies; ++c) total += local[b + digit.bins * c];
+      if (total != 0) Kokkos::atomic_add(&histogram(b), total);
+    }
+  }
+};
+
 template <class ExecSpace, class XView, class HistView>
 void radix_histogram_host(const ExecSpace& exec, const XView& x, const RadixDigit digit,
                           const HistView& histogram) {
-  constexpr int copies = 4;
-  constexpr std::int64_t group = 16;
   const auto n = static_cast<std::int64_t>(x.extent(0));
   const std::int64_t stretches =
       std::max<std::int64_t>(1, std::min<std::int64_t>(exec.concurrency(), n));
-  Kokkos::parallel_for(
-      "oktopk::kth_largest_abs::histogram_host", impl::RangeOf<ExecSpace>(exec, 0, stretches),
-      KOKKOS_LAMBDA(std::int64_t s) {
-        int local[copies << radix_max_bits];
-        for (int b = 0; b < copies * digit.bins; ++b) local[b] = 0;
-        const std::int64_t begin = n * s / stretches;
-        const std::int64_t end = n * (s + 1) / stretches;
-        const int bins = digit.bins;
-        const int shift = digit.shift;
-        auto count = [&](std::int64_t i, std::uint32_t key) {
-          const int bin = static_cast<int>((key >> shift) & static_cast<std::uint32_t>(bins - 1));
-          ++local[bin + bins * static_cast<int>(i & (copies - 1))];
-        };
-        for (std::int64_t i = begin; digit.first_pass && i < end; ++i) {
-          const std::uint32_t key = abs_key(x(i));
-          if (key <= abs_key_infinity) count(i, key);
-        }
-        for (std::int64_t g = begin; !digit.first_pass && g < end; g += group) {
-          const std::int64_t g_end = g + group < end ? g + group : end;
-          // The prefix test alone, branch-free so it vectorizes; counts() then drops NaNs.
-          int matches = 0;
-          for (std::int64_t i = g; i < g_end; ++i) {
-            matches += (abs_key(x(i)) >> digit.prefix_shift) == digit.prefix ? 1 : 0;
-          }
-          if (matches == 0) continue;
-          for (std::int64_t i = g; i < g_end; ++i) {
-            const std::uint32_t key = abs_key(x(i));
-            if (digit.counts(key)) count(i, key);
-          }
-        }
-        for (int b = 0; b < digit.bins; ++b) {
-          std::int64_t total = 0;
-          for (int c = 0; c < copies; ++c) total += local[b + digit.bins * c];
-          if (total != 0) Kokkos::atomic_add(&histogram(b), total);
-        }
-      });
+  Kokkos::parallel_for("oktopk::kth_largest_abs::histogram_host",
+                       impl::RangeOf<ExecSpace>(exec, 0, stretches),
+                       RadixHistogramHost<XView, HistView>{x, digit, histogram, stretches});
 }
 
 /// Device shape: teams of 256 threads, each team counting a long stretch into bins in scratch
 /// (shared) memory with atomics, then adding them to the global bins.
 template <class ExecSpace, class XView, class HistView>
+struct RadixHistogramDevice {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using ScratchBins =
+      Kokkos::View<int*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+  XView x;
+  RadixDigit digit;
+  HistView histogram;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    ScratchBins local(team.team_scratch(0), digit.bins);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, digit.bins), [&](int b) { local(b) = 0; });
+    team.team_barrier();
+    const std::int64_t begin = n * team.league_rank() / team.league_size();
+    const std::int64_t end = n * (team.league_rank() + 1) / team.league_size();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end), [&](std::int64_t i) {
+      const std::uint32_t key = abs_key(x(i));
+      if (digit.counts(key)) Kokkos::atomic_add(&local(digit.bin(key)), 1);
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, digit.bins), [&](int b) {
+      if (local(b) != 0) Kokkos::atomic_add(&histogram(b), static_cast<std::int64_t>(local(b)));
+    });
+  }
+};
+
+template <class ExecSpace, class XView, class HistView>
 void radix_histogram_device(const ExecSpace& exec, const XView& x, const RadixDigit digit,
                             const HistView& histogram) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
-  using Member = typename Policy::member_type;
-  using ScratchBins =
-      Kokkos::View<int*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+  using Kernel = RadixHistogramDevice<ExecSpace, XView, HistView>;
   constexpr int team_size = 256;
   constexpr std::int64_t max_teams = 4096;
   const auto n = static_cast<std::int64_t>(x.extent(0));
@@ -162,24 +203,9 @@ void radix_histogram_device(const ExecSpace& exec, const XView& x, const RadixDi
   const std::int64_t league =
       std::max<std::int64_t>(1, std::min(max_teams, (n + per_team_min - 1) / per_team_min));
   Policy policy(exec, static_cast<int>(league), team_size);
-  policy.set_scratch_size(0, Kokkos::PerTeam(ScratchBins::shmem_size(digit.bins)));
-  Kokkos::parallel_for(
-      "oktopk::kth_largest_abs::histogram_device", policy, KOKKOS_LAMBDA(const Member& team) {
-        ScratchBins local(team.team_scratch(0), digit.bins);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, digit.bins),
-                             [&](int b) { local(b) = 0; });
-        team.team_barrier();
-        const std::int64_t begin = n * team.league_rank() / team.league_size();
-        const std::int64_t end = n * (team.league_rank() + 1) / team.league_size();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end), [&](std::int64_t i) {
-          const std::uint32_t key = abs_key(x(i));
-          if (digit.counts(key)) Kokkos::atomic_add(&local(digit.bin(key)), 1);
-        });
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, digit.bins), [&](int b) {
-          if (local(b) != 0) Kokkos::atomic_add(&histogram(b), static_cast<std::int64_t>(local(b)));
-        });
-      });
+  policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::ScratchBins::shmem_size(digit.bins)));
+  Kokkos::parallel_for("oktopk::kth_largest_abs::histogram_device", policy,
+                       Kernel{x, digit, histogram});
 }
 
 /// Histogram of one radix digit over the keys of x whose higher digits equal digit.prefix.

@@ -46,6 +46,22 @@ struct AccumulateCounts {
   std::int64_t above[max_count_levels] = {};  ///< entries with |acc| > each level's threshold
 };
 
+// accumulate_counting's and count_above_by_chunk's kernels are named functors, not lambdas: a
+// user's program and the library instantiate them with the same types (through
+// select_above_counted's callers), and nvcc's host-side lambda wrappers do not survive that
+// (scripts/check-lambda-odr.py).
+
+/// The step of accumulate_counting on every space: acc(i) = residual(i) + grad(i), returned.
+template <class Residual, class Grad, class Acc>
+KOKKOS_INLINE_FUNCTION typename Acc::non_const_value_type accumulate_entry(const Residual& residual,
+                                                                           const Grad& grad,
+                                                                           const Acc& acc,
+                                                                           const std::int64_t i) {
+  const typename Acc::non_const_value_type a = residual(i) + to_arithmetic(grad(i));
+  acc(i) = a;
+  return a;
+}
+
 /// accumulate_counting() on GPUs: one entry per work item, the counts in a reduction over an
 /// array (see clear_counts()), the non-finite entries first, then every level's.
 template <class Residual, class Grad, class Acc>
@@ -58,8 +74,7 @@ struct AccumulateCountingLevels {
   CountLevels levels;
 
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, value_type counts) const {
-    const typename Acc::non_const_value_type a = residual(i) + to_arithmetic(grad(i));
-    acc(i) = a;
+    const auto a = accumulate_entry(residual, grad, acc, i);
     counts[0] += fits_value<typename Grad::non_const_value_type>(a) ? 0 : 1;
     add_to_levels(magnitude(a), levels, counts + 1);
   }
@@ -67,6 +82,58 @@ struct AccumulateCountingLevels {
   KOKKOS_INLINE_FUNCTION void join(OKTOPK_JOIN_QUALIFIER value_type into,
                                    const OKTOPK_JOIN_QUALIFIER value_type from) const {
     add_counts(into, from, value_count);
+  }
+};
+
+/// accumulate_counting() on the host: chunk c's entries accumulated by a loop the compiler
+/// vectorizes, then counted at the `counted` levels of `thresholds` while in cache (stored in
+/// chunk_counts when `record`); adds the first level's count plus the non-finite count << 32.
+template <class Residual, class Grad, class Acc, class ChunkCounts>
+struct AccumulateCountingChunks {
+  Residual residual;
+  Grad grad;
+  Acc acc;
+  CountLevels thresholds;
+  ChunkCounts chunk_counts;
+  std::int64_t chunk = 1;
+  bool record = false;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c, std::int64_t& sum) const {
+    const auto n = static_cast<std::int64_t>(grad.extent(0));
+    const std::int64_t begin = c * chunk;
+    const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+    std::int64_t bad = 0;
+    for (std::int64_t i = begin; i < end; ++i) {
+      const auto a = accumulate_entry(residual, grad, acc, i);
+      bad += fits_value<typename Grad::non_const_value_type>(a) ? 0 : 1;
+    }
+    std::int64_t above[max_count_levels] = {};
+    count_levels_in(acc, thresholds, begin, end, above);
+    if (record) {
+      for (int j = 0; j < thresholds.count; ++j) chunk_counts(j, c) = above[j];
+    }
+    sum += above[0] + (bad << 32);
+  }
+};
+
+/// Entries of chunk c with |x| > threshold, added to the sum and stored in chunk_counts(c)
+/// when `record`.
+template <class X, class ChunkCounts>
+struct CountAboveByChunk {
+  X x;
+  float threshold = 0.0f;
+  ChunkCounts chunk_counts;
+  std::int64_t chunk = 1;
+  bool record = false;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c, std::int64_t& sum) const {
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    const std::int64_t begin = c * chunk;
+    const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+    std::int64_t above = 0;
+    for (std::int64_t i = begin; i < end; ++i) above += magnitude(x(i)) > threshold ? 1 : 0;
+    if (record) chunk_counts(c) = above;
+    sum += above;
   }
 };
 
@@ -108,25 +175,10 @@ AccumulateCounts accumulate_counting(const ExecSpace& exec, const Residual& resi
     // The non-finite count and the first level's in one sum: above in the low 32 bits (it never
     // reaches 2^31), non-finite above.
     std::int64_t packed = 0;
-    Kokkos::parallel_reduce(
-        "oktopk::accumulate_counting", RangeOf<ExecSpace>(exec, 0, chunks),
-        KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& sum) {
-          const std::int64_t begin = c * chunk;
-          const std::int64_t end = begin + chunk < n ? begin + chunk : n;
-          std::int64_t bad = 0;
-          for (std::int64_t i = begin; i < end; ++i) {
-            const typename Acc::non_const_value_type a = residual(i) + to_arithmetic(grad(i));
-            acc(i) = a;
-            bad += fits_value<typename Grad::non_const_value_type>(a) ? 0 : 1;
-          }
-          std::int64_t above[max_count_levels] = {};
-          count_levels_in(acc, thresholds, begin, end, above);
-          if (record) {
-            for (int j = 0; j < counted; ++j) chunk_counts(j, c) = above[j];
-          }
-          sum += above[0] + (bad << 32);
-        },
-        packed);
+    Kokkos::parallel_reduce("oktopk::accumulate_counting", RangeOf<ExecSpace>(exec, 0, chunks),
+                            AccumulateCountingChunks<Residual, Grad, Acc, ChunkCounts>{
+                                residual, grad, acc, thresholds, chunk_counts, chunk, record},
+                            packed);
     AccumulateCounts counts;
     counts.nonfinite = packed >> 32;
     counts.above[0] = packed & 0xffffffff;
@@ -150,15 +202,7 @@ std::int64_t count_above_by_chunk(const ExecSpace& exec, const X& x, float thres
   std::int64_t total = 0;
   Kokkos::parallel_reduce(
       "oktopk::count_above_by_chunk", RangeOf<ExecSpace>(exec, 0, chunks),
-      KOKKOS_LAMBDA(const std::int64_t c, std::int64_t& sum) {
-        const std::int64_t begin = c * chunk;
-        const std::int64_t end = begin + chunk < n ? begin + chunk : n;
-        std::int64_t above = 0;
-        for (std::int64_t i = begin; i < end; ++i) above += magnitude(x(i)) > threshold ? 1 : 0;
-        if (record) chunk_counts(c) = above;
-        sum += above;
-      },
-      total);
+      CountAboveByChunk<X, ChunkCounts>{x, threshold, chunk_counts, chunk, record}, total);
   return total;
 }
 
@@ -192,21 +236,32 @@ std::int64_t count_nonfinite(const ExecSpace& exec, const X& x) {
   return bad;
 }
 
+/// out(i) = in(i) / divisor as divide() does, counting the results that are not finite. A named
+/// functor, not a lambda: several translation units instantiate it with the same types, and
+/// nvcc's host-side lambda wrappers do not survive that (scripts/check-lambda-odr.py).
+template <class In, class Out>
+struct DivideCountingNonfinite {
+  In in;
+  Out out;
+  float divisor = 1.0f;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& count) const {
+    using Stored = typename Out::non_const_value_type;
+    const Stored average = value_cast<Stored>(to_arithmetic(in(i)) / divisor);
+    out(i) = average;
+    if (!is_finite(average)) ++count;
+  }
+};
+
 /// out = in / divisor as divide() does, returning how many results are not finite (one pass;
 /// in may be out).
 template <class ExecSpace, class In, class Out>
 std::int64_t divide_counting_nonfinite(const ExecSpace& exec, const In& in, const Out& out,
                                        float divisor) {
-  using Stored = typename Out::non_const_value_type;
   std::int64_t bad = 0;
-  Kokkos::parallel_reduce(
-      "oktopk::divide_counting_nonfinite", RangeOf<ExecSpace>(exec, 0, out.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& count) {
-        const Stored average = value_cast<Stored>(to_arithmetic(in(i)) / divisor);
-        out(i) = average;
-        if (!is_finite(average)) ++count;
-      },
-      bad);
+  Kokkos::parallel_reduce("oktopk::divide_counting_nonfinite",
+                          RangeOf<ExecSpace>(exec, 0, out.extent(0)),
+                          DivideCountingNonfinite<In, Out>{in, out, divisor}, bad);
   return bad;
 }
 
