@@ -98,14 +98,21 @@ struct SelectAboveFunctor {
   }
 };
 
+/// How many entries a selection with ties keeps, from its two counts packed as PackedCounts
+/// (above t, equal to t): every one above and at most `ties` equal.
+inline std::int64_t kept_with_ties(PackedCounts packed, std::int64_t ties) {
+  const auto above = static_cast<std::int64_t>(packed & above_mask);
+  const auto equal = static_cast<std::int64_t>(packed >> tied_shift);
+  return above + (equal < ties ? equal : ties);
+}
+
 /// Stream compaction of {i : |x(i)| > t} and the first `ties` entries with |x(i)| == t, one
-/// chunk per work item. A chunk's scan value holds two counts in one word, the entries above t
-/// in the low 32 bits and those equal to t in the high 32 (each is below 2^31, as n is): an
-/// entry's slot is then (above before it) + min(equal before it, ties), which a plain sum scan
-/// gives. Entries past the capacity are counted but not written.
+/// chunk per work item. A chunk's scan value holds two counts in one word, as compact_in_order's
+/// do (PackedCounts: the entries above t in the low 31 bits, those equal to t from bit 31; each
+/// is below 2^31, as n is): an entry's slot is then (above before it) + min(equal before it,
+/// ties), which a plain sum scan gives. Entries past the capacity are counted but not written.
 template <class XView, class IdxView, class ValView>
 struct SelectAboveAndTiesFunctor {
-  static constexpr int equal_shift = 32;
   XView x;
   float threshold;
   std::int64_t ties;
@@ -115,11 +122,11 @@ struct SelectAboveAndTiesFunctor {
   std::int64_t n;
   std::int64_t chunk;
 
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t c, std::int64_t& packed, bool final) const {
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t c, PackedCounts& packed, bool final) const {
     const std::int64_t begin = c * chunk;
     const std::int64_t end = begin + chunk < n ? begin + chunk : n;
-    std::int64_t above = packed & 0xffffffff;
-    std::int64_t equal = packed >> equal_shift;
+    auto above = static_cast<std::int64_t>(packed & above_mask);
+    auto equal = static_cast<std::int64_t>(packed >> tied_shift);
     for (std::int64_t i = begin; i < end; ++i) {
       const auto xi = x(i);
       const float m = impl::magnitude(xi);
@@ -135,7 +142,7 @@ struct SelectAboveAndTiesFunctor {
       above += is_above ? 1 : 0;
       equal += is_tie ? 1 : 0;
     }
-    packed = (equal << equal_shift) | above;
+    packed = (static_cast<PackedCounts>(equal) << tied_shift) | static_cast<PackedCounts>(above);
   }
 };
 
@@ -290,24 +297,20 @@ std::int64_t select_above_and_ties(const ExecSpace& exec, const XView& x, float 
   const auto n = static_cast<std::int64_t>(x.extent(0));
   if constexpr (!impl::runs_on_host_v<ExecSpace>) {
     using Keep = impl::KeepAbove<ExecSpace, XView, IdxView, ValView, true>;
-    const impl::PackedCounts packed =
+    return impl::kept_with_ties(
         impl::compact_in_order(exec, n,
                                Keep{x, threshold, static_cast<impl::PackedCounts>(ties), indices,
-                                    values, static_cast<impl::PackedCounts>(capacity)});
-    const auto above = static_cast<std::int64_t>(packed & impl::above_mask);
-    const auto equal = static_cast<std::int64_t>(packed >> impl::tied_shift);
-    return above + (equal < ties ? equal : ties);
+                                    values, static_cast<impl::PackedCounts>(capacity)}),
+        ties);
   }
   using Functor = impl::SelectAboveAndTiesFunctor<XView, IdxView, ValView>;
-  std::int64_t packed = 0;
+  impl::PackedCounts packed = 0;
   Kokkos::parallel_scan(
       "oktopk::select_above_and_ties::compact",
       impl::RangeOf<ExecSpace>(exec, 0, impl::chunk_count<ExecSpace>(n)),
       Functor{x, threshold, ties, indices, values, capacity, n, impl::chunk_length_v<ExecSpace>},
       packed);
-  const std::int64_t above = packed & 0xffffffff;
-  const std::int64_t equal = packed >> Functor::equal_shift;
-  return above + (equal < ties ? equal : ties);
+  return impl::kept_with_ties(packed, ties);
 }
 
 namespace impl {
