@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -55,6 +56,8 @@ struct Communicator::State {
 namespace {
 
 constexpr const char* kCommunicator = "oktopk::Communicator::Communicator";
+constexpr const char* kSplit = "oktopk::Communicator::split";
+constexpr const char* kSplitSharedMemory = "oktopk::Communicator::split_shared_memory";
 constexpr const char* kIsend = "oktopk::Communicator::isend";
 constexpr const char* kIrecv = "oktopk::Communicator::irecv";
 constexpr const char* kWaitAll = "oktopk::Communicator::Requests::wait_all";
@@ -267,6 +270,37 @@ Communicator::Communicator(MPI_Comm comm) {
   OKTOPK_MPI_CHECK(kCommunicator, MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN));
   OKTOPK_MPI_CHECK(kCommunicator, MPI_Comm_rank(state_->comm, &rank_));
   OKTOPK_MPI_CHECK(kCommunicator, MPI_Comm_size(state_->comm, &size_));
+}
+
+Communicator Communicator::adopt(const char* where, MPI_Comm comm) {
+  Communicator adopted{Adopted{}};
+  adopted.state_ = std::make_shared<State>();
+  adopted.state_->comm = comm;
+  OKTOPK_MPI_CHECK(where, MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  OKTOPK_MPI_CHECK(where, MPI_Comm_rank(comm, &adopted.rank_));
+  OKTOPK_MPI_CHECK(where, MPI_Comm_size(comm, &adopted.size_));
+  return adopted;
+}
+
+Communicator Communicator::split(int color, int key) const {
+  // A negative color joins the split as MPI_UNDEFINED, so that the ranks that passed a good one
+  // are not left inside MPI_Comm_split: then every rank learns of it and throws.
+  MPI_Comm part = MPI_COMM_NULL;
+  OKTOPK_MPI_CHECK(kSplit,
+                   MPI_Comm_split(state_->comm, color >= 0 ? color : MPI_UNDEFINED, key, &part));
+  std::optional<Communicator> adopted;
+  if (part != MPI_COMM_NULL) adopted = adopt(kSplit, part);
+  const AgreedFailure negative = agree_on_failure(color < 0, "", color);
+  OKTOPK_REQUIRE(!negative, std::invalid_argument, kSplit,
+                 "colors must be >= 0, rank " << negative.rank << " passed " << negative.code);
+  return std::move(*adopted);
+}
+
+Communicator Communicator::split_shared_memory() const {
+  MPI_Comm node = MPI_COMM_NULL;
+  OKTOPK_MPI_CHECK(kSplitSharedMemory, MPI_Comm_split_type(state_->comm, MPI_COMM_TYPE_SHARED,
+                                                           rank_, MPI_INFO_NULL, &node));
+  return adopt(kSplitSharedMemory, node);
 }
 
 MPI_Comm Communicator::mpi_comm() const { return state_->comm; }

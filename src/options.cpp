@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -207,6 +208,7 @@ const std::vector<std::pair<std::string_view, Setter>>& option_setters() {
       {"seed", setter(&Options::seed)},
       {"dense_allreduce", setter(&Options::dense_allreduce)},
       {"wire", setter(&Options::wire)},
+      {"node_size", setter(&Options::node_size)},
       {"threshold_period", setter(&Options::threshold_period)},
       {"repartition_period", setter(&Options::repartition_period)},
       {"throttle", setter(&Options::throttle)},
@@ -280,6 +282,9 @@ void Options::validate() const {
   OKTOPK_REQUIRE(wire == Wire::Native || wire == Wire::Float32 || wire == Wire::BFloat16 ||
                      wire == Wire::Float16,
                  std::invalid_argument, where, "wire is not a Wire value");
+  OKTOPK_REQUIRE(node_size >= 0 && node_size <= INT_MAX, std::invalid_argument, where,
+                 "node_size must be in [0, "
+                     << INT_MAX << "] (0: the ranks that share memory), got " << node_size);
   OKTOPK_REQUIRE(threshold_period >= 1 && repartition_period >= 1, std::invalid_argument, where,
                  "threshold_period and repartition_period must be >= 1, got "
                      << threshold_period << " and " << repartition_period);
@@ -335,6 +340,8 @@ std::ostream& operator<<(std::ostream& os, const Options& o) {
                                                          : to_text(o.dense_allreduce))
             << (o.wire == Wire::Native ? "" : " wire=")
             << (o.wire == Wire::Native ? std::string() : to_text(o.wire))
+            << (o.node_size == 0 ? "" : " node_size=")
+            << (o.node_size == 0 ? std::string() : std::to_string(o.node_size))
             << " threshold_period=" << o.threshold_period
             << " repartition_period=" << o.repartition_period << " throttle=" << o.throttle
             << " balancing=" << o.balancing << " balance_threshold=" << o.balance_threshold

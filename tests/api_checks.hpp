@@ -44,6 +44,7 @@ inline std::vector<std::pair<std::string, std::function<void(Options&)>>> field_
       {"seed", [](Options& o) { o.seed = 123456789; }},
       {"dense_allreduce", [](Options& o) { o.dense_allreduce = DenseAlgorithm::Ring; }},
       {"wire", [](Options& o) { o.wire = oktopk::Wire::BFloat16; }},
+      {"node_size", [](Options& o) { o.node_size = 6; }},
       {"threshold_period", [](Options& o) { o.threshold_period = 11; }},
       {"repartition_period", [](Options& o) { o.repartition_period = 13; }},
       {"throttle", [](Options& o) { o.throttle = 3; }},

@@ -33,7 +33,8 @@ void run_benchmark(const Args& args, const oktopk::Communicator& world, Gradient
   const Exec exec;
   GradientSource source(args, world, file);
   if (!args.dump_path.empty()) dump_gradients(exec, world, args, source);
-  Printer printer(args, world.size(), world.rank());
+  Printer printer(args, world.size(), world.rank(),
+                  oktopk::NodeTopology::find(world, args.options.node_size));
   printer.begin(std::min<std::int64_t>(
       args.n, static_cast<std::int64_t>(std::floor(args.density * static_cast<double>(args.n)))));
   Progress progress(world.rank());

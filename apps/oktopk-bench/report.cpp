@@ -44,6 +44,9 @@ void Printer::begin(std::int64_t k) {
         static_cast<long long>(args_.warmup), static_cast<long long>(args_.iters),
         args_.check ? "on" : "off", Exec::name());
     std::printf("# options: %s\n", options.str().c_str());
+    std::ostringstream nodes;
+    nodes << nodes_;
+    std::printf("# nodes: %s\n", nodes.str().c_str());
     if (!args_.layout.empty()) {
       std::ostringstream layout;
       layout << args_.layout;

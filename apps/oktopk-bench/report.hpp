@@ -5,6 +5,8 @@
 
 #include "command_line.hpp"
 
+#include <oktopk/node_topology.hpp>
+
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
@@ -56,7 +58,9 @@ class Progress {
 /// Prints on rank 0 only, each row as soon as its method is done.
 class Printer {
  public:
-  Printer(const Args& args, int ranks, int rank) : args_(args), P_(ranks), rank_(rank) {}
+  /// `nodes`: how the ranks group into nodes, for the text header.
+  Printer(const Args& args, int ranks, int rank, const NodeTopology& nodes)
+      : args_(args), P_(ranks), rank_(rank), nodes_(nodes) {}
 
   /// The header (csv, table) or the opening bracket (json).
   void begin(std::int64_t k);
@@ -71,6 +75,7 @@ class Printer {
   const Args& args_;
   int P_;
   int rank_;
+  NodeTopology nodes_;
   std::vector<Result> results_;
 };
 

@@ -103,6 +103,16 @@ class Communicator {
   /// The duplicated communicator (for calls OkTopk does not wrap; they are not accounted).
   MPI_Comm mpi_comm() const;
 
+  /// \brief Collective. A communicator of the ranks that pass the same `color` (>= 0), ranked
+  /// by `key` (ties by rank in this one), as MPI_Comm_split makes it, with this class's checks
+  /// and traffic counters of its own. Throws std::invalid_argument on every rank, naming the
+  /// lowest such rank, if any rank passes a negative color.
+  Communicator split(int color, int key) const;
+  /// \brief Collective. A communicator of the ranks that can share memory with this one
+  /// (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED: the ranks of one node), ranked as here,
+  /// with traffic counters of its own.
+  Communicator split_shared_memory() const;
+
   /// \brief 0, 1, 2, ...: one number per call, shared by this communicator and its copies.
   /// Objects made collectively, in the same order on every rank, from one Communicator (the
   /// SparseAllreduce handles) get the same number on every rank, so a later call can check
@@ -244,6 +254,11 @@ class Communicator {
   void allgatherv_impl(const void* send, count_type count, void* receive, const int* counts,
                        const int* displacements, MPI_Datatype type) const;
   void bcast_impl(void* buffer, count_type count, MPI_Datatype type, int root) const;
+
+  // A Communicator that owns `comm` (freed with its last copy, also when this throws).
+  static Communicator adopt(const char* where, MPI_Comm comm);
+  struct Adopted {};
+  explicit Communicator(Adopted) {}
 
   std::shared_ptr<State> state_;
   int rank_ = 0;

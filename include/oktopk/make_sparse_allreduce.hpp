@@ -7,6 +7,7 @@
 #include <oktopk/error.hpp>
 #include <oktopk/gpu_aware_mpi.hpp>
 #include <oktopk/layout.hpp>
+#include <oktopk/node_topology.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/algorithms/dense.hpp>
@@ -99,6 +100,8 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
                                                                : Wire::Float16));
   // After the agreement check: every rank has this layout, so every rank throws alike.
   layout.validate(n);
+  // Collective, so before build(): a rank that fails there must not leave the others in it.
+  const NodeTopology node_topology = NodeTopology::find(comm, options.node_size);
   const auto build = [&]() -> std::unique_ptr<SparseAllreduce<ExecSpace, Value>> {
     OKTOPK_FAULT_POINT(comm, "construct");
     switch (algorithm) {
@@ -146,7 +149,7 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
   if (agreed.every_rank) std::rethrow_exception(failure);
   OKTOPK_REQUIRE(!agreed, std::runtime_error, where,
                  "rank " << agreed.rank << " could not build the handle: " << agreed.cause);
-  impl::HandleSerial<ExecSpace, Value>::set(*handle, serial);
+  impl::HandleCreation<ExecSpace, Value>::set(*handle, serial, node_topology);
   return handle;
 }
 

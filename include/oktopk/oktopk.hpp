@@ -10,6 +10,7 @@
 #include <oktopk/gpu_aware_mpi.hpp>
 #include <oktopk/layout.hpp>
 #include <oktopk/make_sparse_allreduce.hpp>
+#include <oktopk/node_topology.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/oracle.hpp>
 #include <oktopk/pack.hpp>

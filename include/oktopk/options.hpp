@@ -52,6 +52,11 @@ struct Options {
   /// type), and so does S2's sketch table. The methods with error feedback keep each sent
   /// value's rounding error in the sender's residual (gtopk: where the result kept the value).
   Wire wire = Wire::Native;
+  /// How the ranks group into nodes (NodeTopology::find): 0, the ranks that share memory;
+  /// L > 0, consecutive groups of L ranks (the last smaller when L does not divide P), to test
+  /// or emulate several nodes on one machine. A handle finds its nodes when it is made
+  /// (SparseAllreduce::node_topology()).
+  std::int64_t node_size = 0;
 
   // ---- Ok-Topk
   /// tau': the local and the global threshold are recomputed exactly every this many calls.
@@ -143,6 +148,10 @@ struct Options {
   }
   Options& set_wire(Wire v) {
     wire = v;
+    return *this;
+  }
+  Options& set_node_size(std::int64_t v) {
+    node_size = v;
     return *this;
   }
   Options& set_threshold_period(std::int64_t v) {

@@ -9,6 +9,7 @@
 #include <oktopk/communicator.hpp>
 #include <oktopk/fwd.hpp>
 #include <oktopk/layout.hpp>
+#include <oktopk/node_topology.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/progress.hpp>
 #include <oktopk/stats.hpp>
@@ -27,7 +28,7 @@ namespace oktopk {
 
 namespace impl {
 template <class ExecSpace, class Value>
-struct HandleSerial;
+struct HandleCreation;
 }  // namespace impl
 
 /// \brief A call's result in sparse form: `size` entries, indices ascending and distinct, values
@@ -126,6 +127,9 @@ class SparseAllreduce {
   /// The segments of the fused buffer the handle was made for (empty: none given).
   const Layout& layout() const { return layout_; }
   const Communicator& communicator() const { return comm_; }
+  /// How the communicator's ranks group into nodes, found when the handle was made
+  /// (Options::node_size); the same on every rank.
+  const NodeTopology& node_topology() const { return node_topology_; }
   const ReduceStats& stats() const { return stats_; }
   /// What error feedback carries to the next call (all zeros for methods without it).
   const_residual_vector_type residual() const { return residual_; }
@@ -196,17 +200,21 @@ class SparseAllreduce {
   /// Communicator::next_serial() of the handle, the same on every rank (set by
   /// make_sparse_allreduce): calls check it to detect ranks that launch in different orders.
   std::int64_t serial_ = 0;
+  /// Set by make_sparse_allreduce, which finds it before any rank builds the handle.
+  NodeTopology node_topology_;
 
  private:
-  friend struct impl::HandleSerial<ExecSpace, Value>;
+  friend struct impl::HandleCreation<ExecSpace, Value>;
 };
 
 namespace impl {
-/// make_sparse_allreduce's access to a new handle's serial.
+/// make_sparse_allreduce's access to what it finds for a new handle outside its constructor.
 template <class ExecSpace, class Value>
-struct HandleSerial {
-  static void set(SparseAllreduce<ExecSpace, Value>& handle, std::int64_t serial) {
+struct HandleCreation {
+  static void set(SparseAllreduce<ExecSpace, Value>& handle, std::int64_t serial,
+                  const NodeTopology& node_topology) {
     handle.serial_ = serial;
+    handle.node_topology_ = node_topology;
   }
 };
 }  // namespace impl

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Small helpers every MPI test uses: this process's place in MPI_COMM_WORLD, float bits, the
-// message of an expected std::invalid_argument.
+// message of an expected std::invalid_argument, the ranks that share this one's processor name.
 #pragma once
 
 #include <mpi.h>
@@ -9,6 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace oktopk::test {
 
@@ -39,6 +40,25 @@ std::string invalid_argument_of(Body&& body) {
     return e.what();
   }
   return "";
+}
+
+/// The ranks of MPI_COMM_WORLD whose MPI_Get_processor_name is this rank's, in rank order:
+/// the ranks of this node, when each node has one name (as under one mpiexec on one machine).
+inline std::vector<int> ranks_named_like_this_one() {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  const int P = world_size();
+  std::vector<char> names(static_cast<std::size_t>(P) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
+                MPI_CHAR, MPI_COMM_WORLD);
+  std::vector<int> same;
+  for (int r = 0; r < P; ++r) {
+    if (std::string(&names[static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME]) == name) {
+      same.push_back(r);
+    }
+  }
+  return same;
 }
 
 }  // namespace oktopk::test

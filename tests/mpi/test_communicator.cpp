@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <map>
@@ -1019,6 +1020,62 @@ TEST(Communicator, AgreeOnFailureCutsALongCause) {
   const oktopk::AgreedFailure agreed = comm.agree_on_failure(comm.rank() == 0, cause);
   EXPECT_EQ(agreed.rank, 0);
   EXPECT_EQ(agreed.cause, std::string(65536, 'x'));
+}
+
+TEST(Communicator, SplitGroupsByColorAndRanksByKey) {
+  const Communicator comm;
+  const int P = comm.size();
+  const int rank = comm.rank();
+  // Two colors (one at P = 1); within a color, the key reverses the ranks' order.
+  const Communicator part = comm.split(rank % 2, P - rank);
+  const PhaseTraffic traffic_after_split = comm.total_traffic();
+  int expected_size = 0;
+  int expected_rank = 0;
+  for (int r = 0; r < P; ++r) {
+    if (r % 2 != rank % 2) continue;
+    ++expected_size;
+    if (r > rank) ++expected_rank;
+  }
+  EXPECT_EQ(part.size(), expected_size);
+  EXPECT_EQ(part.rank(), expected_rank);
+  // Its calls reach the ranks of its color only, and are charged to its own counters.
+  std::int64_t sum = 0;
+  const std::int64_t mine = rank;
+  part.allreduce(&mine, &sum, 1, MPI_SUM);
+  std::int64_t expected_sum = 0;
+  for (int r = rank % 2; r < P; r += 2) expected_sum += r;
+  EXPECT_EQ(sum, expected_sum);
+  EXPECT_EQ(comm.total_traffic(), traffic_after_split);
+  TrafficModel model;
+  model.allreduce(8, part.size());
+  expect_traffic_eq(part.total_traffic(), model.of(part.rank()));
+}
+
+TEST(Communicator, SplitWithANegativeColorThrowsOnEveryRank) {
+  const Communicator comm;
+  const int bad = comm.size() - 1;
+  const std::string message =
+      oktopk::test::invalid_argument_of([&] { comm.split(comm.rank() == bad ? -3 : 0, 0); });
+  EXPECT_TRUE(starts_with(message, "oktopk::Communicator::split: ")) << message;
+  EXPECT_NE(message.find("rank " + std::to_string(bad) + " passed -3"), std::string::npos)
+      << message;
+  // Nobody was left behind: the communicator still works on every rank.
+  std::int64_t one = 1;
+  std::int64_t ranks = 0;
+  comm.allreduce(&one, &ranks, 1, MPI_SUM);
+  EXPECT_EQ(ranks, comm.size());
+}
+
+TEST(Communicator, SplitSharedMemoryHoldsTheRanksOfThisNode) {
+  const Communicator comm;
+  const std::vector<int> same_node = oktopk::test::ranks_named_like_this_one();
+  const Communicator node = comm.split_shared_memory();
+  ASSERT_EQ(node.size(), static_cast<int>(same_node.size()));
+  const auto position = std::find(same_node.begin(), same_node.end(), comm.rank());
+  EXPECT_EQ(node.rank(), static_cast<int>(position - same_node.begin()));
+  std::int64_t lowest = comm.rank();
+  node.allreduce_in_place(&lowest, 1, MPI_MIN);
+  EXPECT_EQ(lowest, same_node.front());
 }
 
 TEST(AgreementDigest, IsFnv1aForTextAndTheBitPatternForDoubles) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <sstream>
@@ -129,7 +130,8 @@ TEST(OptionsTest, DefaultsBoundariesAndEveryChangedFieldAreValid) {
                         .set_s2_row_width(6)
                         .set_s2_sketch_rows(7)
                         .set_s2_sketch_columns(8)
-                        .set_s2_error_feedback(true);
+                        .set_s2_error_feedback(true)
+                        .set_node_size(10);
   EXPECT_EQ(o.density, 0.25);
   EXPECT_EQ(o.warmup_iterations, 2);
   EXPECT_EQ(o.seed, 9u);
@@ -142,6 +144,12 @@ TEST(OptionsTest, DefaultsBoundariesAndEveryChangedFieldAreValid) {
   EXPECT_EQ(o.s2_sketch_rows, 7);
   EXPECT_EQ(o.s2_sketch_columns, 8);
   EXPECT_TRUE(o.s2_error_feedback);
+  EXPECT_EQ(o.node_size, 10);
+  // Left at its default (the shared-memory nodes), node_size is not printed, so the digest of
+  // options that never set it, and every checkpoint made before it existed, stays the same.
+  EXPECT_EQ(printed(Options{}).find("node_size"), std::string::npos);
+  EXPECT_EQ(Options{}.set("node_size", "4").node_size, 4);
+  expect_invalid_argument([] { Options{}.set("node_size", "two"); }, "oktopk::Options::set");
 }
 
 TEST(OptionsTest, ValidateRejectsEachOutOfRangeField) {
@@ -160,6 +168,8 @@ TEST(OptionsTest, ValidateRejectsEachOutOfRangeField) {
       {"dense_allreduce 5",
        [](Options& o) { o.dense_allreduce = static_cast<oktopk::DenseAlgorithm>(5); }},
       {"wire 9", [](Options& o) { o.wire = static_cast<oktopk::Wire>(9); }},
+      {"node_size -1", [](Options& o) { o.node_size = -1; }},
+      {"node_size 2^31", [](Options& o) { o.node_size = std::int64_t{1} << 31; }},
       {"balance_threshold 0.5", [](Options& o) { o.balance_threshold = 0.5; }},
       {"balance_threshold Inf", [&](Options& o) { o.balance_threshold = inf; }},
       {"guard_factor 0", [](Options& o) { o.guard_factor = 0.0; }},
@@ -210,6 +220,7 @@ TEST(OptionsTest, PrintsEveryFieldOnOneLine) {
                                "seed=123456789",
                                "dense_allreduce=ring",
                                "wire=bf16",
+                               "node_size=6",
                                "threshold_period=11",
                                "repartition_period=13",
                                "throttle=3",
