@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # An emulated cluster on one machine, for timing the collectives on links instead of shared
-# memory. P network namespaces are the hosts, each with one veth link to a bridge in a switch
+# memory. H network namespaces are the hosts, each with one veth link to a bridge in a switch
 # namespace; tbf shapes both directions of every link to the given rate. Open MPI starts in
 # the first host and launches its daemons in the others through `ip netns exec` with a
-# hostname of their own (unshare --uts), so no two ranks share memory: TCP over the links only.
+# hostname of their own (unshare --uts), so ranks on different hosts share no memory: TCP over
+# the links only. Ranks on one host talk through shared memory (Open MPI's vader), as the
+# GPUs of one node do over their own links, and find each other as one node
+# (MPI_COMM_TYPE_SHARED).
 #
 #   scripts/netbench.sh [OPTIONS] -- PROGRAM [ARGS...]
-#     --hosts P          emulated hosts, one rank each, 2 to 64 (default 4)
+#     --hosts H          emulated hosts, 2 to 64 (default 4)
+#     --ranks-per-host L ranks on each host, 1 to 16 (default 1): ranks hL to hL+L-1 on host h
 #     --rate R           link rate, tc syntax: 100mbit, 1gbit, 10gbit (default 1gbit)
 #     --mtu M            link MTU, 576 to 65535 (default 1500)
 #     --delay D          one-way delay per link (needs netem, which tc reports if it is missing)
@@ -16,10 +20,10 @@
 #     --no-validate      skip the validation run
 #     --keep-bed         leave the bed up afterwards (the next run clears it)
 #
-# PROGRAM runs under mpirun with P ranks, one per host. Before it, the bed is validated: a dense
-# allreduce through oktopk-bench must take at least the ring bound 2(P-1)/P * bytes / rate, or
-# the traffic is not crossing the shaped links and nothing is reported. Afterwards the bytes
-# each link's shaper passed are printed. Needs root. Every object it makes is named oktopk-nb*
+# PROGRAM runs under mpirun with H x L ranks, L per host. Before it, the bed is validated: a dense
+# allreduce through oktopk-bench must take at least 2(H-1)/H * bytes / rate (what any allreduce
+# must send through each host's link), or the traffic is not crossing the shaped links and
+# nothing is reported. Afterwards the bytes each link's shaper passed are printed. Needs root. Every object it makes is named oktopk-nb*
 # (namespaces, /etc/netns/oktopk-nb-*, a temporary folder); it removes them on exit, also after
 # an error or Ctrl-C, and a run first removes what a killed run left. Nothing outside those
 # namespaces is touched: the test subnet exists only inside them, with no route anywhere else.
@@ -30,15 +34,16 @@ NB=oktopk-nb
 NB_SUBNET_PREFIX=10.213.47
 NB_SUBNET=$NB_SUBNET_PREFIX.0/24
 
-hosts=4 rate=1gbit mtu=1500 delay="" validate=1 keep_bed=0
+hosts=4 ranks_per_host=1 rate=1gbit mtu=1500 delay="" validate=1 keep_bed=0
 bench=$OKTOPK_BUILD_DIR/apps/oktopk-bench/oktopk-bench
 mpirun_extra=()
 
-usage() { sed -n '9,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '12,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "oktopk: netbench: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in
     --hosts) hosts=${2:?--hosts needs a value}; shift 2 ;;
+    --ranks-per-host) ranks_per_host=${2:?--ranks-per-host needs a value}; shift 2 ;;
     --rate) rate=${2:?--rate needs a value}; shift 2 ;;
     --mtu) mtu=${2:?--mtu needs a value}; shift 2 ;;
     --delay) delay=${2:?--delay needs a value}; shift 2 ;;
@@ -53,6 +58,8 @@ while (($#)); do
 done
 (($#)) || { echo "oktopk: netbench: no PROGRAM given (after --)" >&2; usage >&2; exit 2; }
 [[ $hosts =~ ^[0-9]+$ ]] && ((hosts >= 2 && hosts <= 64)) || die "--hosts must be 2 to 64, got '$hosts'"
+[[ $ranks_per_host =~ ^[0-9]+$ ]] && ((ranks_per_host >= 1 && ranks_per_host <= 16)) ||
+  die "--ranks-per-host must be 1 to 16, got '$ranks_per_host'"
 [[ $mtu =~ ^[0-9]+$ ]] && ((mtu >= 576 && mtu <= 65535)) || die "--mtu must be 576 to 65535, got '$mtu'"
 # The rate in bit/s, for the validation bound.
 rate_bps=$(awk -v r="$rate" 'BEGIN {
@@ -139,7 +146,7 @@ for ((i = 0; i < hosts; i++)); do
   ip -n "$(ns sw)" link set p$i up
   shape "$h" eth0
   shape "$(ns sw)" p$i
-  echo "$h slots=1" >> "$hostfile"
+  echo "$h slots=$ranks_per_host" >> "$hostfile"
 done
 # Every host knows every other by name (ip netns exec mounts /etc/netns/NAME/hosts as /etc/hosts).
 for ((i = 0; i < hosts; i++)); do
@@ -160,16 +167,18 @@ chmod +x "$agent"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-mpirun_args=(--hostfile "$hostfile" -np "$hosts" --map-by node
+# By slot: a host's ranks are consecutive, as under Slurm's default block distribution.
+ranks=$((hosts * ranks_per_host))
+mpirun_args=(--hostfile "$hostfile" -np "$ranks" --map-by slot
   --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1
-  --mca pml ob1 --mca btl tcp,self
+  --mca pml ob1 --mca btl tcp,vader,self
   --mca btl_tcp_if_include "$NB_SUBNET" --mca oob_tcp_if_include "$NB_SUBNET"
   -x OMP_NUM_THREADS -x OMP_PROC_BIND "${mpirun_extra[@]}")
 on_bed() {  # on_bed PROGRAM ARGS...: mpirun from the first host
   ip netns exec "$(ns h0)" unshare --uts sh -c 'hostname "$0"; exec "$@"' \
     "$(ns h0)" mpirun "${mpirun_args[@]}" "$@"
 }
-oktopk_log "netbench: $hosts hosts at $rate (MTU $mtu${delay:+, delay $delay}), subnet $NB_SUBNET"
+oktopk_log "netbench: $hosts hosts x $ranks_per_host ranks at $rate (MTU $mtu${delay:+, delay $delay}), subnet $NB_SUBNET"
 
 # Bytes each link's shapers passed so far: "host up down" per line.
 link_bytes() {

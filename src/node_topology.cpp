@@ -19,8 +19,8 @@ NodeTopology::NodeTopology() : node_of_rank_{0}, node_sizes_{1} {}
 
 NodeTopology NodeTopology::find(const Communicator& comm, std::int64_t node_size) {
   OKTOPK_REQUIRE(node_size >= 0 && node_size <= INT_MAX, std::invalid_argument, kFind,
-                 "node_size must be in [0, " << INT_MAX << "] (0: the ranks that share memory), got "
-                                             << node_size);
+                 "node_size must be in [0, "
+                     << INT_MAX << "] (0: the ranks that share memory), got " << node_size);
   const int P = comm.size();
   // Every rank names its node by the node's lowest rank; one allgather tells every rank all
   // of them, so every rank builds the same topology.
@@ -82,7 +82,8 @@ std::ostream& operator<<(std::ostream& os, const NodeTopology& topology) {
   const int nodes = topology.nodes();
   os << nodes << (nodes == 1 ? " node" : " nodes");
   if (topology.uniform()) {
-    os << " x " << topology.max_local_size() << (topology.max_local_size() == 1 ? " rank" : " ranks");
+    os << " x " << topology.max_local_size()
+       << (topology.max_local_size() == 1 ? " rank" : " ranks");
   } else {
     os << " of " << topology.min_local_size() << " to " << topology.max_local_size() << " ranks";
   }

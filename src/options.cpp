@@ -209,6 +209,7 @@ const std::vector<std::pair<std::string_view, Setter>>& option_setters() {
       {"dense_allreduce", setter(&Options::dense_allreduce)},
       {"wire", setter(&Options::wire)},
       {"node_size", setter(&Options::node_size)},
+      {"hierarchical", setter(&Options::hierarchical)},
       {"threshold_period", setter(&Options::threshold_period)},
       {"repartition_period", setter(&Options::repartition_period)},
       {"throttle", setter(&Options::throttle)},
@@ -342,6 +343,7 @@ std::ostream& operator<<(std::ostream& os, const Options& o) {
             << (o.wire == Wire::Native ? std::string() : to_text(o.wire))
             << (o.node_size == 0 ? "" : " node_size=")
             << (o.node_size == 0 ? std::string() : std::to_string(o.node_size))
+            << (o.hierarchical ? " hierarchical=on" : "")
             << " threshold_period=" << o.threshold_period
             << " repartition_period=" << o.repartition_period << " throttle=" << o.throttle
             << " balancing=" << o.balancing << " balance_threshold=" << o.balance_threshold

@@ -45,6 +45,7 @@ inline std::vector<std::pair<std::string, std::function<void(Options&)>>> field_
       {"dense_allreduce", [](Options& o) { o.dense_allreduce = DenseAlgorithm::Ring; }},
       {"wire", [](Options& o) { o.wire = oktopk::Wire::BFloat16; }},
       {"node_size", [](Options& o) { o.node_size = 6; }},
+      {"hierarchical", [](Options& o) { o.hierarchical = true; }},
       {"threshold_period", [](Options& o) { o.threshold_period = 11; }},
       {"repartition_period", [](Options& o) { o.repartition_period = 13; }},
       {"throttle", [](Options& o) { o.throttle = 3; }},

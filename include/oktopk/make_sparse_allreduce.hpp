@@ -19,9 +19,12 @@
 #include <oktopk/impl/algorithms/topkdsa.hpp>
 #include <oktopk/impl/base/explicit_instantiation.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/base/value_traits.hpp>
+#include <oktopk/impl/base/wire_rounding.hpp>
 #include <oktopk/impl/comm/failure.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/gpu_aware_mpi.hpp>
+#include <oktopk/impl/handle/hierarchical.hpp>
 
 #include <cstdint>
 #include <exception>
@@ -42,6 +45,43 @@ OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::OkTopkAllreduce)
 OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::S2Reducer)
 
 namespace oktopk {
+
+namespace impl {
+/// The hierarchical mode's handle (Options::hierarchical), for make_sparse_allreduce, after
+/// the checks that every rank makes alike: the node's and the local rank's communicators, the
+/// method's handle on this rank's shard, and the node level around it. A failure on some ranks
+/// only throws on every rank.
+template <class ExecSpace, class Value>
+std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_hierarchical(
+    const ExecSpace& exec, Algorithm algorithm, const Communicator& comm, std::int64_t n,
+    const Options& options, const NodeTopology& nodes);
+
+/// Throws std::invalid_argument starting with `where` unless the hierarchical mode takes this
+/// method, gradient type, layout, wire and node topology. Every rank has the same of each, so
+/// every rank throws alike.
+template <class Value>
+void require_hierarchical_takes(const char* where, Algorithm algorithm, const Options& options,
+                                const Layout& layout, const NodeTopology& nodes) {
+  OKTOPK_REQUIRE(algorithm == Algorithm::Dense || algorithm == Algorithm::TopkA ||
+                     algorithm == Algorithm::TopkDSA || algorithm == Algorithm::GaussianK ||
+                     algorithm == Algorithm::OkTopk,
+                 std::invalid_argument, where,
+                 "hierarchical=on takes methods dense, topka, topkdsa, gaussiank and oktopk, not "
+                     << algorithm);
+  OKTOPK_REQUIRE(
+      (std::is_same_v<Value, float> || std::is_same_v<Value, double>), std::invalid_argument, where,
+      "hierarchical=on takes float and double gradients, not "
+          << ValueTraits<Value>::name << " (MPI cannot sum 16-bit values inside the node)");
+  OKTOPK_REQUIRE(layout.empty(), std::invalid_argument, where,
+                 "hierarchical=on takes no layout (the shards would cut its segments)");
+  OKTOPK_REQUIRE(value_wire<Value>(options) == Wire::Native, std::invalid_argument, where,
+                 "hierarchical=on sends the gradient's own type, not wire=" << options.wire);
+  OKTOPK_REQUIRE(nodes.uniform(), std::invalid_argument, where,
+                 "hierarchical=on needs the same number of ranks on every node (the shards of "
+                 "a node's ranks meet their peers on the other nodes), but the ranks form "
+                     << nodes);
+}
+}  // namespace impl
 
 /// \brief Collective. A handle running `algorithm` on gradients of length n and type Value
 /// (float, the default, or double: make_sparse_allreduce<ExecSpace, double>(...)) over `comm`;
@@ -102,6 +142,14 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
   layout.validate(n);
   // Collective, so before build(): a rank that fails there must not leave the others in it.
   const NodeTopology node_topology = NodeTopology::find(comm, options.node_size);
+  if (options.hierarchical) {
+    impl::require_hierarchical_takes<Value>(where, algorithm, options, layout, node_topology);
+    const std::int64_t serial = comm.next_serial();
+    auto handle =
+        impl::make_hierarchical<ExecSpace, Value>(exec, algorithm, comm, n, options, node_topology);
+    impl::HandleCreation<ExecSpace, Value>::set(*handle, serial, node_topology);
+    return handle;
+  }
   const auto build = [&]() -> std::unique_ptr<SparseAllreduce<ExecSpace, Value>> {
     OKTOPK_FAULT_POINT(comm, "construct");
     switch (algorithm) {
@@ -152,6 +200,48 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
   impl::HandleCreation<ExecSpace, Value>::set(*handle, serial, node_topology);
   return handle;
 }
+
+namespace impl {
+template <class ExecSpace, class Value>
+std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_hierarchical(
+    const ExecSpace& exec, Algorithm algorithm, const Communicator& comm, std::int64_t n,
+    const Options& options, const NodeTopology& nodes) {
+  constexpr const char* where = "oktopk::make_sparse_allreduce";
+  const int L = nodes.local_size();
+  const int local_rank = nodes.local_rank();
+  // The node's ranks by local rank; a local rank's ranks, one per node, by node.
+  const Communicator node = comm.split(nodes.node(), local_rank);
+  const Communicator across = comm.split(local_rank, nodes.node());
+  const std::int64_t shard =
+      hierarchy_shard_begin(n, L, local_rank + 1) - hierarchy_shard_begin(n, L, local_rank);
+  // The method's handle is flat, among its ranks, each its own node.
+  Options method_options = options;
+  method_options.hierarchical = false;
+  method_options.node_size = 1;
+  std::unique_ptr<SparseAllreduce<ExecSpace, Value>> handle;
+  std::exception_ptr failure;
+  std::string cause;
+  try {
+    // Collective among the local rank's ranks only: it throws on all of them alike.
+    auto method = make_sparse_allreduce<ExecSpace, Value>(exec, algorithm, across, shard,
+                                                          method_options, Layout());
+    OKTOPK_FAULT_POINT(comm, "construct");
+    handle = std::make_unique<HierarchicalAllreduce<ExecSpace, Value>>(
+        exec, algorithm, comm, n, options, node, std::move(method));
+  } catch (const std::exception& e) {
+    failure = std::current_exception();
+    cause = one_line(failure_cause(e));
+  } catch (...) {
+    failure = std::current_exception();
+    cause = one_line("an exception of unknown type");
+  }
+  const AgreedFailure agreed = comm.agree_on_failure(failure != nullptr, cause);
+  if (agreed.every_rank) std::rethrow_exception(failure);
+  OKTOPK_REQUIRE(!agreed, std::runtime_error, where,
+                 "rank " << agreed.rank << " could not build the handle: " << agreed.cause);
+  return handle;
+}
+}  // namespace impl
 
 /// \brief make_sparse_allreduce for a buffer without a layout (the empty Layout).
 template <class ExecSpace, class Value = value_type,

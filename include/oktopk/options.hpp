@@ -57,6 +57,14 @@ struct Options {
   /// or emulate several nodes on one machine. A handle finds its nodes when it is made
   /// (SparseAllreduce::node_topology()).
   std::int64_t node_size = 0;
+  /// The hierarchical mode (methods dense, topka, topkdsa, gaussiank and oktopk, for float
+  /// and double gradients without a layout, on nodes of equal size, wire native or the
+  /// gradient's own type): the node's ranks reduce-scatter their gradients, so that each owns
+  /// the node's sum over one shard of about n/L entries; the method runs across the nodes,
+  /// among the ranks with the same local rank, on that shard (error feedback on the node sum);
+  /// the node's ranks allgather the shards' results. The result is the method applied to the
+  /// node sums shard by shard, divided by P (docs/algorithms.md, "The hierarchical mode").
+  bool hierarchical = false;
 
   // ---- Ok-Topk
   /// tau': the local and the global threshold are recomputed exactly every this many calls.
@@ -152,6 +160,10 @@ struct Options {
   }
   Options& set_node_size(std::int64_t v) {
     node_size = v;
+    return *this;
+  }
+  Options& set_hierarchical(bool v) {
+    hierarchical = v;
     return *this;
   }
   Options& set_threshold_period(std::int64_t v) {

@@ -70,6 +70,8 @@ class SectionPayload {
     put_u64(values.size());
     for (const float v : values) put_f32(v);
   }
+  /// Appends `bytes` as they are (SectionParser::rest() reads them back when they come last).
+  void put_bytes(const std::string& bytes) { bytes_ += bytes; }
   const std::string& bytes() const { return bytes_; }
 
  private:

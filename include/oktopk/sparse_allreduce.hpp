@@ -29,6 +29,8 @@ namespace oktopk {
 namespace impl {
 template <class ExecSpace, class Value>
 struct HandleCreation;
+template <class ExecSpace, class Value>
+class HierarchicalAllreduce;
 }  // namespace impl
 
 /// \brief A call's result in sparse form: `size` entries, indices ascending and distinct, values
@@ -174,6 +176,13 @@ class SparseAllreduce {
   /// counter, which save_state writes) to `out`; methods with such state override both hooks.
   virtual void save_method_state(SectionPayload& out) const { (void)out; }
 
+  /// The most bytes save_method_state writes, so that restore_state refuses a damaged length
+  /// before it reads that many. The methods' sections are small: thresholds and P + 1 region
+  /// boundaries.
+  virtual std::uint64_t method_state_limit() const {
+    return 4096 + 16 * static_cast<std::uint64_t>(comm_.size() + 1);
+  }
+
   /// Parses what save_method_state wrote, throwing impl::StateError for content this handle
   /// cannot take, and returns what installs it (empty: nothing to install). restore_state calls
   /// the result only once every rank's checkpoint checked out, so it must not fail; until then
@@ -205,6 +214,8 @@ class SparseAllreduce {
 
  private:
   friend struct impl::HandleCreation<ExecSpace, Value>;
+  /// The hierarchical mode drives a method's handle on its shard from inside its own call.
+  friend class impl::HierarchicalAllreduce<ExecSpace, Value>;
 };
 
 namespace impl {

@@ -66,8 +66,8 @@ TEST(NodeTopology, ForcedSizesGroupConsecutiveRanks) {
                                        " (node_size=" + std::to_string(L) + ")");
     } else {
       EXPECT_EQ(printed(topology), std::to_string(nodes) + " nodes of " + std::to_string(last) +
-                                       " to " + std::to_string(L) + " ranks (node_size=" +
-                                       std::to_string(L) + ")");
+                                       " to " + std::to_string(L) +
+                                       " ranks (node_size=" + std::to_string(L) + ")");
     }
   }
 }

@@ -131,7 +131,8 @@ TEST(OptionsTest, DefaultsBoundariesAndEveryChangedFieldAreValid) {
                         .set_s2_sketch_rows(7)
                         .set_s2_sketch_columns(8)
                         .set_s2_error_feedback(true)
-                        .set_node_size(10);
+                        .set_node_size(10)
+                        .set_hierarchical(true);
   EXPECT_EQ(o.density, 0.25);
   EXPECT_EQ(o.warmup_iterations, 2);
   EXPECT_EQ(o.seed, 9u);
@@ -145,6 +146,8 @@ TEST(OptionsTest, DefaultsBoundariesAndEveryChangedFieldAreValid) {
   EXPECT_EQ(o.s2_sketch_columns, 8);
   EXPECT_TRUE(o.s2_error_feedback);
   EXPECT_EQ(o.node_size, 10);
+  EXPECT_TRUE(o.hierarchical);
+  EXPECT_EQ(printed(Options{}).find("hierarchical"), std::string::npos);
   // Left at its default (the shared-memory nodes), node_size is not printed, so the digest of
   // options that never set it, and every checkpoint made before it existed, stays the same.
   EXPECT_EQ(printed(Options{}).find("node_size"), std::string::npos);
@@ -221,6 +224,7 @@ TEST(OptionsTest, PrintsEveryFieldOnOneLine) {
                                "dense_allreduce=ring",
                                "wire=bf16",
                                "node_size=6",
+                               "hierarchical=on",
                                "threshold_period=11",
                                "repartition_period=13",
                                "throttle=3",

@@ -18,6 +18,7 @@
 #include <oktopk/impl/comm/failure.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/handle/call_checks.hpp>
 #include <oktopk/impl/kernels/accumulate_pass.hpp>
 #include <oktopk/impl/kernels/candidates.hpp>
 #include <oktopk/impl/kernels/count_levels.hpp>
@@ -256,9 +257,7 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
       static_cast<std::int64_t>(grad.extent(0)) == this->n_ &&
       (sparse != nullptr || static_cast<std::int64_t>(out.extent(0)) == this->n_);
   std::int64_t nonfinite = 0;
-  // {rank + 1 of a bad length, of a non-finite gradient, this handle's serial, minus it}: one
-  // MPI_MAX also gives the smallest serial, so a mismatch of handles shows on every rank.
-  std::int64_t bad_rank[4] = {0, 0, this->serial_, -this->serial_};
+  CallAgreement agreed(length_ok, this->comm_.rank(), this->serial_);
   const std::int64_t call = this->iteration_ + 1;
   // The call's input (residual + gradient) goes into acc_, checked on the way, unless the
   // method averages the gradient as it is: then the average is checked instead (below).
@@ -273,36 +272,25 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
         nonfinite = copy_counting_nonfinite(exec, grad, acc_);
       }
     }
-    bad_rank[0] = length_ok ? 0 : this->comm_.rank() + 1;
-    bad_rank[1] = nonfinite == 0 ? 0 : this->comm_.rank() + 1;
+    agreed.values[1] = nonfinite == 0 ? 0 : this->comm_.rank() + 1;
     auto timer = phase(exec, "check");
-    this->comm_.allreduce_in_place(bad_rank, 4, MPI_MAX);
+    this->comm_.allreduce_in_place(agreed.values, 4, MPI_MAX);
   });
-  const bool same_handle = bad_rank[2] == -bad_rank[3];
-  if (bad_rank[0] != 0 || bad_rank[1] != 0 || !same_handle) this->stats_ = previous_stats;
-  OKTOPK_REQUIRE(same_handle, std::invalid_argument, where,
-                 "the ranks' calls at this position belong to different handles (numbers "
-                     << -bad_rank[3] << " to " << bad_rank[2] << " of their communicator; this "
-                     << "rank's is " << this->serial_ << ", " << this->algorithm_ << " on n = "
-                     << this->n_ << "): launch calls in the same order on every rank");
-  OKTOPK_REQUIRE(bad_rank[0] == 0, std::invalid_argument, where,
-                 (sparse != nullptr ? "grad" : "grad and out")
-                     << " must have length " << this->n_ << " on every rank; rank "
-                     << bad_rank[0] - 1 << " passed "
-                     << (this->comm_.rank() + 1 != bad_rank[0]
-                             ? std::string(sparse != nullptr ? "another length" : "other lengths")
-                         : sparse != nullptr ? std::to_string(grad.extent(0))
-                                             : std::to_string(grad.extent(0)) + " and " +
-                                                   std::to_string(out.extent(0))));
-  OKTOPK_REQUIRE(
-      bad_rank[1] == 0, std::invalid_argument, where,
-      "the gradient (plus residual) holds NaN or Inf"
-          << (is_half_v<Value>
-                  ? std::string(", or values that round to Inf as ") + ValueTraits<Value>::name
-                  : std::string())
-          << " on rank " << bad_rank[1] - 1
-          << (this->comm_.rank() + 1 == bad_rank[1] ? " (" + std::to_string(nonfinite) + " entries)"
-                                                    : std::string()));
+  if (!agreed.lengths_ok() || agreed.nonfinite_rank() >= 0 || !agreed.same_handle()) {
+    this->stats_ = previous_stats;
+  }
+  require_same_handle_and_lengths(where, agreed, this->comm_.rank(), this->serial_,
+                                  this->algorithm_, this->n_, sparse != nullptr, grad.extent(0),
+                                  out.extent(0));
+  OKTOPK_REQUIRE(agreed.nonfinite_rank() < 0, std::invalid_argument, where,
+                 "the gradient (plus residual) holds NaN or Inf"
+                     << (is_half_v<Value> ? std::string(", or values that round to Inf as ") +
+                                                ValueTraits<Value>::name
+                                          : std::string())
+                     << " on rank " << agreed.nonfinite_rank()
+                     << (this->comm_.rank() == agreed.nonfinite_rank()
+                             ? " (" + std::to_string(nonfinite) + " entries)"
+                             : std::string()));
 
   // Non-finite averages of an as-is call, counted over all ranks: NaN or Inf in some rank's
   // gradient, or a sum that overflows. The same on every rank, so all throw below.

@@ -205,9 +205,7 @@ void SparseAllreduce<ExecSpace, Value>::restore_state(const ExecSpace& exec, std
                            "oktopk::SparseAllreduce::restored_residual"),
         static_cast<std::size_t>(n_));
     in.section_floats("RESD", "residual", residual.data(), residual.extent(0));
-    // Method sections are small: thresholds and P + 1 region boundaries.
-    SectionParser method =
-        in.section("METH", "method state", 4096 + 16 * static_cast<std::uint64_t>(P + 1));
+    SectionParser method = in.section("METH", "method state", method_state_limit());
     install_method = load_method_state(method);
   } catch (const SectionError& e) {
     failure = 2;

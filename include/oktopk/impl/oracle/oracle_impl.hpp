@@ -13,6 +13,7 @@
 #include <oktopk/impl/oracle/common.hpp>
 #include <oktopk/impl/oracle/dense.hpp>
 #include <oktopk/impl/oracle/gtopk_tree.hpp>
+#include <oktopk/impl/oracle/hierarchical.hpp>
 #include <oktopk/impl/oracle/masked_sum.hpp>
 #include <oktopk/impl/oracle/sketch.hpp>
 
@@ -49,7 +50,10 @@ void expected_result(
       slack_given ? slack
                   : impl::make_uninitialized<Real>(exec, "oktopk::expected_result::slack", n);
 
-  if (stats.dense || handle.algorithm() == Algorithm::Dense) {
+  if (const auto* hierarchical =
+          dynamic_cast<const impl::HierarchicalAllreduce<ExecSpace, Value>*>(&handle)) {
+    impl::expected_hierarchical(exec, *hierarchical, acc, expected, bound, tol);
+  } else if (stats.dense || handle.algorithm() == Algorithm::Dense) {
     impl::expected_dense(exec, handle, acc, expected, bound);
   } else {
     switch (handle.algorithm()) {

@@ -1,0 +1,403 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The hierarchical mode (Options::hierarchical): a node's L ranks reduce-scatter their
+// gradients over the node's own links, so that each owns the node's sum over one shard; a
+// method runs across the N nodes on each shard, among the ranks with the same local rank; the
+// node's ranks allgather the shards' results. Only the method's sparse traffic crosses the
+// network; the dense traffic stays inside the node.
+#pragma once
+
+#include <oktopk/algorithm.hpp>
+#include <oktopk/communicator.hpp>
+#include <oktopk/error.hpp>
+#include <oktopk/section_file.hpp>
+#include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/base/value_traits.hpp>
+#include <oktopk/impl/comm/failure.hpp>
+#include <oktopk/impl/comm/fault_injection.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
+#include <oktopk/impl/handle/call_checks.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace oktopk::impl {
+
+/// The first entry of shard s when n entries are cut into L shards (shard L starts at n): the
+/// shards differ by at most one entry, so the L calls across the nodes are equally large.
+inline std::int64_t hierarchy_shard_begin(std::int64_t n, int L, int s) {
+  return static_cast<std::int64_t>(s) * n / L;
+}
+
+// The mode's kernels are named functors: nvcc's host-side lambda wrappers break when several
+// translation units instantiate one kernel (docs/design.md, rule 5).
+
+/// How many entries of residual + sums are not finite, summed as the method's accumulate pass
+/// sums them, so that the method cannot reject a call this check passed.
+template <class Residual, class Sums>
+struct CountNonfiniteAccumulated {
+  Residual residual;
+  Sums sums;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& count) const {
+    if (!is_finite(residual(i) + to_arithmetic(sums(i)))) ++count;
+  }
+};
+
+/// How many entries of x are not finite.
+template <class X>
+struct CountNonfinite {
+  X x;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& count) const {
+    if (!is_finite(to_arithmetic(x(i)))) ++count;
+  }
+};
+
+/// x(i) = x(i) / divisor, for i < the policy's end (a division, as the methods' averages are).
+template <class X>
+struct DivideInPlace {
+  X x;
+  float divisor = 1.0f;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    using Stored = typename X::non_const_value_type;
+    x(i) = value_cast<Stored>(to_arithmetic(x(i)) / divisor);
+  }
+};
+
+/// A sparse shard result made global: indices(j) += offset, values(j) /= divisor.
+template <class Indices, class Values>
+struct ShardEntriesToNode {
+  Indices indices;
+  Values values;
+  index_type offset = 0;
+  float divisor = 1.0f;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
+    using Stored = typename Values::non_const_value_type;
+    indices(j) += offset;
+    values(j) = value_cast<Stored>(to_arithmetic(values(j)) / divisor);
+  }
+};
+
+/// \brief A handle in the hierarchical mode: the node level around a handle of the method
+/// (`across`) that runs among the ranks of one local rank, one per node, on this rank's shard.
+///
+/// Its residual() is n long: the shard's residual (the method's, on the node's sum) in this
+/// rank's shard, zero elsewhere, so that the node's ranks' residual() + grad sum to the node's
+/// accumulated gradient. stats() are the method's on this rank's shard (k is the handle's),
+/// with the phases the node level adds: hierarchy_check (on the whole communicator),
+/// node_reduce_scatter and node_allgather (inside the node).
+template <class ExecSpace, class Value>
+class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
+  using Base = SparseAllreduce<ExecSpace, Value>;
+
+ public:
+  using typename Base::const_vector_type;
+  using typename Base::index_vector_type;
+  using typename Base::memory_space;
+  using typename Base::sparse_result_type;
+  using typename Base::vector_type;
+
+  /// `node`: the ranks of this rank's node, ranked by local rank; `across`: the method's handle
+  /// over this rank's shard, among the ranks of its local rank, ranked by node.
+  HierarchicalAllreduce(const ExecSpace& exec, Algorithm algorithm, const Communicator& comm,
+                        std::int64_t n, const Options& options, const Communicator& node,
+                        std::unique_ptr<Base> across)
+      : Base(exec, algorithm, comm, n, options, Layout()),
+        node_(node),
+        across_(std::move(across)),
+        shard_sums_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                       "oktopk::SparseAllreduce::shard_sums"),
+                    static_cast<std::size_t>(across_->size())),
+        shard_out_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                      "oktopk::SparseAllreduce::shard_out"),
+                   static_cast<std::size_t>(across_->size())) {
+    const int L = node_.size();
+    for (int s = 0; s < L; ++s) {
+      const std::int64_t begin = hierarchy_shard_begin(n, L, s);
+      shard_displacements_.push_back(static_cast<int>(begin));
+      shard_counts_.push_back(static_cast<int>(hierarchy_shard_begin(n, L, s + 1) - begin));
+    }
+    OKTOPK_ASSERT(shard_counts_[node_.rank()] == across_->size());
+    fence(exec, "oktopk::HierarchicalAllreduce: buffers ready");
+  }
+
+  /// The method's handle on this rank's shard.
+  const Base& across_nodes() const { return *across_; }
+  /// The ranks of this rank's node.
+  const Communicator& node_communicator() const { return node_; }
+  /// This rank's shard: [shard_begin(), shard_begin() + across_nodes().size()).
+  std::int64_t shard_begin() const { return shard_displacements_[node_.rank()]; }
+
+ protected:
+  void reduce_now(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out,
+                  sparse_result_type* sparse) override;
+
+  /// The method's own checkpoint, whole: its residual, counters and state.
+  void save_method_state(SectionPayload& out) const override {
+    std::ostringstream os;
+    across_->save_state(ExecSpace(), os);
+    out.put_bytes(os.str());
+  }
+
+  /// The method's checkpoint: its residual, and its own sections, with room for the headers.
+  std::uint64_t method_state_limit() const override {
+    return 4096 +
+           sizeof(typename Base::arithmetic_type) *
+               static_cast<std::uint64_t>(shard_sums_.extent(0)) +
+           across_->method_state_limit();
+  }
+
+  std::function<void(const ExecSpace&)> load_method_state(SectionParser& in) override {
+    // The checkpoint's head matched this handle's algorithm, n, P, rank and options, which
+    // make the same method handle: its own checks, run when the state is installed, pass.
+    std::string across_state = in.rest();
+    return [this, across_state = std::move(across_state)](const ExecSpace& exec) {
+      std::istringstream is(across_state);
+      across_->restore_state(exec, is);
+    };
+  }
+
+ private:
+  /// Runs `body`, part of a collective call, in phase `phase`; if it throws on this rank, the
+  /// job ends (abort_after_local_failure), since the other ranks may wait inside MPI.
+  template <class Body>
+  void run_or_abort(std::int64_t call, const char* phase, Body&& body) const {
+    OKTOPK_FAULT_CALL(call);
+    try {
+      body();
+    } catch (const std::exception& e) {
+      abort_after_local_failure(this->comm_, failure_cause(e), phase, this->algorithm_, call);
+    } catch (...) {
+      abort_after_local_failure(this->comm_, "an exception of unknown type", phase,
+                                this->algorithm_, call);
+    }
+  }
+
+  /// Fences `exec` and adds the time since `timer` started to phase `name` of `stats`.
+  static void add_phase_time(const ExecSpace& exec, ReduceStats& stats, const char* name,
+                             const Kokkos::Timer& timer) {
+    fence(exec, "oktopk::HierarchicalAllreduce::phase");
+    stats.phases[name].seconds += timer.seconds();
+  }
+
+  /// The node's allgather of a sparse shard result into `result`.
+  void gather_sparse(const ExecSpace& exec, sparse_result_type& result);
+
+  Communicator node_;
+  std::unique_ptr<Base> across_;
+  std::vector<int> shard_counts_;         // entries of each local rank's shard
+  std::vector<int> shard_displacements_;  // and where it starts
+  vector_type shard_sums_;                // the node's sum over this rank's shard
+  vector_type shard_out_;                 // the method's output on the shard
+  sparse_result_type shard_result_;       // the method's sparse output on the shard
+};
+
+template <class ExecSpace, class Value>
+void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
+                                                         const const_vector_type& grad,
+                                                         const vector_type& out,
+                                                         sparse_result_type* sparse) {
+  const char* const where = sparse != nullptr ? "oktopk::SparseAllreduce::reduce_sparse"
+                                              : "oktopk::SparseAllreduce::reduce";
+  ScopedRegion region(where);
+  const std::int64_t call = this->iteration_ + 1;
+  const int rank = this->comm_.rank();
+  const int L = node_.size();
+  const auto shard = static_cast<std::int64_t>(shard_sums_.extent(0));
+  const auto shard_range = Kokkos::make_pair(static_cast<std::size_t>(shard_begin()),
+                                             static_cast<std::size_t>(shard_begin() + shard));
+  this->comm_.reset_traffic();
+  node_.reset_traffic();
+  ReduceStats stats;
+
+  // The lengths and the handle first: the node's reduce-scatter must not read a short View.
+  const bool length_ok =
+      static_cast<std::int64_t>(grad.extent(0)) == this->n_ &&
+      (sparse != nullptr || static_cast<std::int64_t>(out.extent(0)) == this->n_);
+  CallAgreement agreed(length_ok, rank, this->serial_);
+  run_or_abort(call, "hierarchy_check", [&] {
+    auto scope = this->comm_.phase("hierarchy_check");
+    this->comm_.allreduce_in_place(agreed.values, 4, MPI_MAX);
+  });
+  require_same_handle_and_lengths(where, agreed, rank, this->serial_, this->algorithm_, this->n_,
+                                  sparse != nullptr, grad.extent(0), out.extent(0));
+
+  run_or_abort(call, "node_reduce_scatter", [&] {
+    Kokkos::Timer timer;
+    auto scope = node_.phase("node_reduce_scatter");
+    const auto send = mpi_send_view(exec, grad);
+    auto receive = mpi_receive_view(exec, shard_sums_);
+    node_.reduce_scatter(send.data(), receive.data(), shard_counts_.data(), MPI_SUM);
+    mpi_received(exec, receive, shard_sums_, 0, shard);
+    add_phase_time(exec, stats, "node_reduce_scatter", timer);
+  });
+
+  // The method's input on this shard, residual + the node's sum, must be finite on every
+  // shard: checked here, over the whole communicator, so that no method call rejects its input
+  // on some shards only (the others would then go on to the node's allgather alone).
+  std::int64_t nonfinite_here = 0;
+  std::int64_t nonfinite_rank = 0;
+  run_or_abort(call, "hierarchy_check", [&] {
+    Kokkos::Timer timer;
+    Kokkos::parallel_reduce("oktopk::HierarchicalAllreduce::check",
+                            RangeOf<ExecSpace>(exec, 0, shard),
+                            CountNonfiniteAccumulated<decltype(across_->residual()), vector_type>{
+                                across_->residual(), shard_sums_},
+                            nonfinite_here);
+    nonfinite_rank = nonfinite_here == 0 ? 0 : rank + 1;
+    auto scope = this->comm_.phase("hierarchy_check");
+    this->comm_.allreduce_in_place(&nonfinite_rank, 1, MPI_MAX);
+    add_phase_time(exec, stats, "hierarchy_check", timer);
+  });
+  if (nonfinite_rank != 0) {
+    // Which rank's gradient is to blame takes one more pass and allreduce, on this path only.
+    std::int64_t bad_input = 0;
+    std::int64_t bad_entries = 0;
+    run_or_abort(call, "hierarchy_check", [&] {
+      Kokkos::parallel_reduce("oktopk::HierarchicalAllreduce::blame",
+                              RangeOf<ExecSpace>(exec, 0, this->n_),
+                              CountNonfinite<const_vector_type>{grad}, bad_entries);
+      bad_input = bad_entries == 0 ? 0 : rank + 1;
+      this->comm_.allreduce_in_place(&bad_input, 1, MPI_MAX);
+    });
+    OKTOPK_REQUIRE(bad_input == 0, std::invalid_argument, where,
+                   "the gradient holds NaN or Inf on rank "
+                       << bad_input - 1
+                       << (rank + 1 == bad_input ? " (" + std::to_string(bad_entries) + " entries)"
+                                                 : std::string()));
+    OKTOPK_REQUIRE(false, std::invalid_argument, where,
+                   "the sum over a node's ranks (plus the residual) overflows to Inf on the shard "
+                   "of rank "
+                       << nonfinite_rank - 1
+                       << " (every gradient is finite); the call was rejected and the handle "
+                          "is as it was");
+  }
+
+  // The method's call on the shard. Its input is finite everywhere, so the only rejection
+  // left is the dense method's, of a sum across the nodes that overflows, which may happen on
+  // some shards only: every rank learns of it, and the shards whose call went through are put
+  // back (the dense method's state is its call counter), so the handle stays as it was.
+  const std::int64_t across_iteration = across_->iteration_;
+  const ReduceStats across_stats = across_->stats_;
+  std::string rejected;
+  try {
+    across_->reduce_now(exec, shard_sums_, shard_out_,
+                        sparse != nullptr ? &shard_result_ : nullptr);
+  } catch (const std::invalid_argument& e) {
+    rejected = e.what();
+  }
+  if (this->algorithm_ == Algorithm::Dense) {
+    AgreedFailure failure;
+    run_or_abort(call, "hierarchy_check", [&] {
+      auto scope = this->comm_.phase("hierarchy_check");
+      failure = this->comm_.agree_on_failure(!rejected.empty(), rejected);
+    });
+    if (failure) {
+      if (rejected.empty()) {
+        across_->iteration_ = across_iteration;
+        across_->stats_ = across_stats;
+      }
+      throw std::invalid_argument(failure.cause);
+    }
+  }
+  OKTOPK_ASSERT(rejected.empty());
+
+  run_or_abort(call, "node_allgather", [&] {
+    Kokkos::Timer timer;
+    auto scope = node_.phase("node_allgather");
+    if (sparse != nullptr) {
+      gather_sparse(exec, *sparse);
+    } else {
+      // The method averaged over the N nodes; the result is the average over all P ranks.
+      Kokkos::parallel_for("oktopk::HierarchicalAllreduce::divide",
+                           RangeOf<ExecSpace>(exec, 0, shard),
+                           DivideInPlace<vector_type>{shard_out_, static_cast<float>(L)});
+      const auto send = mpi_send_view(exec, shard_out_);
+      auto receive = mpi_receive_view(exec, out);
+      node_.allgatherv(send.data(), shard, receive.data(), shard_counts_.data(),
+                       shard_displacements_.data());
+      mpi_received(exec, receive, out, 0, this->n_);
+    }
+    add_phase_time(exec, stats, "node_allgather", timer);
+  });
+
+  run_or_abort(call, "residual", [&] {
+    Kokkos::deep_copy(exec, Kokkos::subview(this->residual_, shard_range), across_->residual());
+    fence(exec, "oktopk::HierarchicalAllreduce: residual");
+  });
+
+  ++this->iteration_;
+  // The method's numbers on this shard, with the node level's phases beside its own (their
+  // names differ): their times, and their traffic inside the node and over the communicator.
+  ReduceStats result = across_->stats();
+  for (const auto& [name, phase] : stats.phases) result.phases[name].seconds += phase.seconds;
+  for (const auto& [name, traffic] : node_.traffic()) result.phases[name].traffic += traffic;
+  for (const auto& [name, traffic] : this->comm_.traffic()) result.phases[name].traffic += traffic;
+  result.iteration = this->iteration_;
+  result.k = this->k_;
+  this->stats_ = std::move(result);
+  this->last_out_ = out;
+  this->last_sparse_ = sparse != nullptr ? *sparse : sparse_result_type();
+  this->last_was_sparse_ = sparse != nullptr;
+}
+
+template <class ExecSpace, class Value>
+void HierarchicalAllreduce<ExecSpace, Value>::gather_sparse(const ExecSpace& exec,
+                                                            sparse_result_type& result) {
+  const int L = node_.size();
+  const std::int64_t mine = shard_result_.size;
+  Kokkos::parallel_for("oktopk::HierarchicalAllreduce::shard_entries",
+                       RangeOf<ExecSpace>(exec, 0, mine),
+                       ShardEntriesToNode<index_vector_type, vector_type>{
+                           shard_result_.indices, shard_result_.values,
+                           static_cast<index_type>(shard_begin()), static_cast<float>(L)});
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(L));
+  node_.allgather(&mine, 1, sizes.data());
+  std::vector<int> counts(static_cast<std::size_t>(L));
+  std::vector<int> displacements(static_cast<std::size_t>(L));
+  std::int64_t total = 0;
+  for (int s = 0; s < L; ++s) {
+    // The shards' entries are at most its length each, n < 2^31 in all.
+    counts[s] = static_cast<int>(sizes[s]);
+    displacements[s] = static_cast<int>(total);
+    total += sizes[s];
+  }
+  // Grown, not shrunk: one SparseResult serves a whole run.
+  if (result.indices.extent(0) == 0)
+    result.indices = index_vector_type("oktopk::SparseResult::indices", 0);
+  if (result.values.extent(0) == 0) result.values = vector_type("oktopk::SparseResult::values", 0);
+  ensure_capacity(exec, result.indices, total);
+  ensure_capacity(exec, result.values, total);
+  result.size = total;
+  const auto part = Kokkos::make_pair(std::size_t{0}, static_cast<std::size_t>(mine));
+  const auto all = Kokkos::make_pair(std::size_t{0}, static_cast<std::size_t>(total));
+  {
+    const auto send = mpi_send_view(exec, Kokkos::subview(shard_result_.indices, part));
+    const auto target = Kokkos::subview(result.indices, all);
+    auto receive = mpi_receive_view(exec, target);
+    node_.allgatherv(send.data(), mine, receive.data(), counts.data(), displacements.data());
+    mpi_received(exec, receive, target, 0, total);
+  }
+  {
+    const auto send = mpi_send_view(exec, Kokkos::subview(shard_result_.values, part));
+    const auto target = Kokkos::subview(result.values, all);
+    auto receive = mpi_receive_view(exec, target);
+    node_.allgatherv(send.data(), mine, receive.data(), counts.data(), displacements.data());
+    mpi_received(exec, receive, target, 0, total);
+  }
+}
+
+}  // namespace oktopk::impl
+
+// Compiled once, in liboktopk (src/instantiate/).
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::HierarchicalAllreduce)
