@@ -43,14 +43,16 @@ inline std::int64_t hierarchy_shard_begin(std::int64_t n, int L, int s) {
 // The mode's kernels are named functors: nvcc's host-side lambda wrappers break when several
 // translation units instantiate one kernel (docs/design.md, rule 5).
 
-/// How many entries of residual + sums are not finite, summed as the method's accumulate pass
-/// sums them, so that the method cannot reject a call this check passed.
-template <class Residual, class Sums>
-struct CountNonfiniteAccumulated {
+/// input(i) = residual(i) + grad(i), summed as the methods' accumulate pass sums them: what
+/// this rank adds to its node's sum.
+template <class Input, class Residual, class Grad>
+struct AddResidual {
+  Input input;
   Residual residual;
-  Sums sums;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& count) const {
-    if (!is_finite(residual(i) + to_arithmetic(sums(i)))) ++count;
+  Grad grad;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    using Stored = typename Input::non_const_value_type;
+    input(i) = value_cast<Stored>(residual(i) + to_arithmetic(grad(i)));
   }
 };
 
@@ -93,9 +95,12 @@ struct ShardEntriesToNode {
 ///
 /// Its residual() is n long: the shard's residual (the method's, on the node's sum) in this
 /// rank's shard, zero elsewhere, so that the node's ranks' residual() + grad sum to the node's
-/// accumulated gradient. stats() are the method's on this rank's shard (k is the handle's),
-/// with the phases the node level adds: hierarchy_check (on the whole communicator),
-/// node_reduce_scatter and node_allgather (inside the node).
+/// accumulated gradient: each rank adds its residual to its gradient before the node sums,
+/// and the method, its own residual cleared, takes the node's sum as its input. stats() are
+/// the method's on this rank's shard (k is the handle's), with the node level's phases beside
+/// its own: hierarchy_check (on the whole communicator), node_reduce_scatter and
+/// node_allgather (inside the node), and accumulate grows by the pass over n that forms this
+/// rank's part of the node's sum.
 template <class ExecSpace, class Value>
 class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   using Base = SparseAllreduce<ExecSpace, Value>;
@@ -115,6 +120,9 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
       : Base(exec, algorithm, comm, n, options, Layout()),
         node_(node),
         across_(std::move(across)),
+        input_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                  "oktopk::SparseAllreduce::hierarchy_input"),
+               static_cast<std::size_t>(n)),
         shard_sums_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
                                        "oktopk::SparseAllreduce::shard_sums"),
                     static_cast<std::size_t>(across_->size())),
@@ -197,6 +205,7 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   std::unique_ptr<Base> across_;
   std::vector<int> shard_counts_;         // entries of each local rank's shard
   std::vector<int> shard_displacements_;  // and where it starts
+  vector_type input_;                     // residual + grad: what this rank adds to the node's
   vector_type shard_sums_;                // the node's sum over this rank's shard
   vector_type shard_out_;                 // the method's output on the shard
   sparse_result_type shard_result_;       // the method's sparse output on the shard
@@ -232,28 +241,39 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   require_same_handle_and_lengths(where, agreed, rank, this->serial_, this->algorithm_, this->n_,
                                   sparse != nullptr, grad.extent(0), out.extent(0));
 
+  // What this rank adds to its node's sum: its gradient, plus the residual of its shard (zero
+  // elsewhere). The method then gets the node's sum as its whole input (its own residual is
+  // cleared below): error feedback on the node's sum, and sums of exactly what residual() +
+  // grad is on each rank.
+  run_or_abort(call, "accumulate", [&] {
+    Kokkos::Timer timer;
+    Kokkos::parallel_for(
+        "oktopk::HierarchicalAllreduce::accumulate", RangeOf<ExecSpace>(exec, 0, this->n_),
+        AddResidual<vector_type, typename Base::residual_vector_type, const_vector_type>{
+            input_, this->residual_, grad});
+    add_phase_time(exec, stats, "accumulate", timer);
+  });
+
   run_or_abort(call, "node_reduce_scatter", [&] {
     Kokkos::Timer timer;
     auto scope = node_.phase("node_reduce_scatter");
-    const auto send = mpi_send_view(exec, grad);
+    const auto send = mpi_send_view(exec, input_);
     auto receive = mpi_receive_view(exec, shard_sums_);
     node_.reduce_scatter(send.data(), receive.data(), shard_counts_.data(), MPI_SUM);
     mpi_received(exec, receive, shard_sums_, 0, shard);
     add_phase_time(exec, stats, "node_reduce_scatter", timer);
   });
 
-  // The method's input on this shard, residual + the node's sum, must be finite on every
-  // shard: checked here, over the whole communicator, so that no method call rejects its input
-  // on some shards only (the others would then go on to the node's allgather alone).
+  // The method's input on this shard, the node's sum, must be finite on every shard: checked
+  // here, over the whole communicator, so that no method call rejects its input on some
+  // shards only (the others would then go on to the node's allgather alone).
   std::int64_t nonfinite_here = 0;
   std::int64_t nonfinite_rank = 0;
   run_or_abort(call, "hierarchy_check", [&] {
     Kokkos::Timer timer;
     Kokkos::parallel_reduce("oktopk::HierarchicalAllreduce::check",
                             RangeOf<ExecSpace>(exec, 0, shard),
-                            CountNonfiniteAccumulated<decltype(across_->residual()), vector_type>{
-                                across_->residual(), shard_sums_},
-                            nonfinite_here);
+                            CountNonfinite<vector_type>{shard_sums_}, nonfinite_here);
     nonfinite_rank = nonfinite_here == 0 ? 0 : rank + 1;
     auto scope = this->comm_.phase("hierarchy_check");
     this->comm_.allreduce_in_place(&nonfinite_rank, 1, MPI_MAX);
@@ -291,6 +311,11 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   const ReduceStats across_stats = across_->stats_;
   std::string rejected;
   try {
+    // The node's sum holds the residual already (its own, for the methods without error
+    // feedback, stays zero).
+    run_or_abort(call, "accumulate", [&] {
+      Kokkos::deep_copy(exec, across_->residual_, typename Base::arithmetic_type(0));
+    });
     across_->reduce_now(exec, shard_sums_, shard_out_,
                         sparse != nullptr ? &shard_result_ : nullptr);
   } catch (const std::invalid_argument& e) {
