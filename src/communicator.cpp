@@ -62,7 +62,6 @@ constexpr const char* kIsend = "oktopk::Communicator::isend";
 constexpr const char* kIrecv = "oktopk::Communicator::irecv";
 constexpr const char* kWaitAll = "oktopk::Communicator::Requests::wait_all";
 constexpr const char* kAllreduce = "oktopk::Communicator::allreduce";
-constexpr const char* kReduceScatter = "oktopk::Communicator::reduce_scatter";
 constexpr const char* kAlltoall = "oktopk::Communicator::alltoall";
 constexpr const char* kAllgather = "oktopk::Communicator::allgather";
 constexpr const char* kAllgatherv = "oktopk::Communicator::allgatherv";
@@ -517,24 +516,6 @@ void Communicator::allgather_impl(const void* send, count_type count, void* rece
   OKTOPK_MPI_CHECK(kAllgather, MPI_Allgather(send, n, type, receive, n, type, state_->comm));
   // allgatherv with equal counts: c_r = bytes, T = P * bytes.
   charge("allgather", -1, (size_ - 1) * bytes, (size_ - 1) * bytes, size_ - 1, size_ - 1);
-}
-
-void Communicator::reduce_scatter_impl(const void* send, void* receive, const int* counts,
-                                       MPI_Datatype type, MPI_Op op) const {
-  OKTOPK_REQUIRE(counts != nullptr, std::invalid_argument, kReduceScatter,
-                 "counts must not be null");
-  count_type total = 0;
-  for (int r = 0; r < size_; ++r) {
-    OKTOPK_REQUIRE(counts[r] >= 0, std::invalid_argument, kReduceScatter,
-                   "counts[" << r << "] = " << counts[r] << " is negative");
-    total += counts[r];
-  }
-  checked_count(kReduceScatter, "the sum of counts", total);
-  const std::int64_t size = type_size(kReduceScatter, type);
-  OKTOPK_MPI_CHECK(kReduceScatter,
-                   MPI_Reduce_scatter(send, receive, counts, type, op, state_->comm));
-  const std::int64_t others = (total - counts[rank_]) * size;
-  charge("reduce_scatter", -1, others, others, size_ - 1, size_ - 1);
 }
 
 void Communicator::allgatherv_impl(const void* send, count_type count, void* receive,

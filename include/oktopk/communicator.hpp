@@ -35,8 +35,7 @@ bool operator==(const PhaseTraffic& a, const PhaseTraffic& b);
 struct MessageRecord {
   std::string phase;      ///< the phase it was charged to
   const char* operation;  ///< "send", "recv", or the collective: "allreduce", "alltoall",
-                          ///< "reduce_scatter", "allgather", "allgatherv", "bcast" (static
-                          ///< strings)
+                          ///< "allgather", "allgatherv", "bcast" (static strings)
   int peer;               ///< destination (send), source (recv), or -1 (collective)
   std::int64_t bytes_sent;
   std::int64_t bytes_received;
@@ -83,8 +82,6 @@ std::int64_t agreement_digest(double value);
 /// (B bytes split into P blocks b_r = B/P, the first B mod P one byte larger):
 ///   allreduce  (reduce-scatter + allgather): sent = received = (B - b_r) + (P-1)·b_r,
 ///              messages 2(P-1) each way;
-///   reduce_scatter (its first half, with this rank's block c_r of the T bytes each rank
-///              sends): sent = received = T - c_r, messages P-1 each way;
 ///   allgatherv (every block reaches every other rank once, c_r = this rank's bytes,
 ///              T = total): sent = (P-1)·c_r, received = T - c_r, messages P-1 each way;
 ///   bcast      (scatter + allgather, root q): root sent (B - b_q) + (P-1)·b_q, received B - b_q;
@@ -212,12 +209,6 @@ class Communicator {
   void allreduce(const T* send, T* receive, count_type count, MPI_Op op) const;
   template <class T>
   void allreduce_in_place(T* buffer, count_type count, MPI_Op op) const;
-  /// \brief The SUM (or `op`) over the ranks of `send`, scattered: `send` holds the sum of
-  /// counts[0] + ... + counts[P-1] elements on every rank, and rank r receives the reduced
-  /// counts[r] that start at counts[0] + ... + counts[r-1]. `counts` (in elements) must be the
-  /// same on every rank.
-  template <class T>
-  void reduce_scatter(const T* send, T* receive, const int* counts, MPI_Op op) const;
   /// Every rank sends `count_per_rank` elements to every rank (itself included).
   template <class T>
   void alltoall(const T* send, T* receive, count_type count_per_rank) const;
@@ -258,8 +249,6 @@ class Communicator {
                    Requests& requests) const;
   void allreduce_impl(const void* send, void* receive, count_type count, MPI_Datatype type,
                       MPI_Op op) const;
-  void reduce_scatter_impl(const void* send, void* receive, const int* counts, MPI_Datatype type,
-                           MPI_Op op) const;
   void alltoall_impl(const void* send, void* receive, count_type count, MPI_Datatype type) const;
   void allgather_impl(const void* send, count_type count, void* receive, MPI_Datatype type) const;
   void allgatherv_impl(const void* send, count_type count, void* receive, const int* counts,
@@ -326,11 +315,6 @@ void Communicator::allreduce(const T* send, T* receive, count_type count, MPI_Op
 template <class T>
 void Communicator::allreduce_in_place(T* buffer, count_type count, MPI_Op op) const {
   allreduce_impl(MPI_IN_PLACE, buffer, count, impl::mpi_datatype<T>(), op);
-}
-
-template <class T>
-void Communicator::reduce_scatter(const T* send, T* receive, const int* counts, MPI_Op op) const {
-  reduce_scatter_impl(send, receive, counts, impl::mpi_datatype<T>(), op);
 }
 
 template <class T>

@@ -46,7 +46,7 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 ///   ranks, and on each shard the flat oracle above of the method over those node sums (the
 ///   method's own handle on the shard, its thresholds), divided by the ranks per node L; the
 ///   slack adds 2(L-1)·u·sum over ranks of |acc| / P for L >= 3, since the node sums are formed
-///   in another order than the call's reduce-scatter (docs/algorithms.md);
+///   here in MPI's order and in the call in local rank order (docs/algorithms.md);
 /// - S2Reducer: impl::s2_oracle: the dense mean of acc, sketched once with the method's hashes
 ///   and decoded on the union of the ranks' non-zero rows (equal by linearity of the sketch).
 ///   With a layout: the Dense segments get the mean of acc over ranks; the SparseRows segments'

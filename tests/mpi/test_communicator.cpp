@@ -1022,43 +1022,6 @@ TEST(Communicator, AgreeOnFailureCutsALongCause) {
   EXPECT_EQ(agreed.cause, std::string(65536, 'x'));
 }
 
-TEST(Communicator, ReduceScatterSumsAndScattersUnequalBlocks) {
-  Communicator comm;
-  const int P = comm.size();
-  const int rank = comm.rank();
-  // Blocks of 0, 1 and 2 elements in turn: empty ones included.
-  std::vector<int> counts(static_cast<std::size_t>(P));
-  std::vector<int> offsets(static_cast<std::size_t>(P));
-  int total = 0;
-  for (int r = 0; r < P; ++r) {
-    counts[r] = r % 3;
-    offsets[r] = total;
-    total += counts[r];
-  }
-  std::vector<std::int64_t> send(static_cast<std::size_t>(total));
-  for (int i = 0; i < total; ++i) send[i] = 1000 * rank + i;
-  std::vector<std::int64_t> receive(static_cast<std::size_t>(counts[rank]) + 1, -7);
-  comm.reduce_scatter(send.data(), receive.data(), counts.data(), MPI_SUM);
-  const std::int64_t ranks_sum = std::int64_t{1000} * P * (P - 1) / 2;
-  for (int j = 0; j < counts[rank]; ++j) {
-    EXPECT_EQ(receive[j], ranks_sum + std::int64_t{P} * (offsets[rank] + j)) << "entry " << j;
-  }
-  EXPECT_EQ(receive[counts[rank]], -7) << "wrote past its block";
-  // The formula of the header: every byte but this rank's block, each way.
-  const std::int64_t others = std::int64_t{8} * (total - counts[rank]);
-  const PhaseTraffic t = comm.total_traffic();
-  EXPECT_EQ(t.bytes_sent, others);
-  EXPECT_EQ(t.bytes_received, others);
-  EXPECT_EQ(t.messages_sent, P - 1);
-  EXPECT_EQ(t.messages_received, P - 1);
-  EXPECT_EQ(sum_over_ranks(t.bytes_sent), sum_over_ranks(t.bytes_received));
-  const std::vector<int> negative(static_cast<std::size_t>(P), -1);
-  const std::string message = oktopk::test::invalid_argument_of(
-      [&] { comm.reduce_scatter(send.data(), receive.data(), negative.data(), MPI_SUM); });
-  EXPECT_TRUE(starts_with(message, "oktopk::Communicator::reduce_scatter: counts[0] = -1"))
-      << message;
-}
-
 TEST(Communicator, SplitGroupsByColorAndRanksByKey) {
   const Communicator comm;
   const int P = comm.size();

@@ -43,16 +43,30 @@ inline std::int64_t hierarchy_shard_begin(std::int64_t n, int L, int s) {
 // The mode's kernels are named functors: nvcc's host-side lambda wrappers break when several
 // translation units instantiate one kernel (docs/design.md, rule 5).
 
-/// input(i) = residual(i) + grad(i), summed as the methods' accumulate pass sums them: what
-/// this rank adds to its node's sum.
-template <class Input, class Residual, class Grad>
-struct AddResidual {
-  Input input;
+/// sums(i) = the sum over the node's local ranks, in their order, of their input at entry
+/// begin + i of this rank's shard: this rank's own, residual + grad (summed as the methods'
+/// accumulate pass sums them), at its place; the others' gradients (their residuals are zero
+/// here) from `pieces`, one block of `length` per other local rank, in local rank order.
+template <class Sums, class Residual, class Grad, class Pieces>
+struct SumNodeParts {
+  Sums sums;
   Residual residual;
   Grad grad;
+  Pieces pieces;
+  std::int64_t begin = 0;
+  std::int64_t length = 0;
+  int local_ranks = 1;
+  int local_rank = 0;
+  KOKKOS_INLINE_FUNCTION auto part(const int s, const std::int64_t i) const {
+    // Block b of pieces holds local rank b's part below this rank, b + 1's above it.
+    return s == local_rank ? residual(begin + i) + to_arithmetic(grad(begin + i))
+                           : to_arithmetic(pieces((s < local_rank ? s : s - 1) * length + i));
+  }
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
-    using Stored = typename Input::non_const_value_type;
-    input(i) = value_cast<Stored>(residual(i) + to_arithmetic(grad(i)));
+    using Stored = typename Sums::non_const_value_type;
+    auto sum = part(0, i);
+    for (int s = 1; s < local_ranks; ++s) sum += part(s, i);
+    sums(i) = value_cast<Stored>(sum);
   }
 };
 
@@ -99,8 +113,7 @@ struct ShardEntriesToNode {
 /// and the method, its own residual cleared, takes the node's sum as its input. stats() are
 /// the method's on this rank's shard (k is the handle's), with the node level's phases beside
 /// its own: hierarchy_check (on the whole communicator), node_reduce_scatter and
-/// node_allgather (inside the node), and accumulate grows by the pass over n that forms this
-/// rank's part of the node's sum.
+/// node_allgather (inside the node; the node's sums are formed in node_reduce_scatter).
 template <class ExecSpace, class Value>
 class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   using Base = SparseAllreduce<ExecSpace, Value>;
@@ -120,12 +133,12 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
       : Base(exec, algorithm, comm, n, options, Layout()),
         node_(node),
         across_(std::move(across)),
-        input_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                                  "oktopk::SparseAllreduce::hierarchy_input"),
-               static_cast<std::size_t>(n)),
         shard_sums_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
                                        "oktopk::SparseAllreduce::shard_sums"),
                     static_cast<std::size_t>(across_->size())),
+        pieces_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                   "oktopk::SparseAllreduce::node_pieces"),
+                static_cast<std::size_t>((node.size() - 1) * across_->size())),
         shard_out_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
                                       "oktopk::SparseAllreduce::shard_out"),
                    static_cast<std::size_t>(across_->size())) {
@@ -205,8 +218,8 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   std::unique_ptr<Base> across_;
   std::vector<int> shard_counts_;         // entries of each local rank's shard
   std::vector<int> shard_displacements_;  // and where it starts
-  vector_type input_;                     // residual + grad: what this rank adds to the node's
   vector_type shard_sums_;                // the node's sum over this rank's shard
+  vector_type pieces_;                    // the other local ranks' parts of this rank's shard
   vector_type shard_out_;                 // the method's output on the shard
   sparse_result_type shard_result_;       // the method's sparse output on the shard
 };
@@ -241,26 +254,39 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   require_same_handle_and_lengths(where, agreed, rank, this->serial_, this->algorithm_, this->n_,
                                   sparse != nullptr, grad.extent(0), out.extent(0));
 
-  // What this rank adds to its node's sum: its gradient, plus the residual of its shard (zero
-  // elsewhere). The method then gets the node's sum as its whole input (its own residual is
-  // cleared below): error feedback on the node's sum, and sums of exactly what residual() +
-  // grad is on each rank.
-  run_or_abort(call, "accumulate", [&] {
-    Kokkos::Timer timer;
-    Kokkos::parallel_for(
-        "oktopk::HierarchicalAllreduce::accumulate", RangeOf<ExecSpace>(exec, 0, this->n_),
-        AddResidual<vector_type, typename Base::residual_vector_type, const_vector_type>{
-            input_, this->residual_, grad});
-    add_phase_time(exec, stats, "accumulate", timer);
-  });
-
+  // What each rank adds to its node's sum is residual() + grad: its gradient, plus the
+  // residual of its own shard (zero elsewhere, so the other shards' parts are the gradient as
+  // it is). The method then gets the node's sum as its whole input (its own residual is
+  // cleared below): error feedback on the node's sum.
   run_or_abort(call, "node_reduce_scatter", [&] {
     Kokkos::Timer timer;
     auto scope = node_.phase("node_reduce_scatter");
-    const auto send = mpi_send_view(exec, input_);
-    auto receive = mpi_receive_view(exec, shard_sums_);
-    node_.reduce_scatter(send.data(), receive.data(), shard_counts_.data(), MPI_SUM);
-    mpi_received(exec, receive, shard_sums_, 0, shard);
+    // Each part goes straight to the rank that sums it, one message per pair of local ranks,
+    // and the parts are summed in local rank order: on shared memory this took a quarter of
+    // the time of Open MPI 4.1's MPI_Reduce_scatter (docs/benchmarks.md), and the order is the
+    // same on every node and every run.
+    const int me = node_.rank();
+    {
+      const auto send = mpi_send_view(exec, grad);
+      auto receive = mpi_receive_view(exec, pieces_);
+      Communicator::Requests requests;
+      for (int s = 0, block = 0; s < L; ++s) {
+        if (s == me) continue;
+        node_.irecv(receive.data() + block * shard, shard, s, 0, requests);
+        ++block;
+      }
+      for (int s = 0; s < L; ++s) {
+        if (s == me) continue;
+        node_.isend(send.data() + shard_displacements_[s], shard_counts_[s], s, 0, requests);
+      }
+      requests.wait_all();
+      mpi_received(exec, receive, pieces_, 0, (L - 1) * shard);
+    }
+    Kokkos::parallel_for(
+        "oktopk::HierarchicalAllreduce::node_sums", RangeOf<ExecSpace>(exec, 0, shard),
+        SumNodeParts<vector_type, typename Base::residual_vector_type, const_vector_type,
+                     vector_type>{shard_sums_, this->residual_, grad, pieces_, shard_begin(), shard,
+                                  L, me});
     add_phase_time(exec, stats, "node_reduce_scatter", timer);
   });
 

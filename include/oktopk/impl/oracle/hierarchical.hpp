@@ -70,8 +70,8 @@ void gather_node_shards(const ExecSpace& exec, const Communicator& node, std::in
 
 /// The hierarchical mode's expected output and slack: on each shard, the flat oracle of the
 /// method (expected_result on the method's handle) over the node sums of acc, divided by the
-/// ranks per node L. The node sums are formed here by MPI_Allreduce and in the call by
-/// MPI_Reduce_scatter, whose orders may differ: for L >= 3 each node sum may then differ by
+/// ranks per node L. The node sums are formed here by MPI_Allreduce and in the call in local
+/// rank order, which may differ: for L >= 3 each node sum may then differ by
 /// 2(L - 1)·u·sum over its ranks of |acc|, and the output by that over the nodes / P, which
 /// the slack adds (a + b == b + a, so nothing for L <= 2).
 template <class ExecSpace, class Value, class Real = arithmetic_t<Value>>
