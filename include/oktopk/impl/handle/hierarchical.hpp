@@ -262,9 +262,9 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
     Kokkos::Timer timer;
     auto scope = node_.phase("node_reduce_scatter");
     // Each part goes straight to the rank that sums it, one message per pair of local ranks,
-    // and the parts are summed in local rank order: on shared memory this took a quarter of
-    // the time of Open MPI 4.1's MPI_Reduce_scatter (docs/benchmarks.md), and the order is the
-    // same on every node and every run.
+    // and the parts are summed in local rank order: on shared memory this took about a third
+    // of the time of Open MPI 4.1's MPI_Reduce_scatter (docs/benchmarks.md), and the order is
+    // the same on every node and every run.
     const int me = node_.rank();
     {
       const auto send = mpi_send_view(exec, grad);
