@@ -18,6 +18,9 @@ constexpr const char* kFind = "oktopk::NodeTopology::find";
 NodeTopology::NodeTopology() : node_of_rank_{0}, node_sizes_{1} {}
 
 NodeTopology NodeTopology::find(const Communicator& comm, std::int64_t node_size) {
+  // Ranks that were given different sizes would take different paths below and wait for each
+  // other: every rank learns of it first.
+  comm.check_agreement(kFind, {{"node_size", node_size}});
   OKTOPK_REQUIRE(node_size >= 0 && node_size <= INT_MAX, std::invalid_argument, kFind,
                  "node_size must be in [0, "
                      << INT_MAX << "] (0: the ranks that share memory), got " << node_size);

@@ -26,8 +26,9 @@ class NodeTopology {
   /// node (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED); `node_size` = L > 0: ranks
   /// 0..L-1 form node 0, L..2L-1 node 1 and so on, the last node smaller when L does not
   /// divide the communicator's size (one node when L >= size). Throws
-  /// std::invalid_argument("oktopk::NodeTopology::find: ...") for a negative node_size or one
-  /// above 2^31 - 1, and std::runtime_error if an MPI call fails.
+  /// std::invalid_argument("oktopk::NodeTopology::find: ...") on every rank if the ranks pass
+  /// different node sizes, or a negative one or one above 2^31 - 1, and std::runtime_error if
+  /// an MPI call fails.
   static NodeTopology find(const Communicator& comm, std::int64_t node_size);
 
   /// Ranks of the communicator (P).

@@ -43,10 +43,9 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 ///   On a wire narrower than the arithmetic type, b is rounded to it before the merge and the
 ///   final set before the division, with the method's own rounding, as the method sends them;
 /// - a handle in the hierarchical mode (Options::hierarchical): acc summed over each node's
-///   ranks, and on each shard the flat oracle above of the method over those node sums (the
-///   method's own handle on the shard, its thresholds), divided by the ranks per node L; the
-///   slack adds 2(L-1)·u·sum over ranks of |acc| / P for L >= 3, since the node sums are formed
-///   here in MPI's order and in the call in local rank order (docs/algorithms.md);
+///   ranks (in local rank order, as the call sums them), and on each shard the flat oracle
+///   above of the method over those node sums (the method's own handle on the shard, its
+///   thresholds), divided by the ranks per node L (docs/algorithms.md);
 /// - S2Reducer: impl::s2_oracle: the dense mean of acc, sketched once with the method's hashes
 ///   and decoded on the union of the ranks' non-zero rows (equal by linearity of the sketch).
 ///   With a layout: the Dense segments get the mean of acc over ranks; the SparseRows segments'

@@ -359,4 +359,27 @@ TEST(Hierarchical, RejectedCallsLeaveTheHandleAsItWas) {
   }
 }
 
+TEST(Hierarchical, ReduceOnSomeRanksAndReduceSparseOnOthersThrowsOnEveryRank) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  constexpr std::int64_t n = 1001;
+  Runner runner(Algorithm::OkTopk, n, hierarchical_options(node_sizes().back()));
+  const auto grad = make_gradient(Dist::Uniform, 23, world_rank(), 0, n);
+  const std::string message = invalid_argument_of([&] {
+    Exec exec;
+    if (world_rank() == world_size() - 1) {
+      oktopk::SparseResult<Handle::memory_space> result;
+      runner.handle().reduce_sparse(exec, to_device(grad), result);
+    } else {
+      Vector out("test::out", n);
+      runner.handle().reduce(exec, to_device(grad), out);
+    }
+  });
+  EXPECT_NE(message.find("reduce on some ranks and reduce_sparse on others"), std::string::npos)
+      << message;
+  EXPECT_EQ(runner.handle().stats().iteration, 0);
+  const Call c = runner.reduce(grad);
+  EXPECT_EQ(c.stats.iteration, 1);
+  expect_hierarchical_oracle(Algorithm::OkTopk, c, node_sizes().back());
+}
+
 }  // namespace

@@ -98,6 +98,16 @@ TEST(NodeTopology, RejectsSizesOutsideTheRange) {
   }
 }
 
+TEST(NodeTopology, SizesThatDifferAcrossRanksThrowOnEveryRank) {
+  const Communicator comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs two ranks";
+  // The last rank asks for shared memory, the others for nodes of 2.
+  const std::string message = invalid_argument_of(
+      [&] { NodeTopology::find(comm, comm.rank() == comm.size() - 1 ? 0 : 2); });
+  EXPECT_EQ(message.rfind("oktopk::NodeTopology::find: ", 0), 0) << message;
+  EXPECT_NE(message.find("node_size"), std::string::npos) << message;
+}
+
 TEST(NodeTopology, AHandleFindsItsNodesWhenItIsMade) {
   const Communicator comm;
   using Exec = Kokkos::DefaultHostExecutionSpace;

@@ -22,6 +22,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -163,9 +165,12 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   void reduce_now(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out,
                   sparse_result_type* sparse) override;
 
-  /// The method's own checkpoint, whole: its residual, counters and state.
+  /// Where this rank's shard lies (ranks per node, local rank, node, shard start and
+  /// length), then the method's own checkpoint, whole: its residual, counters and state.
   void save_method_state(SectionPayload& out) const override {
+    for (const std::int64_t v : shard_place()) out.put_i64(v);
     std::ostringstream os;
+    // On a default instance: reduce_now ends with a fence, so the method's buffers are final.
     across_->save_state(ExecSpace(), os);
     out.put_bytes(os.str());
   }
@@ -179,8 +184,20 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   }
 
   std::function<void(const ExecSpace&)> load_method_state(SectionParser& in) override {
-    // The checkpoint's head matched this handle's algorithm, n, P, rank and options, which
-    // make the same method handle: its own checks, run when the state is installed, pass.
+    const auto place = shard_place();
+    std::int64_t saved[5] = {};
+    for (std::int64_t& v : saved) v = in.i64();
+    if (!std::equal(place.begin(), place.end(), saved)) {
+      std::ostringstream what;
+      what << "checkpoint of another node layout: this rank's shard was " << saved[4]
+           << " entries from " << saved[3] << ", local rank " << saved[1] << " of " << saved[0]
+           << " on node " << saved[2] << "; here it is " << place[4] << " from " << place[3]
+           << ", local rank " << place[1] << " of " << place[0] << " on node " << place[2];
+      throw StateError(true, what.str());
+    }
+    // The head matched this handle's algorithm, n, P, rank and options, and the section (its
+    // checksum checked) the shard's place: the method's handle is the one that wrote the
+    // rest, so its own checks, run when the state is installed, pass on every rank.
     std::string across_state = in.rest();
     return [this, across_state = std::move(across_state)](const ExecSpace& exec) {
       std::istringstream is(across_state);
@@ -209,6 +226,13 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
                              const Kokkos::Timer& timer) {
     fence(exec, "oktopk::HierarchicalAllreduce::phase");
     stats.phases[name].seconds += timer.seconds();
+  }
+
+  /// {ranks per node, local rank, node, shard start, shard length}: what a checkpoint's method
+  /// state belongs to.
+  std::array<std::int64_t, 5> shard_place() const {
+    return {node_.size(), node_.rank(), this->node_topology_.node(), shard_begin(),
+            across_->size()};
   }
 
   /// The node's allgather of a sparse shard result into `result`.
@@ -247,12 +271,23 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
       static_cast<std::int64_t>(grad.extent(0)) == this->n_ &&
       (sparse != nullptr || static_cast<std::int64_t>(out.extent(0)) == this->n_);
   CallAgreement agreed(length_ok, rank, this->serial_);
+  // And whether the call is reduce or reduce_sparse, which end in different node collectives:
+  // {sparse, -sparse} by MPI_MAX, beside the agreement's four values.
+  std::int64_t values[6] = {agreed.values[0],          agreed.values[1],
+                            agreed.values[2],          agreed.values[3],
+                            sparse != nullptr ? 1 : 0, sparse != nullptr ? -1 : 0};
   run_or_abort(call, "hierarchy_check", [&] {
+    Kokkos::Timer timer;
     auto scope = this->comm_.phase("hierarchy_check");
-    this->comm_.allreduce_in_place(agreed.values, 4, MPI_MAX);
+    this->comm_.allreduce_in_place(values, 6, MPI_MAX);
+    add_phase_time(exec, stats, "hierarchy_check", timer);
   });
+  std::copy(values, values + 4, agreed.values);
   require_same_handle_and_lengths(where, agreed, rank, this->serial_, this->algorithm_, this->n_,
                                   sparse != nullptr, grad.extent(0), out.extent(0));
+  OKTOPK_REQUIRE(values[4] + values[5] == 0, std::invalid_argument, where,
+                 "the ranks' calls at this position are reduce on some ranks and reduce_sparse "
+                 "on others: make the same call on every rank");
 
   // What each rank adds to its node's sum is residual() + grad: its gradient, plus the
   // residual of its own shard (zero elsewhere, so the other shards' parts are the gradient as
@@ -350,8 +385,10 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   if (this->algorithm_ == Algorithm::Dense) {
     AgreedFailure failure;
     run_or_abort(call, "hierarchy_check", [&] {
+      Kokkos::Timer timer;
       auto scope = this->comm_.phase("hierarchy_check");
       failure = this->comm_.agree_on_failure(!rejected.empty(), rejected);
+      add_phase_time(exec, stats, "hierarchy_check", timer);
     });
     if (failure) {
       if (rejected.empty()) {
@@ -361,7 +398,12 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
       throw std::invalid_argument(failure.cause);
     }
   }
-  OKTOPK_ASSERT(rejected.empty());
+  if (!rejected.empty()) {
+    // The other methods have no rejection left once their input is finite: should one reject
+    // all the same, on some shards only, the others would wait in the node's allgather.
+    abort_after_local_failure(this->comm_, rejected.c_str(), "hierarchy_check", this->algorithm_,
+                              call);
+  }
 
   run_or_abort(call, "node_allgather", [&] {
     Kokkos::Timer timer;

@@ -19,27 +19,32 @@
 
 namespace oktopk::impl {
 
-/// shard(i) = method(i) / divisor + add * magnitudes(begin + i) (a NaN, "either answer",
-/// stays NaN), for the expected values (add = 0) and their slack.
-template <class Shard, class Method, class Magnitudes>
+/// shard(i) = method(i) / divisor (a NaN, "either answer", stays NaN), for the expected values
+/// and their slack.
+template <class Shard, class Method>
 struct HierarchyShardFromMethod {
   Shard shard;
   Method method;
-  Magnitudes magnitudes;
-  std::int64_t begin = 0;
   float divisor = 1.0f;
-  typename Shard::non_const_value_type add = 0;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
-    using Real = typename Shard::non_const_value_type;
-    shard(i) = method(i) / divisor + (add != Real(0) ? add * magnitudes(begin + i) : Real(0));
+    shard(i) = method(i) / divisor;
   }
 };
 
-/// x(i) = |x(i)|.
-template <class X>
-struct AbsoluteInPlace {
-  X x;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { x(i) = abs(x(i)); }
+/// sums(i) = the node's ranks' acc at entry begin + i, summed left to right in local rank
+/// order (`gathered` holds local rank s's n entries at s·n), as the call sums them.
+template <class Sums, class Gathered>
+struct NodeSumInRankOrder {
+  Sums sums;
+  Gathered gathered;
+  std::int64_t n = 0;
+  std::int64_t begin = 0;
+  int local_ranks = 1;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    auto sum = gathered(begin + i);
+    for (int s = 1; s < local_ranks; ++s) sum += gathered(s * n + begin + i);
+    sums(i) = sum;
+  }
 };
 
 /// The node's allgather of each rank's shard of `shards` (n entries, this rank's own filled)
@@ -70,10 +75,8 @@ void gather_node_shards(const ExecSpace& exec, const Communicator& node, std::in
 
 /// The hierarchical mode's expected output and slack: on each shard, the flat oracle of the
 /// method (expected_result on the method's handle) over the node sums of acc, divided by the
-/// ranks per node L. The node sums are formed here by MPI_Allreduce and in the call in local
-/// rank order, which may differ: for L >= 3 each node sum may then differ by
-/// 2(L - 1)·u·sum over its ranks of |acc|, and the output by that over the nodes / P, which
-/// the slack adds (a + b == b + a, so nothing for L <= 2).
+/// ranks per node L. The node sums are added in local rank order, as the call adds them, so
+/// they are the method's very input.
 template <class ExecSpace, class Value, class Real = arithmetic_t<Value>>
 void expected_hierarchical(const ExecSpace& exec,
                            const HierarchicalAllreduce<ExecSpace, Value>& handle,
@@ -84,46 +87,41 @@ void expected_hierarchical(const ExecSpace& exec,
   const auto& method = handle.across_nodes();
   const std::int64_t n = handle.size();
   const int L = node.size();
-  const auto P = static_cast<Real>(handle.communicator().size());
   const std::int64_t begin = handle.shard_begin();
   const std::int64_t shard = method.size();
 
-  const auto node_acc = make_uninitialized<Real>(exec, "oktopk::expected_result::node_acc",
-                                                 static_cast<std::size_t>(n));
-  Kokkos::deep_copy(exec, node_acc, acc);
-  mpi_allreduce_in_place(exec, node, node_acc, MPI_SUM);
-  const auto magnitudes = make_uninitialized<Real>(exec, "oktopk::expected_result::magnitudes",
-                                                   static_cast<std::size_t>(L >= 3 ? n : 0));
-  if (L >= 3) {
-    Kokkos::deep_copy(exec, magnitudes, acc);
-    Kokkos::parallel_for("oktopk::expected_result::magnitudes", RangeOf<ExecSpace>(exec, 0, n),
-                         AbsoluteInPlace<OracleVector<ExecSpace, Real>>{magnitudes});
-    mpi_allreduce_in_place(exec, handle.communicator(), magnitudes, MPI_SUM);
+  // Every rank of the node gets every rank's acc, then sums this rank's shard.
+  const auto gathered = make_uninitialized<Real>(exec, "oktopk::expected_result::node_acc",
+                                                 static_cast<std::size_t>(n * L));
+  {
+    const auto send = mpi_send_view(exec, acc);
+    auto receive = mpi_receive_view(exec, gathered);
+    node.allgather(send.data(), n, receive.data());
+    mpi_received(exec, receive, gathered, 0, n * L);
   }
-
-  const auto range =
-      Kokkos::make_pair(static_cast<std::size_t>(begin), static_cast<std::size_t>(begin + shard));
   const auto method_acc = make_uninitialized<Real>(exec, "oktopk::expected_result::method_acc",
                                                    static_cast<std::size_t>(shard));
-  Kokkos::deep_copy(exec, method_acc, Kokkos::subview(node_acc, range));
+  Kokkos::parallel_for(
+      "oktopk::expected_result::node_sums", RangeOf<ExecSpace>(exec, 0, shard),
+      NodeSumInRankOrder<OracleVector<ExecSpace, Real>, OracleVector<ExecSpace, Real>>{
+          method_acc, gathered, n, begin, L});
   const auto method_expected = make_uninitialized<Real>(
       exec, "oktopk::expected_result::method_expected", static_cast<std::size_t>(shard));
   const auto method_slack = make_uninitialized<Real>(exec, "oktopk::expected_result::method_slack",
                                                      static_cast<std::size_t>(shard));
   expected_result(exec, method, method_acc, method_expected, tol, method_slack);
 
+  const auto range =
+      Kokkos::make_pair(static_cast<std::size_t>(begin), static_cast<std::size_t>(begin + shard));
   using Shard = decltype(Kokkos::subview(expected, range));
   using Method = OracleVector<ExecSpace, Real>;
   const auto divisor = static_cast<float>(L);
-  Kokkos::parallel_for(
-      "oktopk::expected_result::shard", RangeOf<ExecSpace>(exec, 0, shard),
-      HierarchyShardFromMethod<Shard, Method, Method>{
-          Kokkos::subview(expected, range), method_expected, magnitudes, begin, divisor, Real(0)});
-  const Real order = L >= 3 ? Real(2) * Real(L - 1) * roundoff_v<Real> / P : Real(0);
-  Kokkos::parallel_for(
-      "oktopk::expected_result::shard_slack", RangeOf<ExecSpace>(exec, 0, shard),
-      HierarchyShardFromMethod<Shard, Method, Method>{Kokkos::subview(slack, range), method_slack,
-                                                      magnitudes, begin, divisor, order});
+  Kokkos::parallel_for("oktopk::expected_result::shard", RangeOf<ExecSpace>(exec, 0, shard),
+                       HierarchyShardFromMethod<Shard, Method>{Kokkos::subview(expected, range),
+                                                               method_expected, divisor});
+  Kokkos::parallel_for("oktopk::expected_result::shard_slack", RangeOf<ExecSpace>(exec, 0, shard),
+                       HierarchyShardFromMethod<Shard, Method>{Kokkos::subview(slack, range),
+                                                               method_slack, divisor});
   gather_node_shards(exec, node, n, expected);
   gather_node_shards(exec, node, n, slack);
 }
