@@ -49,6 +49,7 @@ inline std::int64_t hierarchy_shard_begin(std::int64_t n, int L, int s) {
 /// begin + i of this rank's shard: this rank's own, residual + grad (summed as the methods'
 /// accumulate pass sums them), at its place; the others' gradients (their residuals are zero
 /// here) from `pieces`, one block of `length` per other local rank, in local rank order.
+/// Counts the sums that are not finite in the same pass.
 template <class Sums, class Residual, class Grad, class Pieces>
 struct SumNodeParts {
   Sums sums;
@@ -64,11 +65,13 @@ struct SumNodeParts {
     return s == local_rank ? residual(begin + i) + to_arithmetic(grad(begin + i))
                            : to_arithmetic(pieces((s < local_rank ? s : s - 1) * length + i));
   }
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& nonfinite) const {
     using Stored = typename Sums::non_const_value_type;
     auto sum = part(0, i);
     for (int s = 1; s < local_ranks; ++s) sum += part(s, i);
-    sums(i) = value_cast<Stored>(sum);
+    const Stored stored = value_cast<Stored>(sum);
+    sums(i) = stored;
+    if (!is_finite(to_arithmetic(stored))) ++nonfinite;
   }
 };
 
@@ -293,6 +296,7 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   // residual of its own shard (zero elsewhere, so the other shards' parts are the gradient as
   // it is). The method then gets the node's sum as its whole input (its own residual is
   // cleared below): error feedback on the node's sum.
+  std::int64_t nonfinite_here = 0;
   run_or_abort(call, "node_reduce_scatter", [&] {
     Kokkos::Timer timer;
     auto scope = node_.phase("node_reduce_scatter");
@@ -317,24 +321,22 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
       requests.wait_all();
       mpi_received(exec, receive, pieces_, 0, (L - 1) * shard);
     }
-    Kokkos::parallel_for(
+    Kokkos::parallel_reduce(
         "oktopk::HierarchicalAllreduce::node_sums", RangeOf<ExecSpace>(exec, 0, shard),
         SumNodeParts<vector_type, typename Base::residual_vector_type, const_vector_type,
                      vector_type>{shard_sums_, this->residual_, grad, pieces_, shard_begin(), shard,
-                                  L, me});
+                                  L, me},
+        nonfinite_here);
     add_phase_time(exec, stats, "node_reduce_scatter", timer);
   });
 
-  // The method's input on this shard, the node's sum, must be finite on every shard: checked
-  // here, over the whole communicator, so that no method call rejects its input on some
-  // shards only (the others would then go on to the node's allgather alone).
-  std::int64_t nonfinite_here = 0;
+  // The method's input on this shard, the node's sum, must be finite on every shard (counted
+  // as the sums were formed): agreed here, over the whole communicator, so that no method call
+  // rejects its input on some shards only (the others would then go on to the node's
+  // allgather alone).
   std::int64_t nonfinite_rank = 0;
   run_or_abort(call, "hierarchy_check", [&] {
     Kokkos::Timer timer;
-    Kokkos::parallel_reduce("oktopk::HierarchicalAllreduce::check",
-                            RangeOf<ExecSpace>(exec, 0, shard),
-                            CountNonfinite<vector_type>{shard_sums_}, nonfinite_here);
     nonfinite_rank = nonfinite_here == 0 ? 0 : rank + 1;
     auto scope = this->comm_.phase("hierarchy_check");
     this->comm_.allreduce_in_place(&nonfinite_rank, 1, MPI_MAX);
@@ -368,8 +370,9 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   // left is the dense method's, of a sum across the nodes that overflows, which may happen on
   // some shards only: every rank learns of it, and the shards whose call went through are put
   // back (the dense method's state is its call counter), so the handle stays as it was.
+  const bool dense = this->algorithm_ == Algorithm::Dense;
   const std::int64_t across_iteration = across_->iteration_;
-  const ReduceStats across_stats = across_->stats_;
+  const ReduceStats across_stats = dense ? across_->stats_ : ReduceStats();
   std::string rejected;
   try {
     // The node's sum holds the residual already (its own, for the methods without error
@@ -382,7 +385,7 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   } catch (const std::invalid_argument& e) {
     rejected = e.what();
   }
-  if (this->algorithm_ == Algorithm::Dense) {
+  if (dense) {
     AgreedFailure failure;
     run_or_abort(call, "hierarchy_check", [&] {
       Kokkos::Timer timer;
