@@ -47,8 +47,9 @@ struct Communicator::State {
     }
     traffic[to] += t;
     if (log_messages) {
-      message_log.push_back(MessageRecord{to, operation, peer, t.bytes_sent, t.bytes_received,
-                                          t.messages_sent, t.messages_received});
+      message_log.push_back(MessageRecord{
+          to, operation, peer, t.bytes_sent, t.bytes_received, t.messages_sent, t.messages_received,
+          t.bytes_sent_between_nodes, t.bytes_received_between_nodes});
     }
   }
 };
@@ -171,12 +172,16 @@ PhaseTraffic& PhaseTraffic::operator+=(const PhaseTraffic& other) {
   bytes_received += other.bytes_received;
   messages_sent += other.messages_sent;
   messages_received += other.messages_received;
+  bytes_sent_between_nodes += other.bytes_sent_between_nodes;
+  bytes_received_between_nodes += other.bytes_received_between_nodes;
   return *this;
 }
 
 bool operator==(const PhaseTraffic& a, const PhaseTraffic& b) {
   return a.bytes_sent == b.bytes_sent && a.bytes_received == b.bytes_received &&
-         a.messages_sent == b.messages_sent && a.messages_received == b.messages_received;
+         a.messages_sent == b.messages_sent && a.messages_received == b.messages_received &&
+         a.bytes_sent_between_nodes == b.bytes_sent_between_nodes &&
+         a.bytes_received_between_nodes == b.bytes_received_between_nodes;
 }
 
 // ---- agreement digests -------------------------------------------------------------------------
@@ -270,6 +275,7 @@ Communicator::Communicator(MPI_Comm comm) {
   OKTOPK_MPI_CHECK(kCommunicator, MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN));
   OKTOPK_MPI_CHECK(kCommunicator, MPI_Comm_rank(state_->comm, &rank_));
   OKTOPK_MPI_CHECK(kCommunicator, MPI_Comm_size(state_->comm, &size_));
+  nodes_ = own_nodes(rank_, size_);
 }
 
 Communicator Communicator::adopt(const char* where, MPI_Comm comm) {
@@ -279,7 +285,64 @@ Communicator Communicator::adopt(const char* where, MPI_Comm comm) {
   OKTOPK_MPI_CHECK(where, MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
   OKTOPK_MPI_CHECK(where, MPI_Comm_rank(comm, &adopted.rank_));
   OKTOPK_MPI_CHECK(where, MPI_Comm_size(comm, &adopted.size_));
+  adopted.nodes_ = own_nodes(adopted.rank_, adopted.size_);
   return adopted;
+}
+
+Communicator Communicator::with_node_map_of(const Communicator& parent, const char* where) && {
+  // Each rank of this part says which rank of the parent it is, so that every rank maps this
+  // part's ranks to the parent's nodes.
+  std::vector<int> parent_rank(static_cast<std::size_t>(size_));
+  OKTOPK_MPI_CHECK(where, MPI_Allgather(&parent.rank_, 1, MPI_INT, parent_rank.data(), 1, MPI_INT,
+                                        state_->comm));
+  std::vector<int> node_of_rank(parent_rank.size());
+  for (std::size_t q = 0; q < parent_rank.size(); ++q) {
+    node_of_rank[q] = parent.node_of(parent_rank[q]);
+  }
+  nodes_ = make_node_map(std::move(node_of_rank), rank_);
+  return std::move(*this);
+}
+
+Communicator Communicator::with_nodes(std::vector<int> node_of_rank) const {
+  constexpr const char* where = "oktopk::Communicator::with_nodes";
+  OKTOPK_REQUIRE(
+      node_of_rank.size() == static_cast<std::size_t>(size_), std::invalid_argument, where,
+      "node_of_rank has " << node_of_rank.size() << " entries, not one per rank (" << size_ << ")");
+  for (std::size_t q = 0; q < node_of_rank.size(); ++q) {
+    OKTOPK_REQUIRE(node_of_rank[q] >= 0, std::invalid_argument, where,
+                   "node_of_rank[" << q << "] = " << node_of_rank[q] << " is negative");
+  }
+  Communicator placed = *this;
+  placed.nodes_ = make_node_map(std::move(node_of_rank), rank_);
+  return placed;
+}
+
+int Communicator::node_of(int rank) const {
+  check_rank("oktopk::Communicator::node_of", "rank", rank, size_);
+  return nodes_->node_of_rank[static_cast<std::size_t>(rank)];
+}
+
+std::shared_ptr<const Communicator::NodeMap> Communicator::make_node_map(
+    std::vector<int> node_of_rank, int rank) {
+  auto map = std::make_shared<NodeMap>();
+  const int node = node_of_rank[static_cast<std::size_t>(rank)];
+  for (std::size_t q = 0; q < node_of_rank.size(); ++q) {
+    if (node_of_rank[q] == node) map->same_node.push_back(static_cast<int>(q));
+  }
+  map->node_of_rank = std::move(node_of_rank);
+  return map;
+}
+
+std::shared_ptr<const Communicator::NodeMap> Communicator::own_nodes(int rank, int size) {
+  std::vector<int> node_of_rank(static_cast<std::size_t>(size));
+  for (int q = 0; q < size; ++q) node_of_rank[static_cast<std::size_t>(q)] = q;
+  return make_node_map(std::move(node_of_rank), rank);
+}
+
+std::int64_t Communicator::blocks_on_node(std::int64_t total) const {
+  std::int64_t bytes = 0;
+  for (const int q : nodes_->same_node) bytes += block_bytes(total, size_, q);
+  return bytes;
 }
 
 Communicator Communicator::split(int color, int key) const {
@@ -293,14 +356,14 @@ Communicator Communicator::split(int color, int key) const {
   const AgreedFailure negative = agree_on_failure(color < 0, "", color);
   OKTOPK_REQUIRE(!negative, std::invalid_argument, kSplit,
                  "colors must be >= 0, rank " << negative.rank << " passed " << negative.code);
-  return std::move(*adopted);
+  return std::move(*adopted).with_node_map_of(*this, kSplit);
 }
 
 Communicator Communicator::split_shared_memory() const {
   MPI_Comm node = MPI_COMM_NULL;
   OKTOPK_MPI_CHECK(kSplitSharedMemory, MPI_Comm_split_type(state_->comm, MPI_COMM_TYPE_SHARED,
                                                            rank_, MPI_INFO_NULL, &node));
-  return adopt(kSplitSharedMemory, node);
+  return adopt(kSplitSharedMemory, node).with_node_map_of(*this, kSplitSharedMemory);
 }
 
 MPI_Comm Communicator::mpi_comm() const { return state_->comm; }
@@ -359,11 +422,8 @@ bool Communicator::message_log_enabled() const { return state_->log_messages; }
 
 const std::vector<MessageRecord>& Communicator::message_log() const { return state_->message_log; }
 
-void Communicator::charge(const char* operation, int peer, std::int64_t bytes_sent,
-                          std::int64_t bytes_received, std::int64_t messages_sent,
-                          std::int64_t messages_received) const {
-  state_->charge(state_->phase, operation, peer,
-                 PhaseTraffic{bytes_sent, bytes_received, messages_sent, messages_received});
+void Communicator::charge(const char* operation, int peer, const PhaseTraffic& traffic) const {
+  state_->charge(state_->phase, operation, peer, traffic);
 }
 
 // ---- point to point ----------------------------------------------------------------------------
@@ -445,8 +505,9 @@ void Communicator::Requests::wait_all() {
     OKTOPK_MPI_CHECK(kWaitAll, MPI_Get_count(&statuses[receive.request], receive.type, &count));
     OKTOPK_REQUIRE(count != MPI_UNDEFINED, std::runtime_error, kWaitAll,
                    "a received message is not a whole number of its datatype");
+    const std::int64_t bytes = count * type_size(kWaitAll, receive.type);
     state_->charge(receive.phase, "recv", receive.source,
-                   PhaseTraffic{0, count * type_size(kWaitAll, receive.type), 0, 1});
+                   PhaseTraffic{0, bytes, 0, 1, 0, receive.between_nodes ? bytes : 0});
   }
   requests_.clear();
   receives_.clear();
@@ -464,7 +525,8 @@ void Communicator::isend_bytes(const void* buffer, count_type count, MPI_Datatyp
   requests.state_ = state_;
   requests.requests_.push_back(request);
   if (destination != rank_) {
-    charge("send", destination, bytes, 0, 1, 0);
+    const bool between = node_of(destination) != node_of(rank_);
+    charge("send", destination, PhaseTraffic{bytes, 0, 1, 0, between ? bytes : 0, 0});
   }
 }
 
@@ -480,13 +542,16 @@ void Communicator::irecv_bytes(void* buffer, count_type count, MPI_Datatype type
   requests.requests_.push_back(request);
   // Charged at completion with the actual size, but to the phase it was posted in.
   requests.receives_.push_back(Requests::Receive{requests.requests_.size() - 1, type, state_->phase,
-                                                 source, source != rank_});
+                                                 source, source != rank_,
+                                                 node_of(source) != node_of(rank_)});
 }
 
 // ---- collectives ------------------------------------------------------------------------------
 // MPI hides the traffic inside these, so each is charged the per-rank volume of a
 // bandwidth-optimal algorithm (formulas in the header). They keep the sum of bytes sent over
-// ranks equal to the sum received, which the tests check.
+// ranks equal to the sum received, which the tests check, and so do their parts between nodes:
+// each block goes to or comes from its peer directly, so it is between nodes when that peer is
+// on another node (L = ranks on this rank's node, blocks_on_node = the blocks of those ranks).
 
 void Communicator::allreduce_impl(const void* send, void* receive, count_type count,
                                   MPI_Datatype type, MPI_Op op) const {
@@ -497,7 +562,9 @@ void Communicator::allreduce_impl(const void* send, void* receive, count_type co
   // allgather: the reverse.
   const std::int64_t own = block_bytes(bytes, size_, rank_);
   const std::int64_t volume = (bytes - own) + (size_ - 1) * own;
-  charge("allreduce", -1, volume, volume, 2 * (size_ - 1), 2 * (size_ - 1));
+  const std::int64_t between = (bytes - blocks_on_node(bytes)) + (size_ - ranks_on_node()) * own;
+  charge("allreduce", -1,
+         PhaseTraffic{volume, volume, 2 * (size_ - 1), 2 * (size_ - 1), between, between});
 }
 
 void Communicator::alltoall_impl(const void* send, void* receive, count_type count,
@@ -506,7 +573,10 @@ void Communicator::alltoall_impl(const void* send, void* receive, count_type cou
   const std::int64_t bytes = count * type_size(kAlltoall, type);
   OKTOPK_MPI_CHECK(kAlltoall, MPI_Alltoall(send, n, type, receive, n, type, state_->comm));
   // Exact: one block to and from every other rank; the block to ourselves is a local copy.
-  charge("alltoall", -1, (size_ - 1) * bytes, (size_ - 1) * bytes, size_ - 1, size_ - 1);
+  const std::int64_t between = (size_ - ranks_on_node()) * bytes;
+  charge("alltoall", -1,
+         PhaseTraffic{(size_ - 1) * bytes, (size_ - 1) * bytes, size_ - 1, size_ - 1, between,
+                      between});
 }
 
 void Communicator::allgather_impl(const void* send, count_type count, void* receive,
@@ -515,7 +585,10 @@ void Communicator::allgather_impl(const void* send, count_type count, void* rece
   const std::int64_t bytes = count * type_size(kAllgather, type);
   OKTOPK_MPI_CHECK(kAllgather, MPI_Allgather(send, n, type, receive, n, type, state_->comm));
   // allgatherv with equal counts: c_r = bytes, T = P * bytes.
-  charge("allgather", -1, (size_ - 1) * bytes, (size_ - 1) * bytes, size_ - 1, size_ - 1);
+  const std::int64_t between = (size_ - ranks_on_node()) * bytes;
+  charge("allgather", -1,
+         PhaseTraffic{(size_ - 1) * bytes, (size_ - 1) * bytes, size_ - 1, size_ - 1, between,
+                      between});
 }
 
 void Communicator::allgatherv_impl(const void* send, count_type count, void* receive,
@@ -538,7 +611,11 @@ void Communicator::allgatherv_impl(const void* send, count_type count, void* rec
   OKTOPK_MPI_CHECK(kAllgatherv, MPI_Allgatherv(send, n, type, receive, counts, displacements, type,
                                                state_->comm));
   const std::int64_t own = count * size;
-  charge("allgatherv", -1, (size_ - 1) * own, total * size - own, size_ - 1, size_ - 1);
+  std::int64_t on_node = 0;
+  for (const int q : nodes_->same_node) on_node += counts[q];
+  charge("allgatherv", -1,
+         PhaseTraffic{(size_ - 1) * own, total * size - own, size_ - 1, size_ - 1,
+                      (size_ - ranks_on_node()) * own, (total - on_node) * size});
 }
 
 void Communicator::bcast_impl(void* buffer, count_type count, MPI_Datatype type, int root) const {
@@ -548,10 +625,18 @@ void Communicator::bcast_impl(void* buffer, count_type count, MPI_Datatype type,
   OKTOPK_MPI_CHECK(kBcast, MPI_Bcast(buffer, n, type, root, state_->comm));
   // Scatter from the root, then allgather of the scattered blocks.
   const std::int64_t own = block_bytes(bytes, size_, rank_);
+  // Blocks that come from or go to ranks on other nodes, in the scatter and in the allgather.
+  const std::int64_t off_node = bytes - blocks_on_node(bytes);
+  const std::int64_t own_between = (size_ - ranks_on_node()) * own;
   if (rank_ == root) {
-    charge("bcast", -1, (bytes - own) + (size_ - 1) * own, bytes - own, 2 * (size_ - 1), size_ - 1);
+    charge("bcast", -1,
+           PhaseTraffic{(bytes - own) + (size_ - 1) * own, bytes - own, 2 * (size_ - 1), size_ - 1,
+                        off_node + own_between, off_node});
   } else {
-    charge("bcast", -1, (size_ - 1) * own, bytes, size_ - 1, size_);
+    const bool root_between = node_of(root) != node_of(rank_);
+    charge("bcast", -1,
+           PhaseTraffic{(size_ - 1) * own, bytes, size_ - 1, size_, own_between,
+                        (root_between ? own : 0) + off_node});
   }
 }
 

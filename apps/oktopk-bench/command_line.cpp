@@ -37,6 +37,9 @@ nnz_out: non-zeros of the last output. wrong: output elements that differ from t
   summed over the timed iterations ('-' without --check). nnz_out_avg: the mean over the timed
   iterations of the output's non-zeros. words_per_call_max_over_k: the largest over the timed
   iterations and the ranks of max(bytes sent, received) / 4 / k, the worst call's traffic.
+between_nodes_bytes_per_rank_max: as bytes_per_rank_max, of the bytes to and from ranks on
+  other nodes (the handles' nodes: option node_size, shared memory by default; collectives
+  split as the accounting charges them, each block straight to its peer).
 With --mpi-baseline, a last row mpi_allreduce times a bare MPI_Allreduce of the same
   gradients (host memory, separate send and receive buffers, no averaging; wrong is '-').
 
@@ -85,8 +88,8 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
   --format F             table, csv or json (default table)
   --phases               also print, per method and phase, the time (median over iterations
                          of the max over ranks) and bytes (mean over iterations of the max
-                         over ranks of max(sent, received)): a second table (table, csv) or
-                         a "phases" array (json)
+                         over ranks of max(sent, received)), all and between nodes: a
+                         second table (table, csv) or a "phases" array (json)
   --dump-gradients PATH  write the gradients of every call (warm-up and timed, every rank) to
                          PATH; --dist file:PATH with the same P, --warmup and --iters
                          replays exactly these calls

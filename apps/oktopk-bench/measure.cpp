@@ -35,7 +35,18 @@ double max_bytes(const oktopk::PhaseTraffic& t) {
   return static_cast<double>(std::max(t.bytes_sent, t.bytes_received));
 }
 
-using PhaseLog = std::vector<std::map<std::string, std::pair<double, double>>>;
+double max_between_nodes_bytes(const oktopk::PhaseTraffic& t) {
+  return static_cast<double>(std::max(t.bytes_sent_between_nodes, t.bytes_received_between_nodes));
+}
+
+/// One phase of one call on this rank.
+struct PhaseSample {
+  double seconds = 0.0;
+  double bytes = 0.0;
+  double between_nodes_bytes = 0.0;
+};
+
+using PhaseLog = std::vector<std::map<std::string, PhaseSample>>;
 
 /// Collective: the union of the phase names of all ranks, then per phase and iteration the max
 /// over ranks of time and bytes.
@@ -64,28 +75,35 @@ std::vector<PhaseRow> aggregate_phases(const oktopk::Communicator& world, const 
   for (std::string name; std::getline(lines, name);) names.insert(name);
 
   const std::size_t iters = log.size();
-  std::vector<double> seconds(names.size() * iters, 0.0), bytes(names.size() * iters, 0.0);
+  std::vector<double> seconds(names.size() * iters, 0.0), bytes(names.size() * iters, 0.0),
+      between(names.size() * iters, 0.0);
   std::size_t p = 0;
   for (const auto& name : names) {
     for (std::size_t j = 0; j < iters; ++j) {
       const auto found = log[j].find(name);
       if (found != log[j].end()) {
-        seconds[p * iters + j] = found->second.first;
-        bytes[p * iters + j] = found->second.second;
+        seconds[p * iters + j] = found->second.seconds;
+        bytes[p * iters + j] = found->second.bytes;
+        between[p * iters + j] = found->second.between_nodes_bytes;
       }
     }
     ++p;
   }
   world.allreduce_in_place(seconds.data(), static_cast<std::int64_t>(seconds.size()), MPI_MAX);
   world.allreduce_in_place(bytes.data(), static_cast<std::int64_t>(bytes.size()), MPI_MAX);
+  world.allreduce_in_place(between.data(), static_cast<std::int64_t>(between.size()), MPI_MAX);
   std::vector<PhaseRow> rows;
   p = 0;
   for (const auto& name : names) {
     PhaseRow row;
     row.name = name;
     row.seconds = median({seconds.begin() + p * iters, seconds.begin() + (p + 1) * iters});
-    for (std::size_t j = 0; j < iters; ++j) row.bytes += bytes[p * iters + j];
+    for (std::size_t j = 0; j < iters; ++j) {
+      row.bytes += bytes[p * iters + j];
+      row.between_nodes_bytes += between[p * iters + j];
+    }
     row.bytes /= static_cast<double>(iters);
+    row.between_nodes_bytes /= static_cast<double>(iters);
     rows.push_back(row);
     ++p;
   }
@@ -182,6 +200,7 @@ Result run_typed(const Exec& exec, const oktopk::Communicator& world, const Args
   const auto iters = static_cast<std::size_t>(args.iters);
   std::vector<double> seconds(iters, 0.0);
   double bytes_sum = 0.0;
+  double between_nodes_bytes_sum = 0.0;
   double bytes_call_max = 0.0;
   double nnz_sum = 0.0;
   PhaseLog phase_log(args.phases ? iters : 0);
@@ -218,13 +237,15 @@ Result run_typed(const Exec& exec, const oktopk::Communicator& world, const Args
       const oktopk::ReduceStats& stats = handle->stats();
       seconds[j] = elapsed;
       bytes_sum += max_bytes(stats.total_traffic());
+      between_nodes_bytes_sum += max_between_nodes_bytes(stats.total_traffic());
       bytes_call_max =
           std::max(bytes_call_max, static_cast<double>(max_bytes(stats.total_traffic())));
       trace.add_call(result.algo, call - args.warmup, comm);
       nnz_sum += static_cast<double>(count_nonzeros<Value>(exec, out));
       if (args.phases) {
         for (const auto& [name, phase] : stats.phases) {
-          phase_log[j][name] = {phase.seconds, max_bytes(phase.traffic)};
+          phase_log[j][name] = {phase.seconds, max_bytes(phase.traffic),
+                                max_between_nodes_bytes(phase.traffic)};
         }
       }
       if (args.check) {
@@ -247,6 +268,8 @@ Result run_typed(const Exec& exec, const oktopk::Communicator& world, const Args
   world.allreduce_in_place(&result.bytes_max, 1, MPI_MAX);
   result.bytes_call_max = bytes_call_max;
   world.allreduce_in_place(&result.bytes_call_max, 1, MPI_MAX);
+  result.between_nodes_bytes_max = between_nodes_bytes_sum / static_cast<double>(iters);
+  world.allreduce_in_place(&result.between_nodes_bytes_max, 1, MPI_MAX);
   result.nnz_avg = nnz_sum / static_cast<double>(iters);
   result.nnz = count_nonzeros<Value>(exec, out);
   if (args.phases) result.phases = aggregate_phases(world, phase_log);
@@ -259,7 +282,10 @@ template <class Value>
 Result run_mpi_typed(const Exec& exec, const oktopk::Communicator& world, const Args& args,
                      GradientSource& source, Progress& progress, Trace& trace) {
   const auto n = static_cast<std::size_t>(args.n);
-  oktopk::Communicator comm(MPI_COMM_WORLD);
+  // On the nodes the methods' handles find, so that its traffic splits as theirs does.
+  oktopk::Communicator comm =
+      oktopk::Communicator(MPI_COMM_WORLD)
+          .with_nodes(oktopk::NodeTopology::find(world, args.options.node_size).node_of_rank());
   Vector draws("oktopk::bench::draws", n);
   const ValuesOf<Value> grad = gradient_for<Value>(draws);
   Kokkos::View<Value*, Kokkos::HostSpace> send("oktopk::bench::mpi_send", n);
@@ -268,6 +294,7 @@ Result run_mpi_typed(const Exec& exec, const oktopk::Communicator& world, const 
   const auto iters = static_cast<std::size_t>(args.iters);
   std::vector<double> seconds(iters, 0.0);
   double bytes_sum = 0.0;
+  double between_nodes_bytes_sum = 0.0;
   Result result;
   result.algo = "mpi_allreduce";
   result.unchecked = true;
@@ -287,6 +314,7 @@ Result run_mpi_typed(const Exec& exec, const oktopk::Communicator& world, const 
     if (call >= args.warmup) {
       seconds[static_cast<std::size_t>(call - args.warmup)] = elapsed;
       bytes_sum += max_bytes(comm.total_traffic());
+      between_nodes_bytes_sum += max_between_nodes_bytes(comm.total_traffic());
       trace.add_call(result.algo, call - args.warmup, comm);
     }
     progress.tick(call, calls);
@@ -299,6 +327,8 @@ Result run_mpi_typed(const Exec& exec, const oktopk::Communicator& world, const 
   result.bytes_avg /= world.size();
   world.allreduce_in_place(&result.bytes_max, 1, MPI_MAX);
   result.bytes_call_max = result.bytes_max;  // the same bytes every call
+  result.between_nodes_bytes_max = between_nodes_bytes_sum / static_cast<double>(iters);
+  world.allreduce_in_place(&result.between_nodes_bytes_max, 1, MPI_MAX);
   for (std::size_t i = 0; i < n; ++i) result.nnz += receive(i) != Value{0} ? 1 : 0;
   result.nnz_avg = static_cast<double>(result.nnz);
   trace.flush();

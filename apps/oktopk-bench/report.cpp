@@ -52,10 +52,11 @@ void Printer::begin(std::int64_t k) {
       layout << args_.layout;
       std::printf("# layout: %s\n", layout.str().c_str());
     }
-    std::printf("%-10s %5s %11s %10s %8s %6s %12s %12s %18s %18s %25s %10s %6s %12s %25s\n", "algo",
-                "P", "n", "k", "density", "iters", "time_s_med", "time_s_max", "bytes_per_rank_avg",
-                "bytes_per_rank_max", "words_per_rank_max_over_k", "nnz_out", "wrong",
-                "nnz_out_avg", "words_per_call_max_over_k");
+    std::printf("%-10s %5s %11s %10s %8s %6s %12s %12s %18s %18s %25s %10s %6s %12s %25s %32s\n",
+                "algo", "P", "n", "k", "density", "iters", "time_s_med", "time_s_max",
+                "bytes_per_rank_avg", "bytes_per_rank_max", "words_per_rank_max_over_k", "nnz_out",
+                "wrong", "nnz_out_avg", "words_per_call_max_over_k",
+                "between_nodes_bytes_per_rank_max");
   }
   std::fflush(stdout);
 }
@@ -70,11 +71,11 @@ void Printer::row(const Result& r) {
   const bool checked = args_.check && !r.unchecked;
   const std::string wrong = checked ? std::to_string(r.wrong) : "-";
   if (args_.format == "csv") {
-    std::printf("%s,%d,%lld,%lld,%g,%lld,%.6e,%.6e,%.1f,%.1f,%s,%lld,%s,%.1f,%s\n", r.algo.c_str(),
-                P_, static_cast<long long>(args_.n), static_cast<long long>(r.k), args_.density,
-                static_cast<long long>(args_.iters), r.time_med, r.time_max, r.bytes_avg,
-                r.bytes_max, words.c_str(), static_cast<long long>(r.nnz), wrong.c_str(), r.nnz_avg,
-                call_words.c_str());
+    std::printf("%s,%d,%lld,%lld,%g,%lld,%.6e,%.6e,%.1f,%.1f,%s,%lld,%s,%.1f,%s,%.1f\n",
+                r.algo.c_str(), P_, static_cast<long long>(args_.n), static_cast<long long>(r.k),
+                args_.density, static_cast<long long>(args_.iters), r.time_med, r.time_max,
+                r.bytes_avg, r.bytes_max, words.c_str(), static_cast<long long>(r.nnz),
+                wrong.c_str(), r.nnz_avg, call_words.c_str(), r.between_nodes_bytes_max);
   } else if (args_.format == "json") {
     std::printf(
         "%s\n  {\"algo\": \"%s\", \"P\": %d, \"n\": %lld, \"k\": %lld, \"density\": %.17g, "
@@ -89,13 +90,16 @@ void Printer::row(const Result& r) {
         static_cast<long long>(r.nnz), checked ? wrong.c_str() : "null", r.nnz_avg,
         r.k > 0 ? format("%.17g", r.bytes_call_max / 4.0 / static_cast<double>(r.k)).c_str()
                 : "null");
-    std::printf(", \"dtype\": \"%s\"", args_.dtype.c_str());
+    std::printf(", \"between_nodes_bytes_per_rank_max\": %.17g, \"dtype\": \"%s\"",
+                r.between_nodes_bytes_max, args_.dtype.c_str());
     if (args_.phases) {
       std::printf(", \"phases\": [");
       for (std::size_t p = 0; p < r.phases.size(); ++p) {
-        std::printf("%s{\"phase\": \"%s\", \"time_s_med\": %.9g, \"bytes_per_rank_max\": %.17g}",
-                    p > 0 ? ", " : "", r.phases[p].name.c_str(), r.phases[p].seconds,
-                    r.phases[p].bytes);
+        std::printf(
+            "%s{\"phase\": \"%s\", \"time_s_med\": %.9g, \"bytes_per_rank_max\": %.17g, "
+            "\"between_nodes_bytes_per_rank_max\": %.17g}",
+            p > 0 ? ", " : "", r.phases[p].name.c_str(), r.phases[p].seconds, r.phases[p].bytes,
+            r.phases[p].between_nodes_bytes);
       }
       std::printf("]");
     }
@@ -103,11 +107,11 @@ void Printer::row(const Result& r) {
   } else {
     std::printf(
         "%-10s %5d %11lld %10lld %8g %6lld %12.4e %12.4e %18.1f %18.1f %25s %10lld %6s %12.1f "
-        "%25s\n",
+        "%25s %32.1f\n",
         r.algo.c_str(), P_, static_cast<long long>(args_.n), static_cast<long long>(r.k),
         args_.density, static_cast<long long>(args_.iters), r.time_med, r.time_max, r.bytes_avg,
         r.bytes_max, words.c_str(), static_cast<long long>(r.nnz), wrong.c_str(), r.nnz_avg,
-        call_words.c_str());
+        call_words.c_str(), r.between_nodes_bytes_max);
   }
   std::fflush(stdout);
 }
@@ -117,26 +121,29 @@ void Printer::end() {
   if (args_.format == "json") {
     std::printf("\n]\n");
   } else if (args_.phases && args_.format == "csv") {
-    std::printf("\nalgo,phase,time_s_med,share,bytes_per_rank_max\n");
+    std::printf(
+        "\nalgo,phase,time_s_med,share,bytes_per_rank_max,between_nodes_bytes_per_rank_max\n");
     for (const auto& r : results_) {
       const double sum = phase_seconds(r);
       for (const auto& p : r.phases) {
-        std::printf("%s,%s,%.6e,%.4f,%.1f\n", r.algo.c_str(), p.name.c_str(), p.seconds,
-                    sum > 0 ? p.seconds / sum : 0.0, p.bytes);
+        std::printf("%s,%s,%.6e,%.4f,%.1f,%.1f\n", r.algo.c_str(), p.name.c_str(), p.seconds,
+                    sum > 0 ? p.seconds / sum : 0.0, p.bytes, p.between_nodes_bytes);
       }
     }
   } else if (args_.phases) {
     std::printf(
         "\n# phases: time_s_med = median over iterations of the max over ranks; share "
         "= of the sum over phases;\n# bytes_per_rank_max = mean over iterations of "
-        "the max over ranks of max(sent, received)\n");
-    std::printf("%-10s %-24s %12s %7s %18s\n", "algo", "phase", "time_s_med", "share",
-                "bytes_per_rank_max");
+        "the max over ranks of max(sent, received); between_nodes = the same, of the bytes\n# to "
+        "and from ranks on other nodes\n");
+    std::printf("%-10s %-24s %12s %7s %18s %18s\n", "algo", "phase", "time_s_med", "share",
+                "bytes_per_rank_max", "between_nodes");
     for (const auto& r : results_) {
       const double sum = phase_seconds(r);
       for (const auto& p : r.phases) {
-        std::printf("%-10s %-24s %12.4e %6.1f%% %18.1f\n", r.algo.c_str(), p.name.c_str(),
-                    p.seconds, sum > 0 ? 100.0 * p.seconds / sum : 0.0, p.bytes);
+        std::printf("%-10s %-24s %12.4e %6.1f%% %18.1f %18.1f\n", r.algo.c_str(), p.name.c_str(),
+                    p.seconds, sum > 0 ? 100.0 * p.seconds / sum : 0.0, p.bytes,
+                    p.between_nodes_bytes);
       }
     }
   }

@@ -18,12 +18,14 @@ namespace oktopk::bench {
 
 constexpr const char* csv_header =
     "algo,P,n,k,density,iters,time_s_med,time_s_max,bytes_per_rank_avg,bytes_per_rank_max,"
-    "words_per_rank_max_over_k,nnz_out,wrong,nnz_out_avg,words_per_call_max_over_k";
+    "words_per_rank_max_over_k,nnz_out,wrong,nnz_out_avg,words_per_call_max_over_k,"
+    "between_nodes_bytes_per_rank_max";
 
 struct PhaseRow {
   std::string name;
   double seconds = 0.0;  // median over iterations of the max over ranks
   double bytes = 0.0;    // mean over iterations of the max over ranks of max(sent, received)
+  double between_nodes_bytes = 0.0;  // the same, of the bytes to and from other nodes
 };
 
 struct Result {
@@ -36,6 +38,8 @@ struct Result {
   std::int64_t nnz = 0;
   double nnz_avg = 0.0;         // mean over the timed calls of the output's non-zeros
   double bytes_call_max = 0.0;  // max over the timed calls and ranks of max(sent, received)
+  // As bytes_max, of the bytes to and from ranks on other nodes.
+  double between_nodes_bytes_max = 0.0;
   std::int64_t wrong = 0;
   bool unchecked = false;  // a row --check does not apply to (mpi_allreduce)
   std::vector<PhaseRow> phases;

@@ -62,7 +62,24 @@ typedef struct oktopk_stats {
   float local_threshold; /* -Inf: every entry */
   float global_threshold;
   int32_t dense; /* 1 if the call was a dense allreduce (warm-up or method dense) */
+  /* Of bytes_sent and bytes_received, those to and from ranks on other nodes (the handle's
+   * nodes, option node_size; the rest stayed inside this rank's node). */
+  int64_t bytes_sent_between_nodes;
+  int64_t bytes_received_between_nodes;
 } oktopk_stats;
+
+/* One phase of a handle's last reduce call on this rank: its time and traffic, the traffic
+ * split as in oktopk_stats. */
+typedef struct oktopk_phase_stats {
+  char name[32]; /* "selection", "split_reduce", "node_reduce_scatter", ... (NUL-terminated) */
+  double seconds;
+  int64_t bytes_sent;
+  int64_t bytes_received;
+  int64_t messages_sent;
+  int64_t messages_received;
+  int64_t bytes_sent_between_nodes;
+  int64_t bytes_received_between_nodes;
+} oktopk_phase_stats;
 
 /* The library's version, "MAJOR.MINOR.PATCH". Never fails. */
 const char* oktopk_version(void);
@@ -310,6 +327,15 @@ int oktopk_get_num_segments(const oktopk_handle* handle, int64_t* num_segments);
  * it. Over the segments, nonzeros sums to the non-zeros of the whole output. */
 int oktopk_get_segment_stats(const oktopk_handle* handle, int64_t index,
                              oktopk_segment_stats* stats);
+
+/* Sets *num_phases to the number of phases of the last reduce call on this rank (0 before the
+ * first); waits for the calls launched before it. */
+int oktopk_get_num_phases(const oktopk_handle* handle, int64_t* num_phases);
+
+/* Phase `index` (0 <= index < oktopk_get_num_phases, phases in the order of their names) of the
+ * last reduce call on this rank; waits for the calls launched before it. Over the phases, the
+ * fields sum to oktopk_stats's. */
+int oktopk_get_phase_stats(const oktopk_handle* handle, int64_t index, oktopk_phase_stats* phase);
 
 /* Writes this rank's state (residual, thresholds, region boundaries, call counter) to
  * `path`, in the checkpoint format of the user guide. Not collective: every rank saves its

@@ -23,7 +23,15 @@ struct PhaseTraffic {
   std::int64_t bytes_received = 0;
   std::int64_t messages_sent = 0;
   std::int64_t messages_received = 0;
+  /// Of bytes_sent and bytes_received, those to and from ranks on other nodes, by the node map
+  /// of the Communicator that charged them (Communicator::with_nodes).
+  std::int64_t bytes_sent_between_nodes = 0;
+  std::int64_t bytes_received_between_nodes = 0;
 
+  std::int64_t bytes_sent_inside_node() const { return bytes_sent - bytes_sent_between_nodes; }
+  std::int64_t bytes_received_inside_node() const {
+    return bytes_received - bytes_received_between_nodes;
+  }
   PhaseTraffic& operator+=(const PhaseTraffic& other);
 };
 
@@ -41,6 +49,8 @@ struct MessageRecord {
   std::int64_t bytes_received;
   std::int64_t messages_sent;
   std::int64_t messages_received;
+  std::int64_t bytes_sent_between_nodes;  ///< of bytes_sent, to ranks on other nodes
+  std::int64_t bytes_received_between_nodes;
 };
 
 /// \brief One named value in Communicator::check_agreement.
@@ -88,6 +98,16 @@ std::int64_t agreement_digest(double value);
 ///              others sent (P-1)·b_r, received B; messages P-1 each way for the allgather,
 ///              plus the scatter's: P-1 sent by the root, one received by each other rank.
 /// These make sent and received totals over all ranks equal, as real traffic does.
+///
+/// Inside and between nodes. Each byte charged is also split by where its peer runs: a rank on
+/// this rank's node, or on another (PhaseTraffic's *_between_nodes), by the node map given to
+/// with_nodes(); without one, every rank counts as a node of its own, so all traffic is between
+/// nodes. Point-to-point and all-to-all bytes go by their peer. The collectives above are split
+/// by the blocks of the same algorithm, each block exchanged with its peer directly: the
+/// allreduce's and the bcast's block b_q, and the allgather(v)'s c_q, cross a node's boundary
+/// when q and this rank are on different nodes. (A collective that MPI runs node-aware moves
+/// fewer bytes between nodes than this charges; one whose ranks all share a node, or all sit on
+/// different nodes, is counted exactly.)
 class Communicator {
   // Declared first: PhaseScope and Requests hold it, so that neither dangles when the
   // Communicator they came from is moved or destroyed before them.
@@ -105,13 +125,22 @@ class Communicator {
 
   /// \brief Collective. A communicator of the ranks that pass the same `color` (>= 0), ranked
   /// by `key` (ties by rank in this one), as MPI_Comm_split makes it, with this class's checks
-  /// and traffic counters of its own. Throws std::invalid_argument on every rank, naming the
-  /// lowest such rank, if any rank passes a negative color.
+  /// and traffic counters of its own, and this one's node map. Throws std::invalid_argument on
+  /// every rank, naming the lowest such rank, if any rank passes a negative color.
   Communicator split(int color, int key) const;
   /// \brief Collective. A communicator of the ranks that can share memory with this one
   /// (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED: the ranks of one node), ranked as here,
-  /// with traffic counters of its own.
+  /// with traffic counters of its own and this one's node map.
   Communicator split_shared_memory() const;
+
+  /// \brief Not collective. A copy of this communicator (the same duplicate and traffic
+  /// counters) that charges traffic inside and between nodes by `node_of_rank`: rank q runs on
+  /// node node_of_rank[q] (NodeTopology::node_of_rank()). The map is the copy's own, so that
+  /// handles made over one communicator with different node sizes each keep theirs. Throws
+  /// std::invalid_argument unless `node_of_rank` has size() entries, none negative.
+  Communicator with_nodes(std::vector<int> node_of_rank) const;
+  /// Rank q's node in this communicator's node map (its own rank when none was given).
+  int node_of(int rank) const;
 
   /// \brief 0, 1, 2, ...: one number per call, shared by this communicator and its copies.
   /// Objects made collectively, in the same order on every rank, from one Communicator (the
@@ -189,8 +218,9 @@ class Communicator {
       std::size_t request;  // position in requests_
       MPI_Datatype type;
       std::string phase;
-      int source;    // for the message log
-      bool counted;  // false for self-messages
+      int source;          // for the message log
+      bool counted;        // false for self-messages
+      bool between_nodes;  // the source is on another node
     };
     std::shared_ptr<State> state_;  // of the Communicator that posted them
     std::vector<MPI_Request> requests_;
@@ -240,8 +270,22 @@ class Communicator {
                                  std::int64_t code = 0) const;
 
  private:
-  void charge(const char* operation, int peer, std::int64_t bytes_sent, std::int64_t bytes_received,
-              std::int64_t messages_sent, std::int64_t messages_received) const;
+  // Which node each rank runs on, and this rank's node's ranks (this rank included).
+  struct NodeMap {
+    std::vector<int> node_of_rank;
+    std::vector<int> same_node;
+  };
+  static std::shared_ptr<const NodeMap> make_node_map(std::vector<int> node_of_rank, int rank);
+  // Every rank a node of its own: the map of a communicator nobody placed.
+  static std::shared_ptr<const NodeMap> own_nodes(int rank, int size);
+  // Collective over this (a part split from `parent`): this part's ranks on the parent's nodes.
+  Communicator with_node_map_of(const Communicator& parent, const char* where) &&;
+
+  void charge(const char* operation, int peer, const PhaseTraffic& traffic) const;
+  // Ranks on this rank's node (L), and the bytes of blocks q on this rank's node, the blocks
+  // being `total` bytes split as the collectives' accounting splits them.
+  int ranks_on_node() const { return static_cast<int>(nodes_->same_node.size()); }
+  std::int64_t blocks_on_node(std::int64_t total) const;
 
   void isend_bytes(const void* buffer, count_type count, MPI_Datatype type, int destination,
                    int tag, Requests& requests) const;
@@ -263,6 +307,7 @@ class Communicator {
   std::shared_ptr<State> state_;
   int rank_ = 0;
   int size_ = 1;
+  std::shared_ptr<const NodeMap> nodes_;
 };
 
 namespace impl {

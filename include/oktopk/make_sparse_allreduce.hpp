@@ -55,14 +55,14 @@ namespace impl {
 template <class ExecSpace, class Value>
 std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_hierarchical(
     const ExecSpace& exec, Algorithm algorithm, const Communicator& comm, std::int64_t n,
-    const Options& options, const NodeTopology& nodes);
+    const Options& options, const Layout& layout, const NodeTopology& nodes);
 
 /// Throws std::invalid_argument starting with `where` unless the hierarchical mode takes this
-/// method, gradient type, layout, wire and node topology. Every rank has the same of each, so
+/// method, gradient type, wire and node topology. Every rank has the same of each, so
 /// every rank throws alike.
 template <class Value>
 void require_hierarchical_takes(const char* where, Algorithm algorithm, const Options& options,
-                                const Layout& layout, const NodeTopology& nodes) {
+                                const NodeTopology& nodes) {
   OKTOPK_REQUIRE(algorithm == Algorithm::Dense || algorithm == Algorithm::TopkA ||
                      algorithm == Algorithm::TopkDSA || algorithm == Algorithm::GaussianK ||
                      algorithm == Algorithm::OkTopk,
@@ -72,14 +72,12 @@ void require_hierarchical_takes(const char* where, Algorithm algorithm, const Op
   // A branch of its own, not OKTOPK_REQUIRE on a constant: nvcc rejects the code after a
   // check whose condition is false at compile time as unreachable (warning 128, an error here).
   if constexpr (!std::is_same_v<Value, float> && !std::is_same_v<Value, double>) {
-    (void)options, (void)layout, (void)nodes;
+    (void)options, (void)nodes;
     std::ostringstream what;
     what << where << ": hierarchical=on takes float and double gradients, not "
          << ValueTraits<Value>::name << " (its tests and oracle do not cover the 16-bit types yet)";
     throw std::invalid_argument(what.str());
   } else {
-    OKTOPK_REQUIRE(layout.empty(), std::invalid_argument, where,
-                   "hierarchical=on takes no layout (the shards would cut its segments)");
     OKTOPK_REQUIRE(value_wire<Value>(options) == Wire::Native, std::invalid_argument, where,
                    "hierarchical=on sends the gradient's own type, not wire=" << options.wire);
     OKTOPK_REQUIRE(nodes.uniform(), std::invalid_argument, where,
@@ -149,11 +147,13 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
   layout.validate(n);
   // Collective, so before build(): a rank that fails there must not leave the others in it.
   const NodeTopology node_topology = NodeTopology::find(comm, options.node_size);
+  // The handle's traffic is split inside and between these nodes (ReduceStats).
+  const Communicator placed = comm.with_nodes(node_topology.node_of_rank());
   if (options.hierarchical) {
-    impl::require_hierarchical_takes<Value>(where, algorithm, options, layout, node_topology);
+    impl::require_hierarchical_takes<Value>(where, algorithm, options, node_topology);
     const std::int64_t serial = comm.next_serial();
-    auto handle =
-        impl::make_hierarchical<ExecSpace, Value>(exec, algorithm, comm, n, options, node_topology);
+    auto handle = impl::make_hierarchical<ExecSpace, Value>(exec, algorithm, placed, n, options,
+                                                            layout, node_topology);
     impl::HandleCreation<ExecSpace, Value>::set(*handle, serial, node_topology);
     return handle;
   }
@@ -161,22 +161,24 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
     OKTOPK_FAULT_POINT(comm, "construct");
     switch (algorithm) {
       case Algorithm::Dense:
-        return std::make_unique<impl::DenseAllreduce<ExecSpace, Value>>(exec, comm, n, options,
+        return std::make_unique<impl::DenseAllreduce<ExecSpace, Value>>(exec, placed, n, options,
                                                                         layout);
       case Algorithm::TopkA:
-        return std::make_unique<impl::TopkAllgather<ExecSpace, Value>>(exec, comm, n, options,
+        return std::make_unique<impl::TopkAllgather<ExecSpace, Value>>(exec, placed, n, options,
                                                                        layout);
       case Algorithm::TopkDSA:
-        return std::make_unique<impl::TopkDSA<ExecSpace, Value>>(exec, comm, n, options, layout);
+        return std::make_unique<impl::TopkDSA<ExecSpace, Value>>(exec, placed, n, options, layout);
       case Algorithm::GTopk:
-        return std::make_unique<impl::GTopk<ExecSpace, Value>>(exec, comm, n, options, layout);
+        return std::make_unique<impl::GTopk<ExecSpace, Value>>(exec, placed, n, options, layout);
       case Algorithm::GaussianK:
-        return std::make_unique<impl::GaussianK<ExecSpace, Value>>(exec, comm, n, options, layout);
+        return std::make_unique<impl::GaussianK<ExecSpace, Value>>(exec, placed, n, options,
+                                                                   layout);
       case Algorithm::OkTopk:
-        return std::make_unique<impl::OkTopkAllreduce<ExecSpace, Value>>(exec, comm, n, options,
+        return std::make_unique<impl::OkTopkAllreduce<ExecSpace, Value>>(exec, placed, n, options,
                                                                          layout);
       case Algorithm::S2Reducer:
-        return std::make_unique<impl::S2Reducer<ExecSpace, Value>>(exec, comm, n, options, layout);
+        return std::make_unique<impl::S2Reducer<ExecSpace, Value>>(exec, placed, n, options,
+                                                                   layout);
     }
     throw std::invalid_argument(std::string(where) + ": not an Algorithm value (" +
                                 std::to_string(static_cast<int>(algorithm)) + ")");
@@ -212,7 +214,7 @@ namespace impl {
 template <class ExecSpace, class Value>
 std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_hierarchical(
     const ExecSpace& exec, Algorithm algorithm, const Communicator& comm, std::int64_t n,
-    const Options& options, const NodeTopology& nodes) {
+    const Options& options, const Layout& layout, const NodeTopology& nodes) {
   constexpr const char* where = "oktopk::make_sparse_allreduce";
   const int L = nodes.local_size();
   const int local_rank = nodes.local_rank();
@@ -229,12 +231,14 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_hierarchical(
   std::exception_ptr failure;
   std::string cause;
   try {
-    // Collective among the local rank's ranks only: it throws on all of them alike.
+    // Collective among the local rank's ranks only: it throws on all of them alike. Without
+    // the layout: the methods the mode takes compute the same without one, and the handle
+    // counts the output per segment itself.
     auto method = make_sparse_allreduce<ExecSpace, Value>(exec, algorithm, across, shard,
                                                           method_options, Layout());
     OKTOPK_FAULT_POINT(comm, "construct");
     handle = std::make_unique<HierarchicalAllreduce<ExecSpace, Value>>(
-        exec, algorithm, comm, n, options, node, std::move(method));
+        exec, algorithm, comm, n, options, layout, node, std::move(method));
   } catch (const std::exception& e) {
     failure = std::current_exception();
     cause = one_line(failure_cause(e));

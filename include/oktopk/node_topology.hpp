@@ -43,6 +43,8 @@ class NodeTopology {
   int local_size() const { return node_sizes_[node_]; }
   /// The node of `rank` (0 <= rank < ranks()).
   int node_of(int rank) const { return node_of_rank_.at(rank); }
+  /// Every rank's node, by rank (Communicator::with_nodes takes it).
+  const std::vector<int>& node_of_rank() const { return node_of_rank_; }
   /// Ranks on `node` (0 <= node < nodes()).
   int size_of(int node) const { return node_sizes_.at(node); }
   /// The fewest and the most ranks on one node.

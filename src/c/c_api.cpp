@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <optional>
@@ -929,6 +930,45 @@ int oktopk_get_stats(const oktopk_handle* handle, oktopk_stats* stats) {
     stats->local_threshold = s.local_threshold;
     stats->global_threshold = s.global_threshold;
     stats->dense = s.dense ? 1 : 0;
+    stats->bytes_sent_between_nodes = traffic.bytes_sent_between_nodes;
+    stats->bytes_received_between_nodes = traffic.bytes_received_between_nodes;
+  });
+}
+
+int oktopk_get_num_phases(const oktopk_handle* handle, int64_t* num_phases) {
+  return guarded([&] {
+    constexpr const char* where = "oktopk_get_num_phases";
+    require_handle(handle, where);
+    if (num_phases == nullptr)
+      throw std::invalid_argument(std::string(where) + ": num_phases is NULL");
+    const oktopk::ReduceStats s =
+        oktopk::run_on_progress_thread([handle] { return handle->typed->stats(); });
+    *num_phases = static_cast<int64_t>(s.phases.size());
+  });
+}
+
+int oktopk_get_phase_stats(const oktopk_handle* handle, int64_t index, oktopk_phase_stats* phase) {
+  return guarded([&] {
+    constexpr const char* where = "oktopk_get_phase_stats";
+    require_handle(handle, where);
+    if (phase == nullptr) throw std::invalid_argument(std::string(where) + ": phase is NULL");
+    const oktopk::ReduceStats s =
+        oktopk::run_on_progress_thread([handle] { return handle->typed->stats(); });
+    const auto count = static_cast<std::int64_t>(s.phases.size());
+    if (index < 0 || index >= count)
+      throw std::invalid_argument(std::string(where) + ": index " + std::to_string(index) +
+                                  " is outside [0, " + std::to_string(count) + ")");
+    const auto& [name, stats] = *std::next(s.phases.begin(), static_cast<std::ptrdiff_t>(index));
+    *phase = oktopk_phase_stats{};
+    // The library's phase names are short; a longer one would be cut, never left unterminated.
+    name.copy(phase->name, sizeof phase->name - 1);
+    phase->seconds = stats.seconds;
+    phase->bytes_sent = stats.traffic.bytes_sent;
+    phase->bytes_received = stats.traffic.bytes_received;
+    phase->messages_sent = stats.traffic.messages_sent;
+    phase->messages_received = stats.traffic.messages_received;
+    phase->bytes_sent_between_nodes = stats.traffic.bytes_sent_between_nodes;
+    phase->bytes_received_between_nodes = stats.traffic.bytes_received_between_nodes;
   });
 }
 

@@ -32,7 +32,17 @@ module oktopk
     real(c_double) :: seconds
     real(c_float) :: local_threshold, global_threshold
     integer(c_int32_t) :: dense
+    integer(c_int64_t) :: bytes_sent_between_nodes, bytes_received_between_nodes
   end type oktopk_stats
+
+  !> One phase of the last reduce call on this rank (the C struct oktopk_phase_stats); name is
+  !> NUL-terminated.
+  type, public, bind(c) :: oktopk_phase_stats
+    character(kind=c_char) :: name(32)
+    real(c_double) :: seconds
+    integer(c_int64_t) :: bytes_sent, bytes_received, messages_sent, messages_received
+    integer(c_int64_t) :: bytes_sent_between_nodes, bytes_received_between_nodes
+  end type oktopk_phase_stats
 
   !> One segment of a handle's layout and its non-zeros in the last output (the C struct
   !> oktopk_segment_stats). name is a C string: "" for handles made from Fortran.
@@ -44,7 +54,8 @@ module oktopk
 
   public :: oktopk_initialize, oktopk_finalize, oktopk_create, oktopk_create_with_layout, &
             oktopk_destroy, oktopk_reduce, oktopk_reduce_inplace, oktopk_get_stats, &
-            oktopk_get_num_segments, oktopk_get_segment_stats, oktopk_save_state, &
+            oktopk_get_num_segments, oktopk_get_segment_stats, oktopk_get_num_phases, &
+            oktopk_get_phase_stats, oktopk_save_state, &
             oktopk_restore_state, oktopk_get_dtype, oktopk_last_error, oktopk_version, &
             oktopk_reduce_on_stream, oktopk_get_device
 
@@ -123,6 +134,23 @@ module oktopk
       type(oktopk_segment_stats), intent(out) :: stats
       integer(c_int) :: code
     end function c_get_segment_stats
+
+    function c_get_num_phases(handle, num_phases) result(code) &
+        bind(c, name="oktopk_get_num_phases")
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: handle
+      integer(c_int64_t), intent(out) :: num_phases
+      integer(c_int) :: code
+    end function c_get_num_phases
+
+    function c_get_phase_stats(handle, index, phase) result(code) &
+        bind(c, name="oktopk_get_phase_stats")
+      import :: c_ptr, c_int, c_int64_t, oktopk_phase_stats
+      type(c_ptr), value :: handle
+      integer(c_int64_t), value :: index
+      type(oktopk_phase_stats), intent(out) :: phase
+      integer(c_int) :: code
+    end function c_get_phase_stats
 
     function c_destroy(handle) result(code) bind(c, name="oktopk_destroy")
       import :: c_ptr, c_int
@@ -428,6 +456,21 @@ contains
     type(oktopk_segment_stats), intent(out) :: stats
     code = int(c_get_segment_stats(handle%ptr, index - 1, stats))
   end function oktopk_get_segment_stats
+
+  !> The number of phases of the last reduce call on this rank (0 before the first).
+  integer function oktopk_get_num_phases(handle, num_phases) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    integer(c_int64_t), intent(out) :: num_phases
+    code = int(c_get_num_phases(handle%ptr, num_phases))
+  end function oktopk_get_num_phases
+
+  !> Phase `index` (from 1, in the order of the phases' names) of the last reduce call.
+  integer function oktopk_get_phase_stats(handle, index, phase) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    integer(c_int64_t), intent(in) :: index
+    type(oktopk_phase_stats), intent(out) :: phase
+    code = int(c_get_phase_stats(handle%ptr, index - 1, phase))
+  end function oktopk_get_phase_stats
 
   !> Writes this rank's state to `path` (give every rank its own path). Not collective.
   integer function oktopk_save_state(handle, path) result(code)

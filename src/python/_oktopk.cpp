@@ -478,6 +478,25 @@ class Handle {
     d["local_threshold"] = s.local_threshold;
     d["global_threshold"] = s.global_threshold;
     d["dense"] = s.dense != 0;
+    d["bytes_sent_between_nodes"] = s.bytes_sent_between_nodes;
+    d["bytes_received_between_nodes"] = s.bytes_received_between_nodes;
+    std::int64_t phase_count = 0;
+    check(oktopk_get_num_phases(get(), &phase_count));
+    py::dict phases;
+    for (std::int64_t i = 0; i < phase_count; ++i) {
+      oktopk_phase_stats phase{};
+      check(oktopk_get_phase_stats(get(), i, &phase));
+      py::dict entry;
+      entry["seconds"] = phase.seconds;
+      entry["bytes_sent"] = phase.bytes_sent;
+      entry["bytes_received"] = phase.bytes_received;
+      entry["messages_sent"] = phase.messages_sent;
+      entry["messages_received"] = phase.messages_received;
+      entry["bytes_sent_between_nodes"] = phase.bytes_sent_between_nodes;
+      entry["bytes_received_between_nodes"] = phase.bytes_received_between_nodes;
+      phases[py::str(phase.name)] = entry;
+    }
+    d["phases"] = phases;
     std::int64_t count = 0;
     check(oktopk_get_num_segments(get(), &count));
     py::list segments;

@@ -14,7 +14,7 @@
 #       stderr) matches the extended REGEX: rank 0 alone speaks.
 set -u
 
-header="algo,P,n,k,density,iters,time_s_med,time_s_max,bytes_per_rank_avg,bytes_per_rank_max,words_per_rank_max_over_k,nnz_out,wrong,nnz_out_avg,words_per_call_max_over_k"
+header="algo,P,n,k,density,iters,time_s_med,time_s_max,bytes_per_rank_avg,bytes_per_rank_max,words_per_rank_max_over_k,nnz_out,wrong,nnz_out_avg,words_per_call_max_over_k,between_nodes_bytes_per_rank_max"
 all="dense,topka,topkdsa,gtopk,gaussiank,oktopk,s2"
 
 fail() {
@@ -36,7 +36,8 @@ check_csv() {
     /^$/ { exit }
     {
       names = names (rows++ ? "," : "") $1
-      if (NF != 15) { print "row with " NF " fields: " $0; bad = 1 }
+      if (NF != 16) { print "row with " NF " fields: " $0; bad = 1 }
+      else if ($16 < 0 || $16 > $10) { print "between-node bytes outside [0, bytes]: " $0; bad = 1 }
       else if ($1 == "mpi_allreduce") {  # --mpi-baseline: a bare sum, not checked
         if ($13 != "-" || $7 <= 0) { print "baseline row: " $0; bad = 1 }
       }

@@ -52,7 +52,7 @@ awk -F, '
   }
   file == 1 {
     # Numeric P and iters, or the loops below would compare strings and never end.
-    if (NF != 15 || $2 !~ /^[0-9]+$/ || $6 !~ /^[0-9]+$/) { print "bad CSV row: " $0; bad = 1; next }
+    if (NF != 16 || $2 !~ /^[0-9]+$/ || $6 !~ /^[0-9]+$/) { print "bad CSV row: " $0; bad = 1; next }
     algos[++n_algos] = $1; P[$1] = $2 + 0; iters[$1] = $6 + 0
     reported_avg[$1] = $9; reported_max[$1] = $10
     k[$1] = $4 + 0; reported_call_words[$1] = $15

@@ -26,6 +26,8 @@ static float gradient_value(int r, int64_t i, int call) {
   return (h % 37u == 0u) ? 8.0f * small + (small < 0 ? -4.0f : 4.0f) : small;
 }
 
+static int phases_add_up(const oktopk_handle* h, const oktopk_stats* stats);
+
 static void fill(float* g, int64_t n, int r, int call) {
   for (int64_t i = 0; i < n; ++i) g[i] = gradient_value(r, i, call);
 }
@@ -138,6 +140,8 @@ static void test_method(const char* method, int64_t n) {
             (size == 1 || stats.bytes_sent > 0) && (size == 1 || stats.messages_sent > 0) &&
             stats.seconds >= 0.0,
         what);
+  snprintf(what, sizeof what, "%s: the phases add up to the call's stats", method);
+  check(phases_add_up(a, &stats), what);
 
   /* State: save, reduce once, restore, reduce the same gradient again: the same output. */
   char path[128];
@@ -1130,6 +1134,94 @@ static void test_refused(void) {
   free_twins(&t);
 }
 
+/* The last call's phases: named, each within range, and summing to the call's stats, inside and
+ * between nodes; an index past the end is refused. */
+static int phases_add_up(const oktopk_handle* h, const oktopk_stats* stats) {
+  int64_t count = -1;
+  int ok = oktopk_get_num_phases(h, &count) == OKTOPK_SUCCESS && count > 0;
+  oktopk_phase_stats sum;
+  memset(&sum, 0, sizeof sum);
+  for (int64_t i = 0; ok && i < count; ++i) {
+    oktopk_phase_stats phase;
+    ok &= oktopk_get_phase_stats(h, i, &phase) == OKTOPK_SUCCESS;
+    ok &= phase.name[0] != '\0' && memchr(phase.name, '\0', sizeof phase.name) != NULL;
+    ok &= phase.bytes_sent_between_nodes >= 0 && phase.bytes_sent_between_nodes <= phase.bytes_sent;
+    ok &= phase.bytes_received_between_nodes >= 0 &&
+          phase.bytes_received_between_nodes <= phase.bytes_received;
+    sum.bytes_sent += phase.bytes_sent;
+    sum.bytes_received += phase.bytes_received;
+    sum.messages_sent += phase.messages_sent;
+    sum.messages_received += phase.messages_received;
+    sum.bytes_sent_between_nodes += phase.bytes_sent_between_nodes;
+    sum.bytes_received_between_nodes += phase.bytes_received_between_nodes;
+  }
+  ok &= sum.bytes_sent == stats->bytes_sent && sum.bytes_received == stats->bytes_received &&
+        sum.messages_sent == stats->messages_sent &&
+        sum.messages_received == stats->messages_received &&
+        sum.bytes_sent_between_nodes == stats->bytes_sent_between_nodes &&
+        sum.bytes_received_between_nodes == stats->bytes_received_between_nodes;
+  oktopk_phase_stats past;
+  ok &= oktopk_get_phase_stats(h, count, &past) == OKTOPK_ERROR_INVALID_ARGUMENT &&
+        strstr(oktopk_last_error(), "oktopk_get_phase_stats: index ") == oktopk_last_error();
+  ok &= oktopk_get_phase_stats(h, 0, NULL) == OKTOPK_ERROR_INVALID_ARGUMENT &&
+        oktopk_get_num_phases(h, NULL) == OKTOPK_ERROR_INVALID_ARGUMENT;
+  return ok;
+}
+
+/* Traffic inside and between nodes: nodes of one rank send every byte between nodes, one node
+ * none; with two ranks a node, the hierarchical mode's node phases stay inside the node and its
+ * method's phases cross between nodes only. */
+static void test_node_traffic(void) {
+  const int64_t n = 4001;
+  float* grad = malloc((size_t)n * sizeof(float));
+  float* out = malloc((size_t)n * sizeof(float));
+  char options[96];
+  for (int layout = 0; layout < 3; ++layout) {
+    if (layout == 2 && size % 2 != 0) continue;
+    if (layout == 0) snprintf(options, sizeof options, "density=0.01 node_size=1");
+    if (layout == 1) snprintf(options, sizeof options, "density=0.01 node_size=%d", size);
+    if (layout == 2) snprintf(options, sizeof options, "density=0.01 node_size=2 hierarchical=on");
+    oktopk_handle* h = NULL;
+    int ok = oktopk_create(MPI_COMM_WORLD, "oktopk", n, options, &h) == OKTOPK_SUCCESS;
+    for (int call = 1; ok && call <= 3; ++call) {
+      fill(grad, n, rank, call);
+      ok &= oktopk_reduce(h, grad, out) == OKTOPK_SUCCESS;
+    }
+    oktopk_stats stats;
+    ok &= oktopk_get_stats(h, &stats) == OKTOPK_SUCCESS && phases_add_up(h, &stats);
+    ok &= size == 1 || stats.bytes_sent > 0;
+    if (layout == 0)
+      ok &= stats.bytes_sent_between_nodes == stats.bytes_sent &&
+            stats.bytes_received_between_nodes == stats.bytes_received;
+    if (layout == 1)
+      ok &= stats.bytes_sent_between_nodes == 0 && stats.bytes_received_between_nodes == 0;
+    if (layout == 2) {
+      int64_t count = 0;
+      ok &= oktopk_get_num_phases(h, &count) == OKTOPK_SUCCESS;
+      int node_phases = 0;
+      for (int64_t i = 0; ok && i < count; ++i) {
+        oktopk_phase_stats phase;
+        ok &= oktopk_get_phase_stats(h, i, &phase) == OKTOPK_SUCCESS;
+        if (strncmp(phase.name, "node_", 5) == 0) {
+          ++node_phases;
+          ok &= phase.bytes_sent > 0 && phase.bytes_sent_between_nodes == 0 &&
+                phase.bytes_received_between_nodes == 0;
+        } else if (strcmp(phase.name, "hierarchy_check") != 0) {
+          ok &= phase.bytes_sent_between_nodes == phase.bytes_sent &&
+                phase.bytes_received_between_nodes == phase.bytes_received;
+        }
+      }
+      ok &= node_phases == 2;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "traffic inside and between nodes with %s", options);
+    check(ok, what);
+    if (h != NULL) oktopk_destroy(h);
+  }
+  free(grad);
+  free(out);
+}
+
 int main(int argc, char** argv) {
   /* --single: MPI without threads, so that queued calls run in oktopk_test and oktopk_wait;
    * otherwise MPI_THREAD_MULTIPLE and OkTopk's progress thread. */
@@ -1160,6 +1252,7 @@ int main(int argc, char** argv) {
   test_async();
   test_on_stream();
   test_refused();
+  test_node_traffic();
   const int dtypes[] = {OKTOPK_FLOAT64, OKTOPK_BFLOAT16, OKTOPK_FLOAT16};
   for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; ++t)
     for (size_t m = 0; m < sizeof methods / sizeof methods[0]; ++m)

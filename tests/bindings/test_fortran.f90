@@ -87,6 +87,34 @@ contains
   end function bits
 
   ! The same bits on every rank.
+  ! The last call's phases: named, and their bytes summing to the call's, inside and between
+  ! nodes.
+  logical function phases_add_up(handle, stats)
+    type(oktopk_handle), intent(in) :: handle
+    type(oktopk_stats), intent(in) :: stats
+    type(oktopk_phase_stats) :: phase
+    integer(c_int64_t) :: phases, i, sent, received, sent_between, received_between
+    phases_add_up = oktopk_get_num_phases(handle, phases) == OKTOPK_SUCCESS .and. phases > 0
+    sent = 0; received = 0; sent_between = 0; received_between = 0
+    do i = 1, phases
+      phases_add_up = phases_add_up .and. &
+                      oktopk_get_phase_stats(handle, i, phase) == OKTOPK_SUCCESS .and. &
+                      phase%name(1) /= achar(0) .and. &
+                      phase%bytes_sent_between_nodes <= phase%bytes_sent
+      sent = sent + phase%bytes_sent
+      received = received + phase%bytes_received
+      sent_between = sent_between + phase%bytes_sent_between_nodes
+      received_between = received_between + phase%bytes_received_between_nodes
+    end do
+    phases_add_up = phases_add_up .and. sent == stats%bytes_sent .and. &
+                    received == stats%bytes_received .and. &
+                    sent_between == stats%bytes_sent_between_nodes .and. &
+                    received_between == stats%bytes_received_between_nodes
+    ! Out of range: refused.
+    phases_add_up = phases_add_up .and. &
+                    oktopk_get_phase_stats(handle, phases + 1, phase) /= OKTOPK_SUCCESS
+  end function phases_add_up
+
   logical function identical_on_all_ranks(v)
     real(c_float), intent(in) :: v(:)
     integer(c_int32_t), allocatable :: mine(:), lo(:), hi(:)
@@ -147,6 +175,7 @@ contains
     code_a = oktopk_get_stats(a, stats)
     call check(code_a == OKTOPK_SUCCESS .and. stats%iteration == 5 .and. stats%k == 40 .and. &
                (nranks == 1 .or. stats%bytes_sent > 0), method // ': stats')
+    call check(phases_add_up(a, stats), method // ': the phases add up to the call''s stats')
 
     write (path, '(3a, i0, a, i0, a)') 'fortran_state_', method, '_np', nranks, '_rank', rank, &
                                        '.okst'

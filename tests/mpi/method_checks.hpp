@@ -260,6 +260,9 @@ inline void check_common(Runner& runner, const Call& c) {
   const oktopk::PhaseTraffic t = s.total_traffic();
   EXPECT_EQ(sum_over_ranks(t.bytes_sent), sum_over_ranks(t.bytes_received));
   EXPECT_EQ(sum_over_ranks(t.messages_sent), sum_over_ranks(t.messages_received));
+  EXPECT_EQ(sum_over_ranks(t.bytes_sent_between_nodes),
+            sum_over_ranks(t.bytes_received_between_nodes));
+  EXPECT_LE(t.bytes_sent_between_nodes, t.bytes_sent);
   EXPECT_FALSE(s.phases.empty());
 }
 

@@ -46,20 +46,28 @@ std::string mpi_error_text(int code) {
 // The message-level picture of the traffic of all ranks: every transfer from -> to of some
 // bytes. The expected PhaseTraffic of a rank is read off it, independently of the formulas the
 // Communicator uses, and conservation (sent == received over all ranks) holds by construction.
+// A message is between nodes when its ends are on different nodes of `node_of_rank` (empty:
+// every rank a node of its own, as on a Communicator nobody placed).
 class TrafficModel {
  public:
+  TrafficModel() = default;
+  explicit TrafficModel(std::vector<int> node_of_rank) : node_of_rank_(std::move(node_of_rank)) {}
+
   void message(int from, int to, std::int64_t bytes) { messages_.push_back({from, to, bytes}); }
 
   PhaseTraffic of(int rank) const {
     PhaseTraffic t;
     for (const Message& m : messages_) {
+      const bool between = node_of(m.from) != node_of(m.to);
       if (m.from == rank) {
         t.bytes_sent += m.bytes;
         t.messages_sent += 1;
+        if (between) t.bytes_sent_between_nodes += m.bytes;
       }
       if (m.to == rank) {
         t.bytes_received += m.bytes;
         t.messages_received += 1;
+        if (between) t.bytes_received_between_nodes += m.bytes;
       }
     }
     return t;
@@ -116,7 +124,12 @@ class TrafficModel {
     int to;
     std::int64_t bytes;
   };
+  int node_of(int rank) const {
+    return node_of_rank_.empty() ? rank : node_of_rank_[static_cast<std::size_t>(rank)];
+  }
+
   std::vector<Message> messages_;
+  std::vector<int> node_of_rank_;
 };
 
 void expect_traffic_eq(const PhaseTraffic& actual, const PhaseTraffic& expected) {
@@ -124,6 +137,16 @@ void expect_traffic_eq(const PhaseTraffic& actual, const PhaseTraffic& expected)
   EXPECT_EQ(actual.bytes_received, expected.bytes_received);
   EXPECT_EQ(actual.messages_sent, expected.messages_sent);
   EXPECT_EQ(actual.messages_received, expected.messages_received);
+  EXPECT_EQ(actual.bytes_sent_between_nodes, expected.bytes_sent_between_nodes);
+  EXPECT_EQ(actual.bytes_received_between_nodes, expected.bytes_received_between_nodes);
+}
+
+// Traffic of a Communicator nobody placed: every rank is a node of its own, so every byte is
+// between nodes.
+PhaseTraffic unplaced(std::int64_t bytes_sent, std::int64_t bytes_received,
+                      std::int64_t messages_sent, std::int64_t messages_received) {
+  return PhaseTraffic{bytes_sent,        bytes_received, messages_sent,
+                      messages_received, bytes_sent,     bytes_received};
 }
 
 // ---- the duplicate -----------------------------------------------------------------------------
@@ -355,8 +378,8 @@ TEST(Communicator, RingIsendIrecvDeliversAndIsChargedExactly) {
     // The ring is a self-message: delivered, not charged.
     EXPECT_TRUE(comm.traffic().empty());
   } else {
-    expect_traffic_eq(comm.traffic("other"), PhaseTraffic{5 * 8, 5 * 8, 1, 1});
-    expect_traffic_eq(comm.total_traffic(), PhaseTraffic{5 * 8, 5 * 8, 1, 1});
+    expect_traffic_eq(comm.traffic("other"), unplaced(5 * 8, 5 * 8, 1, 1));
+    expect_traffic_eq(comm.total_traffic(), unplaced(5 * 8, 5 * 8, 1, 1));
   }
 }
 
@@ -396,8 +419,8 @@ TEST(Communicator, ReceiveIsChargedWithItsActualSizeToThePhaseItWasPostedIn) {
     requests.wait_all();
   }
   const std::int64_t from_previous = 3 + (r + p - 1) % p;
-  expect_traffic_eq(comm.traffic("posted"), PhaseTraffic{0, 4 * from_previous, 0, 1});
-  expect_traffic_eq(comm.traffic("sent"), PhaseTraffic{4 * (3 + r), 0, 1, 0});
+  expect_traffic_eq(comm.traffic("posted"), unplaced(0, 4 * from_previous, 0, 1));
+  expect_traffic_eq(comm.traffic("sent"), unplaced(4 * (3 + r), 0, 1, 0));
   EXPECT_EQ(comm.traffic().count("waited"), 0u);
   EXPECT_EQ(comm.traffic().size(), 2u);
 }
@@ -416,7 +439,7 @@ TEST(Communicator, RequestsDestructorWaits) {
   EXPECT_EQ(received, 40 + (r + p - 1) % p);
   // Completed by the destructor, but still charged.
   if (p > 1) {
-    expect_traffic_eq(comm.total_traffic(), PhaseTraffic{4, 4, 1, 1});
+    expect_traffic_eq(comm.total_traffic(), unplaced(4, 4, 1, 1));
   }
 }
 
@@ -443,7 +466,7 @@ TEST(Communicator, RequestsMoveAssignmentWaitsForItsOwnFirst) {
   moved.wait_all();
   EXPECT_EQ(second, 200 + (r + 1) % p);
   if (p > 1) {
-    expect_traffic_eq(comm.total_traffic(), PhaseTraffic{8, 8, 2, 2});
+    expect_traffic_eq(comm.total_traffic(), unplaced(8, 8, 2, 2));
   }
 }
 
@@ -456,7 +479,7 @@ TEST(Communicator, AlltoallTrafficIsExactWithoutSelf) {
   std::vector<double> receive(send.size());
   comm.alltoall(send.data(), receive.data(), 3);
   const std::int64_t others = p - 1;
-  expect_traffic_eq(comm.total_traffic(), PhaseTraffic{others * 24, others * 24, others, others});
+  expect_traffic_eq(comm.total_traffic(), unplaced(others * 24, others * 24, others, others));
 }
 
 TEST(Communicator, AllreduceTrafficFollowsTheFormula) {
@@ -721,8 +744,9 @@ TEST(Communicator, MessageLogListsEveryChargeAndSumsToTheTraffic) {
   for (const auto& m : log) {
     EXPECT_EQ(m.peer == -1,
               std::string(m.operation) != "send" && std::string(m.operation) != "recv");
-    sums[m.phase] +=
-        PhaseTraffic{m.bytes_sent, m.bytes_received, m.messages_sent, m.messages_received};
+    sums[m.phase] += PhaseTraffic{
+        m.bytes_sent,        m.bytes_received,           m.messages_sent,
+        m.messages_received, m.bytes_sent_between_nodes, m.bytes_received_between_nodes};
   }
   EXPECT_EQ(sums, comm.traffic());
   comm.reset_traffic();
@@ -838,7 +862,7 @@ TEST(Communicator, WaitAllReportsTheFailingRequest) {
 #endif
   }
   // The send was charged when posted; the failed receive is not.
-  expect_traffic_eq(comm.total_traffic(), PhaseTraffic{16, 0, 1, 0});
+  expect_traffic_eq(comm.total_traffic(), unplaced(16, 0, 1, 0));
 }
 
 // Counts the calls of the handler below (per process).
@@ -1076,6 +1100,162 @@ TEST(Communicator, SplitSharedMemoryHoldsTheRanksOfThisNode) {
   std::int64_t lowest = comm.rank();
   node.allreduce_in_place(&lowest, 1, MPI_MIN);
   EXPECT_EQ(lowest, same_node.front());
+}
+
+// ---- inside and between nodes ------------------------------------------------------------------
+
+// Node maps a job can have: consecutive pairs, ranks dealt round-robin over two nodes, one node,
+// and a node of one rank beside a node of the rest.
+std::vector<std::vector<int>> node_maps(int P) {
+  std::vector<int> pairs(P), dealt(P), one(P, 0), first_apart(P);
+  for (int q = 0; q < P; ++q) {
+    pairs[q] = q / 2;
+    dealt[q] = q % 2;
+    first_apart[q] = q == 0 ? 0 : 1;
+  }
+  return {pairs, dealt, one, first_apart};
+}
+
+// Every operation, each in its own phase, on `comm`; `model` gets each one's messages as its
+// algorithm (the header's) moves them.
+void run_every_operation(const Communicator& comm, std::map<std::string, TrafficModel>& models) {
+  const int P = comm.size();
+  const int r = comm.rank();
+  {
+    auto scope = comm.phase("ring");
+    const int next = (r + 1) % P;
+    const int previous = (r + P - 1) % P;
+    std::vector<float> send(static_cast<std::size_t>(3 + r), 1.0f);
+    std::vector<float> receive(static_cast<std::size_t>(3 + P));
+    Communicator::Requests requests;
+    comm.irecv(receive.data(), 3 + P, previous, 4, requests);
+    comm.isend(send.data(), 3 + r, next, 4, requests);
+    requests.wait_all();
+    for (int q = 0; q < P; ++q) {
+      if (q != (q + 1) % P) models["ring"].message(q, (q + 1) % P, 4 * (3 + q));
+    }
+  }
+  {
+    auto scope = comm.phase("allreduce");
+    std::vector<char> x(static_cast<std::size_t>(5 * P + 3), 1);
+    comm.allreduce_in_place(x.data(), 5 * P + 3, MPI_MAX);
+    models["allreduce"].allreduce(5 * P + 3, P);
+  }
+  {
+    auto scope = comm.phase("alltoall");
+    std::vector<std::int32_t> send(static_cast<std::size_t>(2 * P), r), receive(send.size());
+    comm.alltoall(send.data(), receive.data(), 2);
+    for (int s = 0; s < P; ++s) {
+      for (int t = 0; t < P; ++t) {
+        if (s != t) models["alltoall"].message(s, t, 8);
+      }
+    }
+  }
+  {
+    auto scope = comm.phase("allgather");
+    std::vector<double> send(3, 1.0), receive(static_cast<std::size_t>(3 * P));
+    comm.allgather(send.data(), 3, receive.data());
+    models["allgather"].allgather_blocks(std::vector<std::int64_t>(P, 24));
+  }
+  {
+    auto scope = comm.phase("allgatherv");
+    const std::vector<int> counts = mixed_counts(P);
+    std::vector<int> displacements(static_cast<std::size_t>(P));
+    std::exclusive_scan(counts.begin(), counts.end(), displacements.begin(), 0);
+    const int total = std::accumulate(counts.begin(), counts.end(), 0);
+    std::vector<std::int32_t> send(static_cast<std::size_t>(counts[r]) + 1, 5);
+    std::vector<std::int32_t> receive(static_cast<std::size_t>(total) + 1);
+    comm.allgatherv(send.data(), counts[r], receive.data(), counts.data(), displacements.data());
+    std::vector<std::int64_t> bytes(counts.begin(), counts.end());
+    for (auto& b : bytes) b *= 4;
+    models["allgatherv"].allgather_blocks(bytes);
+  }
+  for (int root : {0, P - 1}) {
+    const std::string name = "bcast" + std::to_string(root);
+    auto scope = comm.phase(name);
+    std::vector<unsigned char> x(static_cast<std::size_t>(7 * P + 2), 9);
+    comm.bcast(x.data(), 7 * P + 2, root);
+    models[name].bcast(7 * P + 2, P, root);
+  }
+}
+
+TEST(Communicator, NodeMapSplitsEveryOperationByWhereItsPeerRuns) {
+  const Communicator comm;
+  const int P = comm.size();
+  for (const std::vector<int>& map : node_maps(P)) {
+    Communicator placed = comm.with_nodes(map);
+    EXPECT_EQ(placed.node_of(P - 1), map[P - 1]);
+    placed.reset_traffic();
+    std::map<std::string, TrafficModel> models;
+    for (const char* name : {"ring", "allreduce", "alltoall", "allgather", "allgatherv", "bcast0"})
+      models.emplace(name, TrafficModel(map));
+    models.emplace("bcast" + std::to_string(P - 1), TrafficModel(map));
+    run_every_operation(placed, models);
+    for (const auto& [name, model] : models) {
+      SCOPED_TRACE(name + " on nodes of map " + std::to_string(map[P - 1]));
+      expect_traffic_eq(placed.traffic(name), model.of(comm.rank()));
+      // Conservation between nodes, over all ranks, the model aside.
+      const PhaseTraffic t = placed.traffic(name);
+      EXPECT_EQ(sum_over_ranks(t.bytes_sent_between_nodes),
+                sum_over_ranks(t.bytes_received_between_nodes));
+      EXPECT_EQ(t.bytes_sent_inside_node() + t.bytes_sent_between_nodes, t.bytes_sent);
+    }
+  }
+}
+
+TEST(Communicator, NodeMapIsTheCopysOwn) {
+  Communicator comm;
+  const int P = comm.size();
+  const Communicator one_node = comm.with_nodes(std::vector<int>(P, 0));
+  double x = 1.0;
+  one_node.allreduce_in_place(&x, 1, MPI_SUM);
+  // Charged by the copy with one node: nothing between nodes, in the counters both share.
+  EXPECT_EQ(comm.total_traffic().bytes_sent_between_nodes, 0);
+  comm.reset_traffic();
+  comm.allreduce_in_place(&x, 1, MPI_SUM);
+  // Charged by the original, unplaced: every byte between nodes.
+  EXPECT_EQ(comm.total_traffic().bytes_sent_between_nodes, comm.total_traffic().bytes_sent);
+  EXPECT_EQ(comm.node_of(comm.rank()), comm.rank());
+}
+
+TEST(Communicator, SplitKeepsTheNodeMap) {
+  const Communicator comm;
+  const int P = comm.size();
+  const int r = comm.rank();
+  std::vector<int> pairs(P);
+  for (int q = 0; q < P; ++q) pairs[q] = q / 2;
+  const Communicator placed = comm.with_nodes(pairs);
+  // A node's ranks: all inside one node. One rank of each node: all on different nodes.
+  const Communicator node = placed.split(r / 2, r);
+  const Communicator across = placed.split(r % 2, r);
+  for (int q = 0; q < node.size(); ++q) EXPECT_EQ(node.node_of(q), r / 2);
+  for (int q = 0; q < across.size(); ++q) EXPECT_EQ(across.node_of(q), q);
+  std::vector<float> x(9, 1.0f);
+  node.allreduce_in_place(x.data(), 9, MPI_SUM);
+  across.allreduce_in_place(x.data(), 9, MPI_SUM);
+  EXPECT_EQ(node.total_traffic().bytes_sent_between_nodes, 0);
+  EXPECT_EQ(node.total_traffic().bytes_received_between_nodes, 0);
+  EXPECT_EQ(across.total_traffic().bytes_sent_between_nodes, across.total_traffic().bytes_sent);
+  EXPECT_EQ(across.total_traffic().bytes_received_between_nodes,
+            across.total_traffic().bytes_received);
+  // The shared-memory split keeps it too.
+  const Communicator shared = placed.split_shared_memory();
+  const std::vector<int> same_node = oktopk::test::ranks_named_like_this_one();
+  for (int q = 0; q < shared.size(); ++q) EXPECT_EQ(shared.node_of(q), same_node[q] / 2);
+}
+
+TEST(Communicator, WithNodesRefusesAMapOfTheWrongSizeOrANegativeNode) {
+  const Communicator comm;
+  const int P = comm.size();
+  expect_invalid_argument(
+      [&] { (void)comm.with_nodes(std::vector<int>(P + 1, 0)); },
+      "oktopk::Communicator::with_nodes: node_of_rank has " + std::to_string(P + 1) + " entries");
+  std::vector<int> negative(P, 0);
+  negative[P - 1] = -1;
+  expect_invalid_argument([&] { (void)comm.with_nodes(negative); },
+                          "oktopk::Communicator::with_nodes: node_of_rank[" +
+                              std::to_string(P - 1) + "] = -1 is negative");
+  expect_invalid_argument([&] { (void)comm.node_of(P); }, "oktopk::Communicator::node_of: ");
 }
 
 TEST(AgreementDigest, IsFnv1aForTextAndTheBitPatternForDoubles) {

@@ -194,6 +194,83 @@ TEST(Hierarchical, ChargesTheNodesTrafficToItsOwnPhases) {
   if (world_size() / L > 1) {
     EXPECT_GT(traffic("allgatherv").bytes_sent + traffic("split_reduce").bytes_sent, 0);
   }
+  // The node's phases stay inside the node; the method's cross between nodes only (its ranks
+  // are one per node); the checks over all ranks do both.
+  for (const auto& [name, phase] : c.stats.phases) {
+    SCOPED_TRACE(name);
+    const oktopk::PhaseTraffic& t = phase.traffic;
+    if (name == "node_reduce_scatter" || name == "node_allgather") {
+      EXPECT_EQ(t.bytes_sent_between_nodes, 0);
+      EXPECT_EQ(t.bytes_received_between_nodes, 0);
+    } else if (name != "hierarchy_check") {
+      EXPECT_EQ(t.bytes_sent_between_nodes, t.bytes_sent);
+      EXPECT_EQ(t.bytes_received_between_nodes, t.bytes_received);
+    }
+  }
+  // The traffic between nodes, summed over all ranks, balances.
+  const oktopk::PhaseTraffic total = c.stats.total_traffic();
+  EXPECT_EQ(sum_over_ranks(total.bytes_sent_between_nodes),
+            sum_over_ranks(total.bytes_received_between_nodes));
+}
+
+TEST(Hierarchical, TakesALayoutAndCountsTheWholeOutputPerSegment) {
+  constexpr std::int64_t n = 1001;
+  oktopk::Layout layout;
+  layout.append_dense(300, "head").append_sparse_rows(500, 10, "rows").append_dense(201, "tail");
+  const oktopk::Communicator comm;
+  for (const int L : node_sizes()) {
+    for (const Algorithm algorithm : {Algorithm::TopkA, Algorithm::OkTopk, Algorithm::Dense}) {
+      SCOPED_TRACE(std::string(oktopk::to_string(algorithm)) + ", node_size " + std::to_string(L));
+      auto with =
+          oktopk::make_sparse_allreduce<Exec>(algorithm, comm, n, hierarchical_options(L), layout);
+      auto without =
+          oktopk::make_sparse_allreduce<Exec>(algorithm, comm, n, hierarchical_options(L));
+      EXPECT_EQ(with->layout().segments().size(), 3u);
+      Exec exec;
+      Vector out_with("out_with", n), out_without("out_without", n);
+      oktopk::SparseAllreduce<Exec>::sparse_result_type entries;
+      for (int call = 0; call < 3; ++call) {
+        const Vector g = to_device(make_gradient(Dist::Uniform, 13, world_rank(), call, n), "g");
+        with->reduce(exec, g, out_with);
+        without->reduce(exec, g, out_without);
+        exec.fence();
+        const std::vector<float> a = to_host(out_with);
+        const std::vector<float> b = to_host(out_without);
+        Diff diff;
+        for (std::size_t j = 0; j < a.size(); ++j) {
+          if (!same_value_bits(a[j], b[j])) diff.note(j, a[j], b[j]);
+        }
+        EXPECT_EQ(diff.count, 0) << "with a layout vs without: " << diff;
+        // Each segment's count is its part of the whole output, not of this rank's shard.
+        const auto& segments = with->stats().segments;
+        ASSERT_EQ(segments.size(), 3u);
+        std::int64_t begin = 0;
+        for (std::size_t s = 0; s < 3; ++s) {
+          const std::int64_t end = begin + layout.segments()[s].length;
+          std::int64_t nonzeros = 0;
+          for (std::int64_t j = begin; j < end; ++j) nonzeros += a[j] != 0.0f ? 1 : 0;
+          EXPECT_EQ(segments[s].name, layout.segments()[s].name);
+          EXPECT_EQ(segments[s].nonzeros, nonzeros) << "segment " << s;
+          begin = end;
+        }
+      }
+      // The sparse result: its entries per segment.
+      auto sparse =
+          oktopk::make_sparse_allreduce<Exec>(algorithm, comm, n, hierarchical_options(L), layout);
+      const Vector g = to_device(make_gradient(Dist::Uniform, 17, world_rank(), 0, n), "g");
+      sparse->reduce_sparse(exec, g, entries);
+      exec.fence();
+      const auto indices =
+          Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), entries.indices);
+      std::int64_t counted[3] = {0, 0, 0};
+      for (std::int64_t e = 0; e < entries.size; ++e) {
+        counted[indices(e) < 300 ? 0 : indices(e) < 800 ? 1 : 2] += 1;
+      }
+      for (std::size_t s = 0; s < 3; ++s) {
+        EXPECT_EQ(sparse->stats().segments[s].nonzeros, counted[s]) << "segment " << s;
+      }
+    }
+  }
 }
 
 TEST(Hierarchical, SparseResultHoldsTheDenseOutputsEntries) {
@@ -289,10 +366,6 @@ TEST(Hierarchical, RefusesWhatItDoesNotTakeOnEveryRank) {
   }
   EXPECT_NE(refusal(Algorithm::TopkA, hierarchical_options(L).set_wire(oktopk::Wire::BFloat16))
                 .find("not wire=bf16"),
-            std::string::npos);
-  oktopk::Layout layout;
-  layout.append_dense(100, "all");
-  EXPECT_NE(refusal(Algorithm::TopkA, hierarchical_options(L), layout).find("takes no layout"),
             std::string::npos);
   const std::string bf16 = invalid_argument_of([&] {
     oktopk::make_sparse_allreduce<Exec, oktopk::bfloat16>(Algorithm::TopkA, comm, 100,

@@ -349,7 +349,8 @@ TEST(S2Layout, TrafficIsOneAllreduceOfTheFusedBuffer) {
       make(Algorithm::S2Reducer, comm, layout.end(), s2_options(sketch_rows, columns), layout);
   reduce(*h, layout_gradient(layout, 3));
   const std::int64_t count = sketch_rows * columns + layout.sparse_rows() + layout.dense_entries();
-  Communicator reference;
+  // On the handle's nodes, so that the traffic splits inside and between nodes as the handle's.
+  Communicator reference = Communicator().with_nodes(h->node_topology().node_of_rank());
   std::vector<float> buffer(static_cast<std::size_t>(count), 1.0f);
   reference.reset_traffic();
   reference.allreduce_in_place(buffer.data(), count, MPI_SUM);

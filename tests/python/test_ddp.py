@@ -194,6 +194,26 @@ def test_sparse(algorithm, whole_model=False):
               f"{name}: every handle reduced ({stats})")
 
 
+def test_hierarchical(algorithm):
+    """The hook in the hierarchical mode (nodes of two ranks where P is even): the model
+    trains, the same on every rank; each handle's node phases stay inside the node."""
+    L = 2 if size % 2 == 0 else 1
+    state = okt.OkTopkHookState(algorithm=algorithm, density=0.05, start_iter=0,
+                                hierarchical=True, node_size=L)
+    run = Run(state)
+    before = run.parameters()
+    identical, _ = train(run, 4)
+    check(identical and not same_bits(before, run.parameters()),
+          f"hierarchical {algorithm}: the model trained, the same on every rank")
+    stats = state.stats()
+    node_phases = [p for s in stats.values() for name, p in s["phases"].items()
+                   if name.startswith("node_")]
+    check(len(node_phases) == 2 * len(stats)
+          and all(p["bytes_sent_between_nodes"] == 0 for p in node_phases),
+          f"hierarchical {algorithm}: every handle's node phases inside the node ({stats})")
+    test_sparse_rows(algorithm, hierarchical=True, node_size=L)
+
+
 def test_hook_returns_early():
     """The hook returns its future before the reduce ends (it overlaps with backprop)."""
     state = okt.OkTopkHookState(algorithm="oktopk", density=0.05, start_iter=2)
@@ -403,14 +423,14 @@ class Bag(torch.nn.Module):
 class EmbeddingRun(Run):
     """Run for the Bag model on token batches, with the hook (sparse_rows: its embedding)."""
 
-    def __init__(self, algorithm, sparse_rows=True, whole_model=False):
+    def __init__(self, algorithm, sparse_rows=True, whole_model=False, **options):
         torch.manual_seed(3)
         module = Bag()
         self.model = DDP(module, bucket_cap_mb=BUCKET_CAP_MB)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
         self.state = okt.OkTopkHookState(
             algorithm=algorithm, density=0.05, whole_model=whole_model,
-            sparse_rows=okt.embedding_weights(module) if sparse_rows else None)
+            sparse_rows=okt.embedding_weights(module) if sparse_rows else None, **options)
         self.model.register_comm_hook(self.state, okt.oktopk_hook)
 
     def step(self, step):
@@ -424,12 +444,13 @@ class EmbeddingRun(Run):
         return float(loss)
 
 
-def test_sparse_rows(algorithm, whole_model=False):
+def test_sparse_rows(algorithm, whole_model=False, **options):
     """sparse_rows: handles with a layout (the embedding as rows of DIM, the rest dense); the
-    replicas stay identical; methods other than s2 train exactly as without a layout."""
-    name = f"sparse_rows {algorithm}{' whole_model' if whole_model else ''}"
-    run = EmbeddingRun(algorithm, whole_model=whole_model)
-    plain = EmbeddingRun(algorithm, sparse_rows=False, whole_model=whole_model)
+    replicas stay identical; methods other than s2 train exactly as without a layout (also in
+    the hierarchical mode, with `options`)."""
+    name = f"sparse_rows {algorithm}{' whole_model' if whole_model else ''} {options}"
+    run = EmbeddingRun(algorithm, whole_model=whole_model, **options)
+    plain = EmbeddingRun(algorithm, sparse_rows=False, whole_model=whole_model, **options)
     before = run.parameters()
     identical, _ = train(run, 5)
     train(plain, 5)
@@ -677,6 +698,8 @@ def main():
         for algorithm in ("oktopk", "topka"):
             test_sparse(algorithm)
         test_sparse("oktopk", whole_model=True)
+        test_hierarchical("oktopk")
+        test_hierarchical("topka")
         test_sparse_rows("s2")
         test_sparse_rows("oktopk")
         test_sparse_rows("topka", whole_model=True)

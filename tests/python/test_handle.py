@@ -79,12 +79,14 @@ def test_method(method, n):
     stats = a.stats()
     keys = {"iteration", "k", "local_selected", "global_selected", "bytes_sent",
             "bytes_received", "messages_sent", "messages_received", "seconds",
-            "local_threshold", "global_threshold", "dense", "segments"}
+            "local_threshold", "global_threshold", "dense", "bytes_sent_between_nodes",
+            "bytes_received_between_nodes", "phases", "segments"}
     check(set(stats) == keys and stats["iteration"] == calls and stats["k"] == a.k
           and (size == 1 or stats["bytes_sent"] > 0) and stats["seconds"] >= 0
           and isinstance(stats["dense"], bool) and stats["dense"] == (method == "dense")
           and stats["segments"] == [],
           f"{method}: stats {stats}")
+    check(phases_add_up(stats), f"{method}: the phases add up to the call's stats")
 
     # Save, reduce, restore, reduce the same gradient: the same output; then into the twin.
     grad = gradient(rank, n, calls)
@@ -115,6 +117,55 @@ def fused_gradient(r, call):
     rows = np.arange(ROWS * WIDTH) // WIDTH
     g[:ROWS * WIDTH][(rows * 7 + r * 3 + call) % 5 != 0] = 0
     return g
+
+
+PHASE_KEYS = ("bytes_sent", "bytes_received", "messages_sent", "messages_received",
+              "bytes_sent_between_nodes", "bytes_received_between_nodes")
+
+
+def phases_add_up(stats):
+    """Whether the call's phases are named, each within range, and sum to the call's
+    traffic, inside and between nodes."""
+    phases = stats["phases"]
+    ok = len(phases) > 0 and all(isinstance(name, str) and name for name in phases)
+    for phase in phases.values():
+        ok &= set(phase) == set(PHASE_KEYS) | {"seconds"} and phase["seconds"] >= 0
+        ok &= 0 <= phase["bytes_sent_between_nodes"] <= phase["bytes_sent"]
+        ok &= 0 <= phase["bytes_received_between_nodes"] <= phase["bytes_received"]
+    return ok and all(sum(p[key] for p in phases.values()) == stats[key] for key in PHASE_KEYS)
+
+
+def test_node_traffic():
+    """Traffic inside and between nodes: nodes of one rank send every byte between nodes, one
+    node none; with two ranks a node, the hierarchical mode's node phases stay inside the node
+    and its method's phases cross between nodes only."""
+    n = 4001
+    settings = [{"node_size": 1}, {"node_size": size}]
+    if size % 2 == 0:
+        settings.append({"node_size": 2, "hierarchical": "on"})
+    for setting in settings:
+        handle = oktopk.Handle(comm, "oktopk", n, density=0.01, **setting)
+        for call in range(3):
+            handle.reduce(gradient(rank, n, call))
+        stats = handle.stats()
+        ok = phases_add_up(stats) and (size == 1 or stats["bytes_sent"] > 0)
+        between = (stats["bytes_sent_between_nodes"], stats["bytes_received_between_nodes"])
+        if setting["node_size"] == 1:
+            ok &= between == (stats["bytes_sent"], stats["bytes_received"])
+        elif "hierarchical" not in setting:
+            ok &= between == (0, 0)
+        else:
+            node = {name: p for name, p in stats["phases"].items() if name.startswith("node_")}
+            ok &= set(node) == {"node_allgather", "node_reduce_scatter"}
+            ok &= all(p["bytes_sent"] > 0 and p["bytes_sent_between_nodes"] == 0
+                      and p["bytes_received_between_nodes"] == 0 for p in node.values())
+            across = [p for name, p in stats["phases"].items()
+                      if name not in node and name != "hierarchy_check"]
+            ok &= all(p["bytes_sent_between_nodes"] == p["bytes_sent"]
+                      and p["bytes_received_between_nodes"] == p["bytes_received"]
+                      for p in across)
+        check(ok, f"traffic inside and between nodes with {setting}: {stats}")
+        handle.close()
 
 
 def test_layout(method):
@@ -568,6 +619,7 @@ def main():
     for method in oktopk.ALGORITHMS:
         test_layout(method)
     test_layout_errors()
+    test_node_traffic()
     test_arguments()
     test_torch()
     test_device_tensors()

@@ -7,8 +7,10 @@
 # (--shifted-draws), 3 warm-up and 10 timed calls; one netbench run per row, so that the
 # links' byte counters belong to it. Output: docs/link-data/hierarchical/<rate>[-sparse]/
 # H<hosts>_<method>_<mode>.txt
-#   run.sh [--sparse-result] [RATE [HOSTS [METHODS]]]  (defaults: 1gbit, "2 4", "dense topka oktopk")
-# As run: run.sh; run.sh 100mbit 2 "topka oktopk"; run.sh --sparse-result 1gbit 2 oktopk.
+#   run.sh [--sparse-result] [--tag TAG] [RATE [HOSTS [METHODS]]]
+#   (defaults: 1gbit, "2 4", "dense topka oktopk"; --tag TAG writes to <rate>-TAG instead)
+# As run: run.sh; run.sh 100mbit 2 "topka oktopk"; run.sh --sparse-result 1gbit 2 oktopk;
+# run.sh --tag split 1gbit 2 (the traffic inside and between nodes, beside the links').
 set -u
 cd "$(dirname "$0")/../../.."
 flags=()
@@ -17,6 +19,10 @@ if [ "${1:-}" = --sparse-result ]; then
   flags=(--sparse-result)
   suffix=-sparse
   shift
+fi
+if [ "${1:-}" = --tag ]; then
+  suffix="$suffix-${2:?run.sh: --tag needs a name}"
+  shift 2
 fi
 rate=${1:-1gbit}
 hosts=${2:-2 4}

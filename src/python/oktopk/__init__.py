@@ -596,7 +596,11 @@ class Handle:
         """Statistics of this rank's last reduce (all zero before the first), as a dict:
         iteration, k, local_selected, global_selected, bytes_sent, bytes_received,
         messages_sent, messages_received, seconds, local_threshold, global_threshold, dense,
-        and segments: per segment of the layout (none without one), a dict of name, kind
+        bytes_sent_between_nodes and bytes_received_between_nodes (of the bytes, those to and
+        from ranks on other nodes: the handle's nodes, option node_size), phases: {phase name:
+        dict of seconds, bytes_sent, bytes_received, messages_sent, messages_received,
+        bytes_sent_between_nodes, bytes_received_between_nodes} (they sum to the call's), and
+        segments: per segment of the layout (none without one), a dict of name, kind
         ("rows" or "dense"), offset, length, row_width (1 for dense) and nonzeros, the last
         output's non-zeros in the segment (they sum to the output's). Call it once the reduce
         has completed."""

@@ -19,6 +19,7 @@
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/handle/call_checks.hpp>
+#include <oktopk/impl/handle/segment_counts.hpp>
 #include <oktopk/impl/kernels/accumulate_pass.hpp>
 #include <oktopk/impl/kernels/candidates.hpp>
 #include <oktopk/impl/kernels/count_levels.hpp>
@@ -220,12 +221,6 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
   template <class Body>
   void run_or_abort(std::int64_t call, Body&& body);
 
-  /// stats_.segments from `out`: one count of non-zeros per segment of the layout.
-  void count_segment_nonzeros(const ExecSpace& exec, const vector_type& out);
-
-  /// stats_.segments from a sparse result: its entries per segment of the layout.
-  void count_segment_entries(const ExecSpace& exec, const sparse_result_type& result);
-
   real_vector_type acc_;
   /// The dense output that reduce_step_sparse's default compacts (allocated at its first use).
   vector_type sparse_scratch_;
@@ -346,11 +341,9 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
     for (const auto& [name, traffic] : this->comm_.traffic())
       this->stats_.phases[name].traffic = traffic;
     if (!this->layout_.empty()) {
-      if (sparse != nullptr) {
-        count_segment_entries(exec, *sparse);
-      } else {
-        count_segment_nonzeros(exec, out);
-      }
+      this->stats_.segments = sparse != nullptr
+                                  ? segment_entries(exec, this->layout_, this->n_, *sparse)
+                                  : segment_nonzeros(exec, this->layout_, out);
     }
   });
   if (nonfinite_averages != 0) {
@@ -439,42 +432,6 @@ void MethodBase<ExecSpace, Value>::size_result(const ExecSpace& exec, sparse_res
   ensure_capacity(exec, result.indices, size);
   ensure_capacity(exec, result.values, size);
   result.size = size;
-}
-
-template <class ExecSpace, class Value>
-void MethodBase<ExecSpace, Value>::count_segment_entries(const ExecSpace& exec,
-                                                         const sparse_result_type& result) {
-  const std::vector<Segment>& segments = this->layout_.segments();
-  const auto count = static_cast<std::int64_t>(segments.size());
-  Kokkos::View<std::int64_t*, Kokkos::HostSpace> host_bounds("oktopk::segment_bounds",
-                                                             static_cast<std::size_t>(count + 1));
-  for (std::int64_t s = 0; s < count; ++s) host_bounds(s) = segments[s].offset;
-  host_bounds(count) = this->n_;
-  // Segments tile [0, n): entry positions of their starts in the sorted indices.
-  const auto bounds = Kokkos::create_mirror_view_and_copy(memory_space(), host_bounds);
-  count_below(exec, result.indices, result.size, bounds);
-  Kokkos::deep_copy(exec, host_bounds, bounds);
-  fence(exec, "oktopk::SparseAllreduce: segment entries");
-  this->stats_.segments.clear();
-  this->stats_.segments.reserve(segments.size());
-  for (std::int64_t s = 0; s < count; ++s) {
-    this->stats_.segments.push_back(
-        SegmentStats{segments[s].name, host_bounds(s + 1) - host_bounds(s)});
-  }
-}
-
-template <class ExecSpace, class Value>
-void MethodBase<ExecSpace, Value>::count_segment_nonzeros(const ExecSpace& exec,
-                                                          const vector_type& out) {
-  this->stats_.segments.clear();
-  this->stats_.segments.reserve(this->layout_.segments().size());
-  for (const Segment& segment : this->layout_.segments()) {
-    const auto range = Kokkos::make_pair(static_cast<std::size_t>(segment.offset),
-                                         static_cast<std::size_t>(segment.offset + segment.length));
-    // |x| > 0: the non-zeros (the output is finite: reduce rejects non-finite input).
-    this->stats_.segments.push_back(
-        SegmentStats{segment.name, count_above(exec, Kokkos::subview(out, range), 0.0f)});
-  }
 }
 
 template <class ExecSpace, class Value>

@@ -9,6 +9,7 @@
 #include <oktopk/algorithm.hpp>
 #include <oktopk/communicator.hpp>
 #include <oktopk/error.hpp>
+#include <oktopk/layout.hpp>
 #include <oktopk/section_file.hpp>
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
@@ -18,6 +19,7 @@
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/handle/call_checks.hpp>
+#include <oktopk/impl/handle/segment_counts.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -118,7 +120,9 @@ struct ShardEntriesToNode {
 /// and the method, its own residual cleared, takes the node's sum as its input. stats() are
 /// the method's on this rank's shard (k is the handle's), with the node level's phases beside
 /// its own: hierarchy_check (on the whole communicator), node_reduce_scatter and
-/// node_allgather (inside the node; the node's sums are formed in node_reduce_scatter).
+/// node_allgather (inside the node; the node's sums are formed in node_reduce_scatter), and
+/// the whole output's count per segment of the layout. The method's handle has no layout: the
+/// methods this mode takes compute the same without one.
 template <class ExecSpace, class Value>
 class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   using Base = SparseAllreduce<ExecSpace, Value>;
@@ -133,9 +137,9 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   /// `node`: the ranks of this rank's node, ranked by local rank; `across`: the method's handle
   /// over this rank's shard, among the ranks of its local rank, ranked by node.
   HierarchicalAllreduce(const ExecSpace& exec, Algorithm algorithm, const Communicator& comm,
-                        std::int64_t n, const Options& options, const Communicator& node,
-                        std::unique_ptr<Base> across)
-      : Base(exec, algorithm, comm, n, options, Layout()),
+                        std::int64_t n, const Options& options, const Layout& layout,
+                        const Communicator& node, std::unique_ptr<Base> across)
+      : Base(exec, algorithm, comm, n, options, layout),
         node_(node),
         across_(std::move(across)),
         shard_sums_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
@@ -432,6 +436,15 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
     fence(exec, "oktopk::HierarchicalAllreduce: residual");
   });
 
+  // The whole output per segment of the layout (the method's handle has none).
+  std::vector<SegmentStats> segments;
+  if (!this->layout_.empty()) {
+    run_or_abort(call, "node_allgather", [&] {
+      segments = sparse != nullptr ? segment_entries(exec, this->layout_, this->n_, *sparse)
+                                   : segment_nonzeros(exec, this->layout_, out);
+    });
+  }
+
   ++this->iteration_;
   // The method's numbers on this shard, with the node level's phases beside its own (their
   // names differ): their times, and their traffic inside the node and over the communicator.
@@ -441,6 +454,7 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   for (const auto& [name, traffic] : this->comm_.traffic()) result.phases[name].traffic += traffic;
   result.iteration = this->iteration_;
   result.k = this->k_;
+  result.segments = std::move(segments);
   this->stats_ = std::move(result);
   this->last_out_ = out;
   this->last_sparse_ = sparse != nullptr ? *sparse : sparse_result_type();
