@@ -13,6 +13,13 @@ Subcommands (each has --help):
             (latency + memory + wire).
   scale     weak-scaling curves, CSV and PNG, for n = 14.7M (VGG-16) and 110M (BERT-base),
             P = 16..4096, on the network profiles aries, ib100, ib200, eth10.
+  validate2 the two-level model against the bed's runs with several ranks per host
+            (docs/link-data/hierarchical/run.sh), flat and hierarchical; exit 1 if any error >
+            tolerance.
+  scale2    two-level weak-scaling curves, CSV and PNG, for n = 110M (BERT-base) and 1.3B,
+            P = 16..4096, on nodes of several GPUs (perlmutter, frontier; aries, one per node):
+            dense (the hierarchical mode, a ring across the nodes), Ok-Topk and TopkA flat and
+            hierarchical.
 
 The model (its assumptions, all of them):
   * A message of b bytes costs alpha + beta*b. A schedule is a sequence of steps; in a step
@@ -53,10 +60,35 @@ The model (its assumptions, all of them):
     method, no messages, divided by the memory bandwidth of oktopk-kernel-bench's copy row);
     on the bed, where P ranks share `cores` cores, it is multiplied by max(1, P/cores).
   * Each sparse entry is an int32 index + a float32 value = 8 bytes.
+The two-level model (validate2, scale2) adds nodes of L ranks, placed in consecutive blocks of L:
+  * A step's messages are inside a node or between nodes; the two kinds use different links at
+    once and the step costs the slower: between nodes, alpha_inter + max(a rank's largest bytes
+    out or in / nic_bw, a node's / (nics * nic_bw)): the L ranks of a node sending at once
+    share its NICs; inside, alpha_intra + max(the largest bytes to one peer / pair_bw, a rank's
+    / rank_bw). Steps to r + s (ring, pairwise, the split-and-reduce's groups) and with
+    r XOR 2^i (recursive doubling and halving) are split exactly; allreduce also weighs
+    recursive halving and doubling (Open MPI's reduce-scatter + allgather).
+  * Flat methods: the schedules above on the P placed ranks (dense also makes its second small
+    allreduce; Ok-Topk's guard no allreduce unless --counts measured some: the default ladder's
+    counts ride on the allgather of counts). With one rank per node they give the one-level
+    costs.
+  * The hierarchical mode (include/oktopk/impl/handle/hierarchical.hpp): allreduces over all P
+    of 6 integers and 1 (dense: and of 2), the node's direct reduce-scatter (one step: n/L
+    floats to each of the L - 1 peers), the flat method among the N = P/L ranks of one local
+    rank on n/L entries with k = density * n/L, its L calls sharing the NICs, then the node's
+    allgather, the same one-step exchange of n/L floats to each peer (scale2 --node-allgather
+    mpi: MPI_Allgatherv instead, for comparison). Compute: the method's passes over n/L floats, plus
+    L + 6 streams of n/L floats (the node's sums, the division by L, the residual's copy).
+  * The bed (validate2): inside a host, shared memory, one bandwidth fitted on the
+    node_reduce_scatter phases; between hosts, the one-level fit's beta at the size of the
+    communicator carrying the bytes; alpha per P fitted on the flat rows; compute from the flat
+    rows' phases without messages; see Bed.
 Left out: contention inside the network (every link is assumed uncontended, full bisection),
 topology, eager/rendezvous protocol switches, MPI's own progress and copies, overlap of the
 split-and-reduce's additions with its messages, and anything GPU-specific (kernel launches,
-host staging without GPU-aware MPI). Per-destination counts at scale come from the measured
+host staging without GPU-aware MPI); in the two-level model also contention and routing inside
+a node (GPU-to-NIC affinity, PCIe), and sparse outputs (reduce_sparse: the node's allgather then
+moves entries, not n/L floats). Per-destination counts at scale come from the measured
 distribution of the trace given, scaled with k/P: gradients whose top-k positions cluster
 differently at scale are not modelled.
 """
@@ -68,6 +100,7 @@ import math
 import os
 import sys
 import textwrap
+from dataclasses import dataclass
 
 try:
     import numpy as np
@@ -75,6 +108,7 @@ except ImportError:  # pragma: no cover
     sys.exit("alphabeta.py: needs numpy (Debian: apt-get install python3-numpy)")
 
 METHODS = ["dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2"]
+METHODS2 = ["dense", "topka", "oktopk"]  # those the two-level model has
 ENTRY_BYTES = 8  # int32 index + float32 value
 CHECK_BYTES = 32  # the per-call agreement allreduce of 4 int64
 
@@ -87,6 +121,36 @@ PROFILES = {
     "eth10": dict(alpha=20e-6, bandwidth=10e9 / 8, note="10 Gbit/s Ethernet, TCP"),
 }
 MODELS = {"vgg16": dict(n=14_700_000, density=0.02), "bert": dict(n=110_000_000, density=0.01)}
+
+# Machines of several ranks per node for `scale2` (two levels): L ranks (GPUs) per node; alpha
+# in seconds; bandwidths in bytes/s each way: pair_bw from one rank to one peer in its node,
+# rank_bw from one rank to all its node peers at once, nic_bw of each of the node's `nics` NICs;
+# mem_bw the device memory bandwidth of the compute term, about two thirds of the HBM's peak,
+# as `scale`'s 500 GB/s is of the P100's 732. Sources (vendor and centre documentation):
+#   perlmutter: NERSC, "Perlmutter Architecture": a GPU node holds 4 NVIDIA A100 (40 GB HBM2,
+#     1555 GB/s) and 4 HPE Slingshot-11 NICs (200 Gbit/s = 25 GB/s each); the 4 GPUs are all
+#     connected to each other. NVIDIA: an A100 has 12 third-generation NVLinks of 25 GB/s each
+#     way (600 GB/s in all); 4 links per pair of GPUs gives 100 GB/s each way per pair, 300 GB/s
+#     per GPU.
+#   frontier: OLCF, "Frontier User Guide": a node holds 4 AMD MI250X of 2 GCDs each (8 GCDs;
+#     each GCD 64 GB HBM2E, about 1.6 TB/s) and 4 Slingshot NICs of 25 GB/s (100 GB/s per node);
+#     the 2 GCDs of one MI250X are linked by Infinity Fabric at 200 GB/s peak, GCDs on different
+#     MI250X at 50-100 GB/s. The model takes 50 GB/s for every pair (the direct exchange waits
+#     on the slowest) and lets a GCD reach its 7 peers at once (350 GB/s): an assumption.
+#   aries: the paper's machine (Piz Daint, Cray XC50: one P100 per node), as `scale`'s aries
+#     profile (1 us, 10 GB/s); with one rank per node the links inside a node are never used.
+# alpha = 2 us inside and between nodes on perlmutter and frontier is an assumption (a
+# GPU-aware MPI's small-message latency is a few microseconds on either link), not a vendor
+# figure.
+NODE_PROFILES = {
+    "perlmutter": dict(L=4, alpha_intra=2e-6, pair_bw=100e9, rank_bw=300e9, alpha_inter=2e-6,
+                       nics=4, nic_bw=25e9, mem_bw=1000e9),
+    "frontier": dict(L=8, alpha_intra=2e-6, pair_bw=50e9, rank_bw=350e9, alpha_inter=2e-6,
+                     nics=4, nic_bw=25e9, mem_bw=1100e9),
+    "aries": dict(L=1, alpha_intra=1e-6, pair_bw=10e9, rank_bw=10e9, alpha_inter=1e-6,
+                  nics=1, nic_bw=10e9, mem_bw=500e9),
+}
+MODELS2 = {"bert": dict(n=110_000_000, density=0.01), "1p3b": dict(n=1_300_000_000, density=0.01)}
 
 
 class ModelError(Exception):
@@ -485,6 +549,415 @@ def floor_terms(row, alpha, mem_share, link):
                 memory=FLOOR_PASSES[algo] * 4 * n / mem_share, wire=wire / link)
 
 
+# ---- two levels: nodes of several ranks -----------------------------------------------------
+# Ranks sit on the nodes in consecutive blocks of L (rank r on node r // L), as MPI launchers
+# place them by default. A step is as in the one-level model (its messages in flight together,
+# one latency, then the bytes), but each message is inside a node or between two, and the two
+# kinds travel on different links at the same time; the step costs the slower of:
+#   between nodes: alpha_inter + max(a rank's largest bytes out or in / nic_bw (one rank's flow
+#     goes through one NIC), a node's largest bytes out or in, all its ranks together /
+#     (nics * nic_bw)): L ranks sending at once share the node's NICs, so each gets
+#     min(nic_bw, nics * nic_bw / L);
+#   inside a node: alpha_intra + max(the largest bytes to one peer / pair_bw, a rank's largest
+#     bytes out or in / rank_bw).
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Nodes of L ranks: latencies (s), bandwidths (bytes/s each way) of the links inside a
+    node and of the NICs between nodes, the memory bandwidth of the compute term, and how much
+    slower a rank computes than alone (the bed, whose ranks share cores; 1 elsewhere)."""
+    L: int
+    alpha_intra: float
+    pair_bw: float
+    rank_bw: float
+    alpha_inter: float
+    nics: int
+    nic_bw: float
+    mem_bw: float
+    compute_slowdown: float = 1.0
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """The P ranks of one communicator, per_node of them on each node in consecutive blocks,
+    while `sharing` communicators like it run the same schedule at once on every node (the
+    hierarchical mode's L calls across the nodes, one rank per node each, share the NICs)."""
+    P: int
+    per_node: int
+    sharing: int = 1
+
+    @property
+    def nodes(self):
+        return self.P // self.per_node
+
+
+def power_of_two(P):
+    return P > 0 and P & (P - 1) == 0
+
+
+def step2(m, inter=None, intra=None):
+    """One step: inter = (a rank's largest bytes, a node's largest bytes) between nodes; intra =
+    (the largest bytes to one peer, a rank's largest bytes) inside a node; None where the step
+    has no such messages."""
+    cost = 0.0
+    if inter is not None:
+        rank_bytes, node_bytes = inter
+        cost = m.alpha_inter + max(rank_bytes / m.nic_bw, node_bytes / (m.nics * m.nic_bw))
+    if intra is not None:
+        pair_bytes, rank_bytes = intra
+        cost = max(cost, m.alpha_intra + max(pair_bytes / m.pair_bw, rank_bytes / m.rank_bw))
+    return cost
+
+
+def off_node(g, shift):
+    """How many of a node's ranks have their peer r + shift on another node."""
+    if g.nodes == 1:
+        return 0
+    return sum(1 for local in range(g.per_node) if ((local + shift) // g.per_node) % g.nodes)
+
+
+def shift_step(m, g, shift, nbytes):
+    """Every rank sends nbytes to rank r + shift and receives as much from r - shift."""
+    off = off_node(g, shift)
+    inter = (nbytes, off * nbytes * g.sharing) if off else None
+    intra = (nbytes, nbytes) if off < g.per_node else None
+    return step2(m, inter, intra)
+
+
+def xor_step(m, g, distance, nbytes):
+    """Every rank exchanges nbytes with rank r XOR distance: with a power of two of ranks per
+    node, all of a node's ranks go off the node or none do."""
+    if distance >= g.per_node:
+        return step2(m, inter=(nbytes, g.per_node * nbytes * g.sharing))
+    return step2(m, intra=(nbytes, nbytes))
+
+
+ALLREDUCE_SCHEDULES = ("doubling", "halving", "ring")
+
+
+def allreduce2(m, g, nbytes, schedules=ALLREDUCE_SCHEDULES):
+    """The cheapest of `schedules`: recursive doubling (log2 P exchanges of the whole buffer),
+    recursive halving and doubling (a reduce-scatter exchanging B/2, B/4, ... at distances 1,
+    2, 4, ..., then the allgather back: Open MPI's order), ring (2(P - 1) steps of B/P)."""
+    P = g.P
+    if P <= 1 or nbytes <= 0:
+        return 0.0
+    costs = []
+    if "ring" in schedules or not power_of_two(P):
+        costs.append(2 * (P - 1) * shift_step(m, g, 1, math.ceil(nbytes / P)))
+    if power_of_two(P):
+        rounds = int(math.log2(P))
+        if "doubling" in schedules:
+            costs.append(sum(xor_step(m, g, 1 << i, nbytes) for i in range(rounds)))
+        if "halving" in schedules:
+            costs.append(2 * sum(xor_step(m, g, 1 << i, nbytes / 2 ** (i + 1)) for i in range(rounds)))
+    return min(costs)
+
+
+def alltoall2(m, g, nbytes_per_peer):
+    """Pairwise (P - 1 steps to r + s) or Bruck (steps of P/2 blocks to r + 2^i)."""
+    P = g.P
+    if P <= 1:
+        return 0.0
+    pairwise = sum(shift_step(m, g, s, nbytes_per_peer) for s in range(1, P))
+    bruck = sum(shift_step(m, g, 1 << i, nbytes_per_peer * P / 2) for i in range(math.ceil(math.log2(P))))
+    return min(pairwise, bruck)
+
+
+def allgatherv2(m, g, blocks):
+    """blocks: bytes each rank contributes. Ring (P - 1 steps of the largest block to r + 1) or,
+    for P a power of two, recursive doubling (step i: the largest sum of 2^i consecutive blocks
+    with rank r XOR 2^i); --allgatherv chooses as in the one-level model."""
+    P = len(blocks)
+    if P <= 1 or blocks.sum() <= 0:
+        return 0.0
+    ring = (P - 1) * shift_step(m, g, 1, float(blocks.max()))
+    if ALLGATHERV["algorithm"] != "ring" and power_of_two(P):
+        doubling, group, distance = 0.0, blocks.astype(float), 1
+        while len(group) > 1:
+            doubling += xor_step(m, g, distance, float(group.max()))
+            group = group.reshape(-1, 2).sum(axis=1)
+            distance *= 2
+        return doubling if ALLGATHERV["algorithm"] == "doubling" else min(ring, doubling)
+    return ring
+
+
+def split_and_reduce2(m, g, k, ratios, throttle, rng):
+    """split_and_reduce on placed ranks: the same groups of rotated steps and the same draws of
+    the counts, each group's messages split into those inside a node and those between."""
+    P = g.P
+    if P <= 1:
+        return 0.0
+    cost = alltoall2(m, g, 8)
+    group = max(1, min(throttle, P - 1))
+    ranks = np.arange(P)
+    node = ranks // g.per_node
+    for first in range(1, P, group):
+        steps = np.arange(first, min(P - 1, first + group - 1) + 1)
+        if ratios is None:
+            counts = np.full((P, len(steps)), k / P)
+        else:
+            counts = rng.choice(ratios, size=(P, len(steps))) * (k / P)
+        nbytes = ENTRY_BYTES * counts
+        peer = (ranks[:, None] + steps[None, :]) % P
+        off = (peer // g.per_node) != node[:, None]
+        inter = intra = None
+        if off.any():
+            out = (nbytes * off).sum(axis=1)
+            into = np.bincount(peer[off], weights=nbytes[off], minlength=P)
+            by_node = np.maximum(out.reshape(-1, g.per_node).sum(axis=1),
+                                 into.reshape(-1, g.per_node).sum(axis=1))
+            inter = (float(np.maximum(out, into).max()), float(by_node.max()) * g.sharing)
+        if not off.all():
+            out = (nbytes * ~off).sum(axis=1)
+            into = np.bincount(peer[~off], weights=nbytes[~off], minlength=P)
+            intra = (float(nbytes[~off].max()), float(np.maximum(out, into).max()))
+        cost += step2(m, inter, intra)
+    return cost
+
+
+def communication2(algo, m, g, n, k, dist, options):
+    """(typical call seconds, amortized extra seconds) of a flat method on placed ranks: the
+    schedules of communication(), with two differences that follow the current code: dense
+    makes a second small allreduce (the count of non-finite averages), and Ok-Topk's global
+    guard costs no allreduce unless --counts measured some (the default ladder's counts ride on
+    the allgather of counts)."""
+    rng = np.random.default_rng(options.get("seed", 1))
+    check = allreduce2(m, g, CHECK_BYTES)
+    if algo == "dense":
+        schedules = options.get("dense_schedules", ALLREDUCE_SCHEDULES)
+        return check + allreduce2(m, g, 8) + allreduce2(m, g, 4 * n, schedules), 0.0
+    if algo == "topka":
+        t = check + allgatherv2(m, g, np.full(g.P, 8.0))
+        return t + 2 * allgatherv2(m, g, np.full(g.P, 4.0 * k)), 0.0
+    if algo == "oktopk":
+        ratios = dist.split_ratios.get("oktopk") if dist is not None else None
+        total = k * (dist.gathered_total_ratio.get("oktopk", 1.0) if dist is not None else 1.0)
+        guards = dist.guard_allreduces.get("oktopk", 0.0) if dist is not None else 0.0
+        t = check + split_and_reduce2(m, g, k, ratios, options.get("throttle", 4), rng)
+        t += guards * allreduce2(m, g, 8)
+        t += allgatherv2(m, g, np.full(g.P, 8.0))
+        blocks = np.full(g.P, 4 * total / g.P)
+        if dist is not None and dist.balance_fraction.get("oktopk", 0.0) >= 0.5:
+            share = dist.balance_share.get("oktopk", 1.0)
+            t += shift_step(m, g, 1, ENTRY_BYTES * total / g.P * share)
+        elif dist is not None:
+            blocks[0] *= dist.gather_imbalance.get("oktopk", 1.0)
+        t += 2 * allgatherv2(m, g, blocks)
+        histograms = (4 * (1 << bits) for bits in distributed_radix_digits(k))
+        exact = sum(allreduce2(m, g, b) for b in (8, *histograms)) - guards * allreduce2(m, g, 8)
+        extra = (exact / options.get("threshold_period", 32)
+                 + allreduce2(m, g, 8 * (g.P - 1)) / options.get("repartition_period", 8))
+        return t, extra
+    raise ModelError(f"the two-level model has no method '{algo}' (it has {', '.join(METHODS2)})")
+
+
+def node_streams(L):
+    """Streams of n/L floats (each a read or a write) the hierarchical mode adds per call: the
+    node's sum reads the L - 1 parts received and the rank's residual and gradient and writes
+    the shard's sum (L + 2); the division by L reads and writes the shard (2); the shard's
+    residual is copied back (2)."""
+    return L + 6
+
+
+def predict2(algo, m, P, n, density, passes, dist, hierarchical, options=None):
+    """Time per call of a method on P ranks of machine m, flat or hierarchical (dense outputs:
+    the node's allgather moves n/L floats per rank)."""
+    options = options or {}
+    if P % m.L:
+        raise ModelError(f"P = {P} is not a multiple of {m.L} ranks per node")
+    if algo not in passes:
+        raise ModelError(f"no compute passes for {algo}")
+    k = int(math.floor(density * n))
+    dist = None if algo == "dense" else dist
+    if not hierarchical:
+        comm, extra = communication2(algo, m, Ranks(P, m.L), n, k, dist, options)
+        streams = passes[algo] * n
+    else:
+        L = m.L
+        shard = n // L
+        everyone = Ranks(P, L)
+        # Over all P ranks: the agreement (6 integers) and the node sums' finiteness (1); dense
+        # also agrees on a rejection by its call across the nodes (2).
+        comm = allreduce2(m, everyone, 48) + allreduce2(m, everyone, 8)
+        if algo == "dense":
+            comm += allreduce2(m, everyone, 16)
+        if L > 1:
+            piece = 4.0 * shard
+            # The node's reduce-scatter sends each of the L - 1 peers its shard, all at once.
+            direct = step2(m, intra=(piece, (L - 1) * piece))
+            comm += direct
+            # Its allgather is the same exchange, each shard to every peer at once, as the code
+            # makes it; options["node_allgather"] = "mpi" asks what MPI_Allgatherv (ring or
+            # recursive doubling, one peer a step) would cost instead.
+            if options.get("node_allgather", "direct") == "direct":
+                comm += direct
+            else:
+                comm += allgatherv2(m, Ranks(L, L), np.full(L, piece))
+        across, extra = communication2(algo, m, Ranks(P // L, 1, sharing=L), shard,
+                                       int(math.floor(density * shard)), dist, options)
+        comm += across
+        streams = (passes[algo] + node_streams(L)) * shard
+    return dict(algo=algo, mode="hier" if hierarchical else "flat", P=P, n=n, k=k, comm_s=comm,
+                compute_s=streams * 4 / m.mem_bw * m.compute_slowdown,
+                amortized_extra_s=extra)
+
+
+def read_node_run(path):
+    """One run of docs/link-data/hierarchical/run.sh: oktopk-bench's text output (--phases)
+    under scripts/netbench.sh --ranks-per-host. Returns the method's row, its phases (seconds
+    and bytes per rank), the bed (hosts, ranks per host, rate), whether hierarchical=on, and
+    netbench's validation allreduce where this run made it (the first run of a bed)."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ModelError(f"cannot read {path}: {e.strerror}")
+    run = dict(file=path, phases={}, phase_bytes={}, hierarchical=False, validation=None)
+    header = None
+    for line in lines:
+        fields = line.split()
+        if line.startswith("[oktopk] netbench:") and " ranks at " in line:
+            # [oktopk] netbench: 2 hosts x 2 ranks at 1gbit (MTU 1500), subnet ...
+            run.update(hosts=int(fields[2]), per_host=int(fields[5]), rate=fields[8])
+        elif line.startswith("[oktopk] netbench: validated: dense allreduce of"):
+            # ... validated: dense allreduce of 4194304 floats 2.496910e-01 s per call >= ...
+            run["validation"] = (int(fields[6]), float(fields[8]))
+        elif line.startswith("# options:"):
+            run["hierarchical"] = "hierarchical=on" in fields
+        elif fields[:2] == ["algo", "P"]:
+            header = fields
+        elif header is not None and len(fields) == len(header) and fields[1].isdigit():
+            row = dict(zip(header, fields))
+            run.update(algo=row["algo"], P=int(row["P"]), n=int(row["n"]),
+                       density=float(row["density"]), time_s_med=float(row["time_s_med"]))
+            header = None
+        elif len(fields) in (5, 6) and fields[0] == run.get("algo") and fields[1] != "phase":
+            # algo phase time_s_med share bytes_per_rank_max [between_nodes]
+            run["phases"][fields[1]] = float(fields[2])
+            run["phase_bytes"][fields[1]] = float(fields[4])
+    missing = [key for key in ("hosts", "algo") if key not in run]
+    if missing:
+        raise ModelError(f"{path}: not a run of docs/link-data/hierarchical/run.sh "
+                         f"(no {' or '.join(missing)})")
+    if run["P"] != run["hosts"] * run["per_host"]:
+        raise ModelError(f"{path}: P = {run['P']} is not {run['hosts']} hosts x "
+                         f"{run['per_host']} ranks")
+    return run
+
+
+def compute_seconds(run):
+    """A run's time in phases that carry no messages (selection, accumulation, reductions)."""
+    return sum(t for name, t in run["phases"].items() if run["phase_bytes"][name] == 0)
+
+
+class Bed:
+    """The emulated cluster as a two-level machine, from measurements:
+      * between hosts: beta of the one-level fit (--params, at --fit-rate) at the size of the
+        communicator that carries the bytes: P ranks for a flat method, the N hosts for the
+        hierarchical mode's calls across them (flat and hierarchical dense moved the same link
+        bytes at the fit's P = 4 and P = 2 rates: docs/scaling.md). Other rates scale it by
+        fit rate / rate: the same fraction of the line rate.
+      * alpha, inside and between hosts alike (the bed's latency is that of ranks sharing the
+        cores), one per P: fitted by relative least squares on the flat rows (their totals are
+        linear in alpha); the hierarchical rows' totals are not fitted on.
+      * inside a host (shared memory): one bandwidth, fitted (relative least squares) on the
+        node_reduce_scatter phases of the hierarchical rows: alpha + the exchange + the node's
+        sums. That phase starts right after an allreduce over all ranks, so it holds little
+        waiting for slower ranks.
+      * compute: the copy bandwidth and dense's passes from --params (a P = 1 run); TopkA's and
+        Ok-Topk's passes from their flat rows' phases that carry no messages. All computation,
+        and the copies inside a host, slow by max(1, P / cores): the P ranks share the cores.
+    alpha and the bandwidth inside a host depend a little on each other (the flat rows'
+    exchanges inside a host, the phase's latency): a few rounds of fitting each given the other
+    settle them."""
+
+    def __init__(self, runs, params, fit_rate, cores):
+        self.params, self.fit_rate, self.cores = params, fit_rate, cores
+        if "compute" not in params or "dense" not in params["compute"]["passes"]:
+            raise ModelError("--params has no compute passes (fit it with --compute)")
+        self.mem_bw = params["compute"]["mem_bw"]
+        self.passes = {"dense": params["compute"]["passes"]["dense"]}
+        for algo in ("topka", "oktopk"):
+            flat = [compute_seconds(r) * self.mem_bw / (4 * r["n"] * self.slowdown(r["P"]))
+                    for r in runs if r["algo"] == algo and not r["hierarchical"]]
+            if flat:
+                self.passes[algo] = float(np.mean(flat))
+        self.flat = [r for r in runs if not r["hierarchical"]]
+        self.phases = [r for r in runs if r["hierarchical"] and "node_reduce_scatter" in r["phases"]]
+        if not self.phases:
+            raise ModelError("no hierarchical run with a node_reduce_scatter phase to fit the "
+                             "bandwidth inside a host on")
+        self.shm_bw, self.alpha = 1e10, {}
+        for _ in range(5):
+            self.alpha = self.fit_alpha()
+            self.shm_bw = self.fit_shm()
+
+    def slowdown(self, P):
+        return max(1.0, P / self.cores) if self.cores else 1.0
+
+    def machine(self, P, L, rate, carriers, alpha=None):
+        """The bed at P ranks, L per host, links at `rate`; carriers: the size of the
+        communicator whose beta applies."""
+        own = self.params.get("per_P", {}).get(str(carriers))
+        if own is None:
+            raise ModelError(f"--params has no fit at P = {carriers}")
+        if alpha is None:
+            if P not in self.alpha:
+                raise ModelError(f"no flat row at P = {P} to fit alpha on")
+            alpha = self.alpha[P]
+        link = rate_bytes_per_s(rate) / rate_bytes_per_s(self.fit_rate) / own["beta"]
+        slow = self.slowdown(P)
+        return Machine(L, alpha, self.shm_bw / slow, self.shm_bw / slow, alpha, 1, link,
+                       self.mem_bw, slow)
+
+    def predict(self, algo, P, L, rate, n, density, hierarchical, alpha=None):
+        carriers = P // L if hierarchical else P
+        return predict2(algo, self.machine(P, L, rate, carriers, alpha), P, n, density,
+                        self.passes, None, hierarchical)
+
+    def fit_alpha(self):
+        """Per P, the alpha minimizing the flat rows' squared relative errors: a row's
+        prediction is t0 + steps * alpha."""
+        alpha = {}
+        for P in sorted({r["P"] for r in self.flat}):
+            num = den = 0.0
+            for r in self.flat:
+                if r["P"] != P:
+                    continue
+                t0, t1 = (sum_time(self.predict(r["algo"], P, r["per_host"], r["rate"], r["n"],
+                                                r["density"], False, a)) for a in (0.0, 1e-3))
+                steps, t = (t1 - t0) / 1e-3, r["time_s_med"]
+                num += steps * (t - t0) / t**2
+                den += steps**2 / t**2
+            alpha[P] = num / den
+            if alpha[P] <= 0:
+                raise ModelError(f"the flat rows at P = {P} are faster than their bytes and "
+                                 "computation alone: no alpha fits")
+        return alpha
+
+    def fit_shm(self):
+        design, rest, measured = [], [], []
+        for r in self.phases:
+            P, L = r["P"], r["per_host"]
+            shard = r["n"] // L
+            slow = self.slowdown(P)
+            design.append((L - 1) * 4 * shard * slow)
+            rest.append(self.alpha.get(P, 0.0) + (L + 2) * shard * 4 / self.mem_bw * slow)
+            measured.append(r["phases"]["node_reduce_scatter"])
+        design, rest, measured = map(np.array, (design, rest, measured))
+        w = 1.0 / measured
+        inverse = float(np.sum(design * (measured - rest) * w * w) / np.sum((design * w) ** 2))
+        if inverse <= 0:
+            raise ModelError("node_reduce_scatter phases shorter than their computation")
+        return 1.0 / inverse
+
+
+def sum_time(row):
+    return row["comm_s"] + row["compute_s"]
+
+
 # ---- subcommands ----------------------------------------------------------------------------
 
 
@@ -494,14 +967,16 @@ def read_check_phases(path):
     P_of = {r["algo"]: r["P"] for r in read_bench_csv(path)}
     with open(path) as f:
         lines = [l for l in f.read().splitlines() if not l.startswith("[")]
-    try:
-        start = lines.index("algo,phase,time_s_med,share,bytes_per_rank_max") + 1
-    except ValueError:
+    # Since the traffic between nodes is split, the table has one more column.
+    headers = ("algo,phase,time_s_med,share,bytes_per_rank_max",
+               "algo,phase,time_s_med,share,bytes_per_rank_max,between_nodes_bytes_per_rank_max")
+    starts = [i + 1 for i, line in enumerate(lines) if line in headers]
+    if not starts:
         raise ModelError(f"{path}: no --phases table (algo,phase,...)")
     rows = []
-    for line in lines[start:]:
+    for line in lines[starts[0]:]:
         f = line.split(",")
-        if len(f) == 5 and f[1] == "check" and f[0] in P_of:
+        if len(f) in (5, 6) and f[1] == "check" and f[0] in P_of:
             rows.append((P_of[f[0]], float(f[2])))
     return rows
 
@@ -743,7 +1218,6 @@ def cmd_scale(args):
         for profile, net in PROFILES.items():
             alpha, beta = net["alpha"], 1.0 / net["bandwidth"]
             for P in Ps:
-                dense_time = None
                 for algo in methods:
                     r = predict_row(algo, P, spec["n"], spec["density"], alpha, beta, params, dist,
                                     None, args.mem_bw * 1e9)
@@ -788,6 +1262,129 @@ def cmd_scale(args):
                      f"(alpha-beta model, scripts/alphabeta.py)", fontsize=10)
         fig.tight_layout()
         png = os.path.join(args.out_dir, f"{args.prefix}-{model}.png")
+        fig.savefig(png, dpi=args.dpi)
+        plt.close(fig)
+        print(f"wrote {png} ({os.path.getsize(png) // 1024} KiB)")
+    return 0
+
+
+def cmd_validate2(args):
+    params = load_params(args.params)
+    cores = args.cores if args.cores is not None else params.get("cores")
+    runs = [read_node_run(path) for path in args.runs]
+    bed = Bed(runs, params, args.fit_rate, cores)
+    print(f"# the bed: {cores} cores; copy bandwidth {bed.mem_bw / 1e9:.2f} GB/s; inside a host "
+          f"{bed.shm_bw / 1e9:.2f} GB/s (fitted on {len(bed.phases)} node_reduce_scatter phases)")
+    print("# alpha: " + ", ".join(f"{1e3 * a:.2f} ms at P = {P}" for P, a in sorted(bed.alpha.items()))
+          + " (fitted on the flat rows)")
+    print("# compute passes over 4n bytes: "
+          + ", ".join(f"{algo} {p:.2f}" for algo, p in sorted(bed.passes.items())))
+    for r in runs:
+        if r["validation"]:
+            n, seconds = r["validation"]
+            pred = sum_time(bed.predict("dense", r["P"], r["per_host"], r["rate"], n, 0.01, False))
+            print(f"# not a row: netbench's validation call on the {r['hosts']} x {r['per_host']} "
+                  f"bed at {r['rate']} (dense, n = {n}): measured {seconds:.4f} s, predicted "
+                  f"{pred:.4f} s ({100 * (pred - seconds) / seconds:+.1f}%)")
+    if args.markdown:
+        print("| link | hosts x ranks | method | mode | measured s | predicted s | comm s | "
+              "compute s | error % |")
+        print("|---|---|---|---|---|---|---|---|---|")
+    else:
+        print("rate,hosts,ranks_per_host,algo,mode,measured_s,predicted_s,comm_s,compute_s,error_pct")
+    worst = 0.0
+    for r in runs:
+        p = bed.predict(r["algo"], r["P"], r["per_host"], r["rate"], r["n"], r["density"],
+                        r["hierarchical"])
+        predicted = sum_time(p)
+        err = 100 * (predicted - r["time_s_med"]) / r["time_s_med"]
+        worst = max(worst, abs(err))
+        flag = "" if abs(err) <= args.tolerance else "  <-- over tolerance"
+        if args.markdown:
+            print(f"| {r['rate']} | {r['hosts']} x {r['per_host']} | {r['algo']} | {p['mode']} | "
+                  f"{r['time_s_med']:.4f} | {predicted:.4f} | {p['comm_s']:.4f} | "
+                  f"{p['compute_s']:.4f} | {err:+.1f}{' **over**' if flag else ''} |")
+        else:
+            print(f"{r['rate']},{r['hosts']},{r['per_host']},{r['algo']},{p['mode']},"
+                  f"{r['time_s_med']:.4e},{predicted:.4e},{p['comm_s']:.4e},{p['compute_s']:.4e},"
+                  f"{err:+.1f}{flag}")
+    print(f"# {len(runs)} rows, largest |error| {worst:.1f}% (tolerance {args.tolerance:g}%)")
+    return 0 if worst <= args.tolerance else 1
+
+
+# The curves of scale2: (name, method, hierarchical). Dense is the hierarchical mode with a
+# ring across the nodes: with no contention in the model, recursive halving would always beat
+# the ring, which large allreduces at scale do not bear out.
+CURVES2 = [("dense_hier_ring", "dense", True), ("oktopk_flat", "oktopk", False),
+           ("oktopk_hier", "oktopk", True), ("topka_flat", "topka", False),
+           ("topka_hier", "topka", True)]
+
+
+def cmd_scale2(args):
+    params = load_params(args.params)
+    if "compute" not in params:
+        raise ModelError(f"{args.params} has no compute passes (fit it with --compute)")
+    passes = params["compute"]["passes"]
+    dist = distributions(args.counts)
+    Ps = [2 ** e for e in range(int(math.log2(args.min_p)), int(math.log2(args.max_p)) + 1)]
+    rows = []
+    for model, spec in MODELS2.items():
+        for profile, net in NODE_PROFILES.items():
+            m = Machine(**net)
+            for P in Ps:
+                for curve, algo, hierarchical in CURVES2:
+                    options = {"node_allgather": args.node_allgather}
+                    if algo == "dense":
+                        options["dense_schedules"] = ("ring",)
+                    r = predict2(algo, m, P, spec["n"], spec["density"], passes, dist,
+                                 hierarchical, options)
+                    r.update(model=model, profile=profile, curve=curve, density=spec["density"],
+                             L=m.L, time_s=sum_time(r))
+                    rows.append(r)
+    dense = {(r["model"], r["profile"], r["P"]): r for r in rows if r["algo"] == "dense"}
+    os.makedirs(os.path.dirname(args.csv) or ".", exist_ok=True)
+    with open(args.csv, "w") as f:
+        f.write("model,n,density,profile,ranks_per_node,P,nodes,curve,algo,mode,k,comm_s,"
+                "compute_s,time_s,amortized_extra_s,dense_over_curve_time\n")
+        for r in rows:
+            d = dense[(r["model"], r["profile"], r["P"])]
+            f.write(f"{r['model']},{r['n']},{r['density']},{r['profile']},{r['L']},{r['P']},"
+                    f"{r['P'] // r['L']},{r['curve']},{r['algo']},{r['mode']},{r['k']},"
+                    f"{r['comm_s']:.5e},{r['compute_s']:.5e},{r['time_s']:.5e},"
+                    f"{r['amortized_extra_s']:.3e},{d['time_s'] / r['time_s']:.3f}\n")
+    print(f"wrote {args.csv}")
+    if not args.plots:
+        return 0
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ModelError("PNG plots need matplotlib (Debian: apt-get install python3-matplotlib), "
+                         "or leave out --plots")
+    styles = {"dense_hier_ring": ("k", "-"), "oktopk_flat": ("C0", "--"), "oktopk_hier": ("C0", "-"),
+              "topka_flat": ("C1", "--"), "topka_hier": ("C1", "-")}
+    for model, spec in MODELS2.items():
+        fig, axes = plt.subplots(1, len(NODE_PROFILES), figsize=(13, 3.8), sharey=True)
+        for ax, (profile, net) in zip(axes, NODE_PROFILES.items()):
+            for curve, _, _ in CURVES2:
+                pts = [r for r in rows if r["model"] == model and r["profile"] == profile
+                       and r["curve"] == curve]
+                color, line = styles[curve]
+                ax.plot([r["P"] for r in pts], [r[args.plot] for r in pts], color=color,
+                        linestyle=line, marker="o", ms=3, label=curve)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"{profile} ({net['L']} per node)", fontsize=10)
+            ax.set_xlabel("P (ranks)")
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0].set_ylabel(f"{'communication' if args.plot == 'comm_s' else 'time'} per call (s)")
+        axes[-1].legend(fontsize=7, loc="best")
+        fig.suptitle(f"{model}: n = {spec['n'] / 1e6:g}M, density {spec['density']:g}, weak "
+                     f"scaling, two levels (alpha-beta model, scripts/alphabeta.py scale2)",
+                     fontsize=10)
+        fig.tight_layout()
+        png = f"{args.plots}-{model}.png"
         fig.savefig(png, dpi=args.dpi)
         plt.close(fig)
         print(f"wrote {png} ({os.path.getsize(png) // 1024} KiB)")
@@ -882,6 +1479,42 @@ def main(argv=None):
     p.add_argument("--dpi", type=int, default=80)
     p.add_argument("--no-plots", action="store_true")
 
+    p = sub.add_parser("validate2", help="the two-level model against the bed's runs with several "
+                                         "ranks per host (flat and hierarchical)")
+    p.add_argument("--allgatherv", choices=["ring", "doubling", "min"], default="min",
+                   help="allgather(v) schedule (default min: the cheaper, as a tuned MPI picks)")
+    p.add_argument("--params", required=True,
+                   help="JSON from fit on the same machine, one rank per host (beta per P, the "
+                        "compute term)")
+    p.add_argument("--fit-rate", required=True, help="the links' rate --params was fitted at (tc syntax)")
+    p.add_argument("--cores", type=int, default=None, help="default: the fit's --cores")
+    p.add_argument("--tolerance", type=float, default=25.0, help="percent (default 25)")
+    p.add_argument("--markdown", action="store_true", help="the rows as a markdown table")
+    p.add_argument("runs", nargs="+", metavar="TXT",
+                   help="runs of docs/link-data/hierarchical/run.sh (oktopk-bench --phases under "
+                        "netbench --ranks-per-host), including each bed's first (its validation call)")
+
+    p = sub.add_parser("scale2", help="two-level weak-scaling CSV and PNG: flat and hierarchical "
+                                      "modes on nodes of several GPUs")
+    p.add_argument("--allgatherv", choices=["ring", "doubling", "min"], default="min",
+                   help="allgather(v) schedule (default min: the cheaper, as a tuned MPI picks)")
+    p.add_argument("--params", required=True, help="JSON from fit (for the compute passes)")
+    p.add_argument("--counts", metavar="TRACE:CSV",
+                   help="measured count distributions (default: exactly k/P per destination and "
+                        "k entries gathered)")
+    p.add_argument("--min-p", type=int, default=16)
+    p.add_argument("--max-p", type=int, default=4096)
+    p.add_argument("--plot", choices=["comm_s", "time_s"], default="time_s",
+                   help="what the plots show (default time_s: the mode changes the computation too)")
+    p.add_argument("--node-allgather", choices=["direct", "mpi"], default="direct",
+                   help="the hierarchical mode's allgather inside the node: direct (default, as "
+                        "the code makes it: every shard to every peer at once, as its "
+                        "reduce-scatter) or mpi (MPI_Allgatherv, ring or recursive doubling), "
+                        "for comparison")
+    p.add_argument("--csv", required=True, metavar="PATH", help="CSV file to write")
+    p.add_argument("--plots", metavar="PREFIX", help="write PREFIX-MODEL.png for each model")
+    p.add_argument("--dpi", type=int, default=80)
+
     args = parser.parse_args(argv)
     if hasattr(args, "allgatherv"):
         ALLGATHERV["algorithm"] = args.allgatherv
@@ -900,6 +1533,12 @@ def main(argv=None):
             if args.min_p < 2 or args.max_p < args.min_p:
                 raise ModelError("need 2 <= --min-p <= --max-p")
             return cmd_scale(args)
+        if args.command == "validate2":
+            return cmd_validate2(args)
+        if args.command == "scale2":
+            if args.min_p < 16 or args.max_p < args.min_p:
+                raise ModelError("need 16 <= --min-p <= --max-p (powers of two)")
+            return cmd_scale2(args)
     except ModelError as e:
         print(f"alphabeta.py: {e}", file=sys.stderr)
         return 2

@@ -49,7 +49,7 @@ struct PhaseSample {
 using PhaseLog = std::vector<std::map<std::string, PhaseSample>>;
 
 /// Collective: the union of the phase names of all ranks, then per phase and iteration the max
-/// over ranks of time and bytes.
+/// over ranks of time, bytes and bytes between nodes.
 std::vector<PhaseRow> aggregate_phases(const oktopk::Communicator& world, const PhaseLog& log) {
   const int P = world.size();
   std::set<std::string> local;

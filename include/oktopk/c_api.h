@@ -329,7 +329,8 @@ int oktopk_get_segment_stats(const oktopk_handle* handle, int64_t index,
                              oktopk_segment_stats* stats);
 
 /* Sets *num_phases to the number of phases of the last reduce call on this rank (0 before the
- * first); waits for the calls launched before it. */
+ * first); waits for the calls launched before it. Launch no call between it and the
+ * oktopk_get_phase_stats calls that read the phases: each reads the last call's. */
 int oktopk_get_num_phases(const oktopk_handle* handle, int64_t* num_phases);
 
 /* Phase `index` (0 <= index < oktopk_get_num_phases, phases in the order of their names) of the

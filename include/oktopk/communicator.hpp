@@ -104,10 +104,11 @@ std::int64_t agreement_digest(double value);
 /// with_nodes(); without one, every rank counts as a node of its own, so all traffic is between
 /// nodes. Point-to-point and all-to-all bytes go by their peer. The collectives above are split
 /// by the blocks of the same algorithm, each block exchanged with its peer directly: the
-/// allreduce's and the bcast's block b_q, and the allgather(v)'s c_q, cross a node's boundary
-/// when q and this rank are on different nodes. (A collective that MPI runs node-aware moves
-/// fewer bytes between nodes than this charges; one whose ranks all share a node, or all sit on
-/// different nodes, is counted exactly.)
+/// allreduce's block b_q and the allgather(v)'s c_q cross a node's boundary when q and this
+/// rank are on different nodes; so do the bcast's allgather blocks, and its scatter's block b_r
+/// when the root and rank r are. MPI's own algorithm may move more or fewer bytes between nodes
+/// than this charges (it depends on the algorithm and on how the ranks are placed); a collective
+/// whose ranks all share a node, or all sit on different nodes, is split exactly.
 class Communicator {
   // Declared first: PhaseScope and Requests hold it, so that neither dangles when the
   // Communicator they came from is moved or destroyed before them.

@@ -58,8 +58,8 @@ struct Options {
   /// (SparseAllreduce::node_topology()).
   std::int64_t node_size = 0;
   /// The hierarchical mode (methods dense, topka, topkdsa, gaussiank and oktopk, for float
-  /// and double gradients without a layout, on nodes of equal size, wire native or the
-  /// gradient's own type): the node's ranks reduce-scatter their gradients, so that each owns
+  /// and double gradients, with or without a layout, on nodes of equal size, wire native or
+  /// the gradient's own type): the node's ranks reduce-scatter their gradients, so that each owns
   /// the node's sum over one shard of about n/L entries; the method runs across the nodes,
   /// among the ranks with the same local rank, on that shard (error feedback on the node sum);
   /// the node's ranks allgather the shards' results. The result is the method applied to the

@@ -9,6 +9,10 @@
 #   check_bench_csv.sh replay ALGOS FILE -- COMMAND...
 #       COMMAND --dump-gradients FILE, then COMMAND --dist file:FILE: both pass the csv check,
 #       and their rows are equal apart from the time columns (7 and 8).
+#   check_bench_csv.sh between all|none ALGOS -- COMMAND...
+#       the csv check, and every row's between_nodes_bytes_per_rank_max equal to its
+#       bytes_per_rank_max (all: every rank a node of its own) or 0 (none: one node), with
+#       bytes_per_rank_max > 0.
 #   check_bench_csv.sh output zero|nonzero REGEX -- COMMAND...
 #       COMMAND's exit status is (non)zero and exactly one line of its output (stdout and
 #       stderr) matches the extended REGEX: rank 0 alone speaks.
@@ -68,6 +72,24 @@ case $mode in
     run "$scratch/out.csv" "$@" || fail "the command failed with status $?"
     check_csv "$scratch/out.csv" "$algos" || fail "CSV check failed"
     ;;
+  between)
+    share=${1:?all|none}
+    algos=${2:?ALGOS}
+    [ "${3:-}" = -- ] || fail "usage: between all|none ALGOS -- COMMAND..."
+    shift 3
+    run "$scratch/out.csv" "$@" || fail "the command failed with status $?"
+    check_csv "$scratch/out.csv" "$algos" || fail "CSV check failed"
+    awk -F, -v share="$share" '
+      NR == 1 { next }
+      /^$/ { exit }
+      {
+        expected = share == "all" ? $10 : 0
+        if ($10 <= 0 || $16 != expected) {
+          print $1 ": between_nodes_bytes_per_rank_max " $16 ", expected " expected; bad = 1
+        }
+      }
+      END { exit bad }' "$scratch/out.csv" || fail "between-node bytes check failed"
+    ;;
   replay)
     algos=${1:?ALGOS}
     file=${2:?FILE}
@@ -103,7 +125,7 @@ case $mode in
     [ "$matches" -eq 1 ] || fail "$matches output lines match '$regex', expected exactly 1"
     ;;
   *)
-    fail "unknown mode '$mode' (csv, replay or output)"
+    fail "unknown mode '$mode' (csv, between, replay or output)"
     ;;
 esac
 echo "check_bench_csv: ok"

@@ -86,7 +86,6 @@ contains
     b = transfer(v, 0_c_int32_t, size(v))
   end function bits
 
-  ! The same bits on every rank.
   ! The last call's phases: named, and their bytes summing to the call's, inside and between
   ! nodes.
   logical function phases_add_up(handle, stats)
@@ -115,6 +114,7 @@ contains
                     oktopk_get_phase_stats(handle, phases + 1, phase) /= OKTOPK_SUCCESS
   end function phases_add_up
 
+  ! The same bits on every rank.
   logical function identical_on_all_ranks(v)
     real(c_float), intent(in) :: v(:)
     integer(c_int32_t), allocatable :: mine(:), lo(:), hi(:)

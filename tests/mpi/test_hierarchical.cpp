@@ -219,7 +219,7 @@ TEST(Hierarchical, TakesALayoutAndCountsTheWholeOutputPerSegment) {
   layout.append_dense(300, "head").append_sparse_rows(500, 10, "rows").append_dense(201, "tail");
   const oktopk::Communicator comm;
   for (const int L : node_sizes()) {
-    for (const Algorithm algorithm : {Algorithm::TopkA, Algorithm::OkTopk, Algorithm::Dense}) {
+    for (const Algorithm algorithm : kMethods) {
       SCOPED_TRACE(std::string(oktopk::to_string(algorithm)) + ", node_size " + std::to_string(L));
       auto with =
           oktopk::make_sparse_allreduce<Exec>(algorithm, comm, n, hierarchical_options(L), layout);

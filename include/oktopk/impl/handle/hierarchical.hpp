@@ -422,11 +422,29 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
       Kokkos::parallel_for("oktopk::HierarchicalAllreduce::divide",
                            RangeOf<ExecSpace>(exec, 0, shard),
                            DivideInPlace<vector_type>{shard_out_, static_cast<float>(L)});
+      // As the node's sums came: each shard straight to every other local rank, all at once,
+      // rather than MPI_Allgatherv's one peer a step (docs/scaling.md, "Two levels").
+      const int me = node_.rank();
       const auto send = mpi_send_view(exec, shard_out_);
       auto receive = mpi_receive_view(exec, out);
-      node_.allgatherv(send.data(), shard, receive.data(), shard_counts_.data(),
-                       shard_displacements_.data());
-      mpi_received(exec, receive, out, 0, this->n_);
+      {
+        Communicator::Requests requests;
+        for (int s = 0; s < L; ++s) {
+          if (s == me) continue;
+          node_.irecv(receive.data() + shard_displacements_[s], shard_counts_[s], s, 1, requests);
+        }
+        for (int s = 0; s < L; ++s) {
+          if (s == me) continue;
+          node_.isend(send.data(), shard, s, 1, requests);
+        }
+        requests.wait_all();
+      }
+      for (int s = 0; s < L; ++s) {
+        if (s == me) continue;
+        mpi_received(exec, receive, out, shard_displacements_[s],
+                     shard_displacements_[s] + shard_counts_[s]);
+      }
+      Kokkos::deep_copy(exec, Kokkos::subview(out, shard_range), shard_out_);
     }
     add_phase_time(exec, stats, "node_allgather", timer);
   });
@@ -439,7 +457,7 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   // The whole output per segment of the layout (the method's handle has none).
   std::vector<SegmentStats> segments;
   if (!this->layout_.empty()) {
-    run_or_abort(call, "node_allgather", [&] {
+    run_or_abort(call, "segments", [&] {
       segments = sparse != nullptr ? segment_entries(exec, this->layout_, this->n_, *sparse)
                                    : segment_nonzeros(exec, this->layout_, out);
     });
