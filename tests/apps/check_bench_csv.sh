@@ -74,6 +74,7 @@ case $mode in
     ;;
   between)
     share=${1:?all|none}
+    case $share in all | none) ;; *) fail "between: expected all or none, got '$share'" ;; esac
     algos=${2:?ALGOS}
     [ "${3:-}" = -- ] || fail "usage: between all|none ALGOS -- COMMAND..."
     shift 3
