@@ -401,7 +401,8 @@ void BasicLanguageModel<Scalar>::embedding_backward(const ExecutionSpace& exec,
 template <class Scalar>
 double BasicLanguageModel<Scalar>::forward_backward(const ExecutionSpace& exec,
                                                     const Windows& windows,
-                                                    const Parameters& gradient) {
+                                                    const Parameters& gradient,
+                                                    const GradientReady& ready) {
   constexpr const char* where = "oktopk::train::BasicLanguageModel::forward_backward";
   check_windows(exec, where, windows);
   OKTOPK_REQUIRE(static_cast<std::int64_t>(gradient.extent(0)) == num_parameters_,
@@ -427,12 +428,17 @@ double BasicLanguageModel<Scalar>::forward_backward(const ExecutionSpace& exec,
                        matrix(grad + output_weight_offset_, V, H));
   detail::gemm<Scalar>(exec, "T", "N", Scalar(1), dlogits, ones, Scalar(0),
                        matrix(grad + output_bias_offset_, V, 1));
+  auto tell = [&](std::int64_t from) {
+    if (ready) ready(from);
+  };
+  tell(output_weight_offset_);  // the output layer's block, the last, is final
   detail::gemm<Scalar>(exec, "N", "N", Scalar(1), dlogits,
                        matrix<const Scalar>(params + output_weight_offset_, V, H), Scalar(0),
                        matrix(dhiddens_.data(), T * B, H));
 
   // Back through time; dh_carry_ = dgates_t W_hh is what h_{t-1} receives from step t.
   for (std::int64_t t = T; t-- > 0;) {
+    tell(output_weight_offset_);
     lstm_cell_backward(exec, t, T);
     if (t > 0) {
       detail::gemm<Scalar>(exec, "N", "N", Scalar(1),
@@ -452,10 +458,12 @@ double BasicLanguageModel<Scalar>::forward_backward(const ExecutionSpace& exec,
                        matrix(grad + weight_ih_offset_, 4 * H, E));
   detail::gemm<Scalar>(exec, "T", "N", Scalar(1), dgates, ones, Scalar(0),
                        matrix(grad + lstm_bias_offset_, 4 * H, 1));
+  tell(weight_ih_offset_);  // the LSTM's blocks too
   detail::gemm<Scalar>(exec, "N", "N", Scalar(1), dgates,
                        matrix<const Scalar>(params + weight_ih_offset_, 4 * H, E), Scalar(0),
                        matrix(dinputs_.data(), T * B, E));
   embedding_backward(exec, windows, gradient);
+  tell(embedding_offset_);
   return mean_loss;
 }
 

@@ -11,10 +11,17 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace oktopk::train {
+
+/// Told during a backward pass that the gradient's entries [from, n) are final. `from` falls as
+/// the pass reaches earlier layers (the flat buffer holds the layers in forward order, so the
+/// last layer's block, finished first, lies at its end), and a call with an unchanged `from`
+/// between kernels is a chance to progress communication started on those entries.
+using GradientReady = std::function<void(std::int64_t from)>;
 
 /// \brief The sizes of a language model.
 struct LanguageModelShape {
@@ -67,8 +74,10 @@ class BasicLanguageModel {
   /// gradient of the loss and returns the loss, the mean cross-entropy per predicted word
   /// (B x T of them). Throws std::invalid_argument on shape mismatches or word ids outside
   /// 0..V-1.
+  /// `ready`, when given, hears as the backward pass goes which entries are final
+  /// (GradientReady).
   double forward_backward(const ExecutionSpace& exec, const Windows& windows,
-                          const Parameters& gradient);
+                          const Parameters& gradient, const GradientReady& ready = {});
   /// The mean cross-entropy alone (no gradient).
   double loss(const ExecutionSpace& exec, const Windows& windows);
 

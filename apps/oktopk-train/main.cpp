@@ -7,6 +7,7 @@
 #include "common/failure.hpp"
 #include "common/gradient_file.hpp"
 #include "model.hpp"
+#include "overlapped_allreduce.hpp"
 #include "training_task.hpp"
 
 #include <oktopk/oktopk.hpp>
@@ -70,6 +71,12 @@ Options:
                         way; on needs momentum correction (with it: default on; else off)
   --weight-decay W      L2 weight decay, >= 0                                (default 0.0001)
   --dense-warmup N      first N steps use a dense allreduce                  (default 0)
+  --overlap on|off      with --algo dense and --model lstm: on, the gradient's blocks are summed
+                        by MPI_Iallreduce (buckets of at most 25 MiB, as PyTorch DDP's) as soon
+                        as the backward pass has finished them, the output layer's first, while
+                        the pass goes on (the baseline that overlaps communication with
+                        backprop); --wire bf16 divides by P, rounds to bfloat16 and sums in
+                        bfloat16, as DDP's bf16_compress_hook. Host builds only (default off)
   --wire W              the values' type on the wire: native (float), fp32, bf16 or fp16
                         (the model stays float32); bf16 and fp16 round every value sent and
                         sum in float; with --algo dense, on the ring: the 16-bit dense
@@ -77,7 +84,7 @@ Options:
                         feedback keep each rounding error in the residual  (default native)
   --option KEY=VALUE    any other oktopk::Options field by its name (repeatable), e.g.
                         --option guard_low=0 --option guard_factor=1.3333 (the reference's
-                        one-sided guard); names and defaults: the user guide, "Options"
+                        one-sided guard); names and defaults: docs/reference.md, "Options"
   --seed S              model initialization and shuffling                   (default 1)
   --data DIR            Fashion-MNIST IDX gz files       (default /usr/share/datasets/fashion-mnist)
 
@@ -151,6 +158,7 @@ struct Settings {
   std::string sparse_result;  // "on", "off", or empty: on where momentum correction applies
   double weight_decay = 1e-4;
   std::int64_t dense_warmup = 0;
+  bool overlap = false;
   /// --option KEY=VALUE pairs, in order: more oktopk::Options fields.
   std::vector<std::pair<std::string, std::string>> options;
   std::uint64_t seed = 1;
@@ -253,6 +261,10 @@ Settings parse(int argc, char* argv[]) {
       s.weight_decay = parse_number<double>(flag, value);
     } else if (flag == "--dense-warmup") {
       s.dense_warmup = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--overlap") {
+      if (value != "on" && value != "off")
+        throw UsageError("--overlap must be on or off, not '" + value + "'");
+      s.overlap = value == "on";
     } else if (flag == "--wire") {
       try {
         oktopk::wire_from_string(value.c_str());
@@ -331,6 +343,20 @@ Settings parse(int argc, char* argv[]) {
     options.validate();
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
+  }
+  if (s.overlap) {
+    if (s.algorithm != oktopk::Algorithm::Dense)
+      throw UsageError("--overlap on needs --algo dense");
+    if (!language) {
+      throw UsageError(
+          "--overlap on needs --model lstm (the classifiers' backward pass does not report its "
+          "finished layers)");
+    }
+    if (options.wire == oktopk::Wire::Float16) {
+      throw UsageError("--overlap on sends float32 or bfloat16 values, not --wire fp16");
+    }
+    if (!s.dump_path.empty())
+      throw UsageError("--overlap on cannot be combined with --dump-gradients");
   }
   if (s.dump_steps < 1) throw UsageError("--dump-steps must be at least 1");
   if (s.steps_cap < 0) throw UsageError("--steps-per-epoch must be >= 0");
@@ -414,6 +440,8 @@ std::vector<std::pair<std::string, std::string>> training_settings(
   // Only where it changes the update (checkpoint_implied gives old checkpoints' value).
   if (momentum_correction_applies(s.algorithm))
     settings.emplace_back("--momentum-correction", s.momentum_correction ? "on" : "off");
+  // Only when on, so that checkpoints written before it existed still match.
+  if (s.overlap) settings.emplace_back("--overlap", "on");
   // The language model's own settings: none for the classifiers, so their checkpoints written
   // before the language model existed still match.
   for (const auto& setting : task.checkpoint_settings()) settings.push_back(setting);
@@ -500,6 +528,7 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
        << " lr_decay=" << s.lr_decay << " momentum=" << s.momentum
        << (corrects_momentum(s) ? " (per rank, before the allreduce)" : " (after the allreduce)")
        << " result=" << (returns_sparse_result(s) ? "sparse" : "dense")
+       << (s.overlap ? " overlap=on (MPI_Iallreduce per bucket during backprop)" : "")
        << " weight_decay=" << s.weight_decay << " seed=" << s.seed << " exec=" << Exec::name()
        << "\n# options: " << options << "\n# gradient segments:";
   // Where the embedding's row-sparse gradient lies, for a layout-aware allreduce.
@@ -517,6 +546,13 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
   Kokkos::View<float*, Memory> averaged("oktopk::train::averaged", sparse_result ? 0 : n);
   oktopk::SparseResult<Memory> averaged_entries;
   Kokkos::View<float*, Memory> velocity("oktopk::train::velocity", n);
+  std::unique_ptr<OverlappedDenseAllreduce> overlapped;
+  if (s.overlap) {
+    overlapped = std::make_unique<OverlappedDenseAllreduce>(
+        comm, n,
+        options.wire == oktopk::Wire::BFloat16 ? OverlappedDenseAllreduce::Values::BFloat16
+                                               : OverlappedDenseAllreduce::Values::Float32);
+  }
 
   // Resuming: the checkpoint replaces the model, the momentum, the allreduce state and the
   // position; the shuffles are functions of (seed, rank, epoch), so nothing else is needed.
@@ -606,34 +642,45 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
     double bytes_sum = resumed ? progress.bytes_sum : 0.0;
     double density_sum = resumed ? progress.density_sum : 0.0;
     for (std::int64_t step = resumed ? progress.step : 0; step < steps; ++step, ++global_step) {
-      loss_sum += task->train_step(exec, step);
-      // With momentum correction the allreduce averages velocities, and the dump records
-      // what the allreduce is given.
-      const bool correct_momentum = corrects_momentum(s);
-      if (correct_momentum) {
-        oktopk::train::accumulate_velocity<float>(exec, params, grad, velocity, s.momentum,
-                                                  s.weight_decay);
-      }
-      const Kokkos::View<float*, Memory> reduced = correct_momentum ? velocity : grad;
-      dump.record(exec, global_step, reduced);
       std::int64_t nonzeros = 0;
-      if (sparse_result) {
-        allreduce->reduce_sparse(exec, reduced, averaged_entries);
-        oktopk::train::sgd_apply_sparse(exec, params, averaged_entries.indices,
-                                        averaged_entries.values, averaged_entries.size, lr);
-        nonzeros = averaged_entries.size;
-      } else {
-        allreduce->reduce(exec, reduced, averaged);
-        if (correct_momentum) {
-          oktopk::train::sgd_apply<float>(exec, params, averaged, lr);
-        } else {
-          sgd_momentum_step<float>(exec, params, averaged, velocity, lr, s.momentum,
-                                   s.weight_decay);
-        }
+      if (overlapped) {
+        // Dense (momentum applied after the allreduce), its sums launched during backprop.
+        overlapped->begin_step();
+        loss_sum += task->train_step(
+            exec, step, [&](std::int64_t from) { overlapped->ready(exec, grad, averaged, from); });
+        overlapped->finish(exec, grad, averaged);
+        sgd_momentum_step<float>(exec, params, averaged, velocity, lr, s.momentum, s.weight_decay);
         nonzeros = oktopk::count_above(exec, averaged, 0.0f);
+        bytes_sum += overlapped->bytes_per_step();
+      } else {
+        loss_sum += task->train_step(exec, step, {});
+        // With momentum correction the allreduce averages velocities, and the dump records
+        // what the allreduce is given.
+        const bool correct_momentum = corrects_momentum(s);
+        if (correct_momentum) {
+          oktopk::train::accumulate_velocity<float>(exec, params, grad, velocity, s.momentum,
+                                                    s.weight_decay);
+        }
+        const Kokkos::View<float*, Memory> reduced = correct_momentum ? velocity : grad;
+        dump.record(exec, global_step, reduced);
+        if (sparse_result) {
+          allreduce->reduce_sparse(exec, reduced, averaged_entries);
+          oktopk::train::sgd_apply_sparse(exec, params, averaged_entries.indices,
+                                          averaged_entries.values, averaged_entries.size, lr);
+          nonzeros = averaged_entries.size;
+        } else {
+          allreduce->reduce(exec, reduced, averaged);
+          if (correct_momentum) {
+            oktopk::train::sgd_apply<float>(exec, params, averaged, lr);
+          } else {
+            sgd_momentum_step<float>(exec, params, averaged, velocity, lr, s.momentum,
+                                     s.weight_decay);
+          }
+          nonzeros = oktopk::count_above(exec, averaged, 0.0f);
+        }
+        const oktopk::PhaseTraffic traffic = allreduce->stats().total_traffic();
+        bytes_sum += static_cast<double>(std::max(traffic.bytes_sent, traffic.bytes_received));
       }
-      const oktopk::PhaseTraffic traffic = allreduce->stats().total_traffic();
-      bytes_sum += static_cast<double>(std::max(traffic.bytes_sent, traffic.bytes_received));
       density_sum += static_cast<double>(nonzeros) / n;
       if (me == 0 && progress_timer.seconds() > 10.0) {
         std::cerr << "oktopk-train: epoch " << epoch << " step " << step + 1 << "/" << steps

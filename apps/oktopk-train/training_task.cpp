@@ -53,7 +53,8 @@ class ClassifierTask final : public TrainingTask {
     Kokkos::deep_copy(exec, order_, HostOrder(permutation_.data(), permutation_.size()));
   }
 
-  double train_step(const ExecutionSpace& exec, std::int64_t step) override {
+  double train_step(const ExecutionSpace& exec, std::int64_t step,
+                    const GradientReady& /*ready: not told*/) override {
     gather_batch(exec, train_, order_, step * batch_, batch_, images_, labels_);
     return model_->forward_backward(exec, images_, labels_, model_->gradient());
   }
@@ -139,10 +140,11 @@ class LanguageTask final : public TrainingTask {
     Kokkos::deep_copy(exec, order_, HostOrder(permutation_.data(), permutation_.size()));
   }
 
-  double train_step(const ExecutionSpace& exec, std::int64_t step) override {
+  double train_step(const ExecutionSpace& exec, std::int64_t step,
+                    const GradientReady& ready) override {
     gather_windows(exec, train_, order_, first_window_, step * settings_.batch, settings_.batch,
                    batch_windows_);
-    return model_->forward_backward(exec, batch_windows_, model_->gradient());
+    return model_->forward_backward(exec, batch_windows_, model_->gradient(), ready);
   }
 
   double test_metric(const ExecutionSpace& exec, const Communicator& comm) override {

@@ -36,8 +36,11 @@ class TrainingTask {
   /// function of (seed, rank, epoch) alone.
   virtual void begin_epoch(const ExecutionSpace& exec, std::int64_t epoch) = 0;
   /// Forward and backward pass over this rank's mini-batch number `step` of the epoch: writes
-  /// gradient() and returns the mini-batch's mean loss.
-  virtual double train_step(const ExecutionSpace& exec, std::int64_t step) = 0;
+  /// gradient() and returns the mini-batch's mean loss. `ready` (may be empty) hears which
+  /// entries are final as the backward pass goes (GradientReady); only the language model's
+  /// pass tells it.
+  virtual double train_step(const ExecutionSpace& exec, std::int64_t step,
+                            const GradientReady& ready) = 0;
   /// Collective: the test metric over every rank's shard of the test set.
   virtual double test_metric(const ExecutionSpace& exec, const Communicator& comm) = 0;
   /// The metric's column name, "test_acc" or "test_ppl".

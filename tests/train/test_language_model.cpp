@@ -274,6 +274,40 @@ TEST(LanguageModel, EmbeddingGradientOnlyInTheRowsOfTheBatchsWords) {
   }
 }
 
+TEST(LanguageModel, ReadyHearsEachBlockOnceItIsFinalLastLayerFirst) {
+  const ExecutionSpace exec;
+  BasicLanguageModel<double> model(tiny, 5);
+  const auto n = model.num_parameters();
+  Kokkos::deep_copy(model.gradient(), 7.0);  // garbage that the pass overwrites
+  std::vector<std::int64_t> froms;
+  std::vector<std::vector<double>> suffixes;  // the entries [from, n) when `from` was new
+  const auto ready = [&](std::int64_t from) {
+    ASSERT_TRUE(froms.empty() || from <= froms.back()) << "from grew: " << from;
+    if (froms.empty() || from < froms.back()) {
+      exec.fence();
+      const auto gradient = to_host(model.gradient());
+      suffixes.emplace_back(gradient.begin() + from, gradient.end());
+    }
+    froms.push_back(from);
+  };
+  model.forward_backward(exec, tiny_batch(), model.gradient(), ready);
+  const auto final_gradient = to_host(model.gradient());
+  // The output layer (H x V weights, V biases), then the LSTM's blocks, then the embedding.
+  const std::int64_t V = tiny.vocabulary, E = tiny.embedding, H = tiny.hidden;
+  const std::vector<std::int64_t> expected = {n - V * H - V, V * E, 0};
+  std::vector<std::int64_t> distinct = froms;
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  EXPECT_EQ(distinct, expected);
+  EXPECT_GT(froms.size(), distinct.size());  // polled between the steps back through time
+  ASSERT_EQ(suffixes.size(), distinct.size());
+  for (std::size_t b = 0; b < distinct.size(); ++b) {
+    for (std::int64_t i = distinct[b]; i < n; ++i) {
+      ASSERT_EQ(suffixes[b][i - distinct[b]], final_gradient[i])
+          << "entry " << i << " changed after ready(" << distinct[b] << ")";
+    }
+  }
+}
+
 TEST(LanguageModel, FloatMatchesDoubleAndLossDecreasesUnderSgd) {
   const ExecutionSpace exec;
   BasicLanguageModel<double> reference(tiny, 9);
