@@ -33,7 +33,10 @@ KOKKOS_46=kokkos-4.6.01
 KK_46=kokkos-kernels-4.6.02
 KOKKOS_DEVELOP=kokkos-develop-20250620
 KK_DEVELOP=kokkos-kernels-develop-20250820
-CUDA13_PATCH=kokkos-4.6.01-cuda13.patch
+# CUDA 13 changed three runtime signatures that Kokkos 4.6.01 predates (cudaGraphAddDependencies,
+# cudaMemAdvise, cudaMemPrefetchAsync); the repository's own patch adapts them under
+# CUDART_VERSION >= 13000, so older CUDA builds the same code as before.
+CUDA13_PATCH=$OKTOPK_SOURCE_DIR/cmake/patches/kokkos-4.6.01-cuda13.patch
 
 oktopk_port_usage() {
   echo "usage: scripts/portability.sh [CONFIG...]  (CONFIG: ${OKTOPK_PORTABILITY_CONFIGS[*]})"
@@ -76,13 +79,15 @@ oktopk_port_deps() {
   # The stamp holds the recipe it was built by: a prefix built by an older recipe (say, before
   # the GCC 12 workaround) is rebuilt rather than reused.
   local recipe="recipe 2: $backend $kokkos $kk"
+  # A CUDA prefix records the patch it was built with: another patch rebuilds it.
+  [ "$backend" != cuda ] || recipe+=" patch $(sha256sum < "$CUDA13_PATCH" | cut -c1-16)"
   if [ -f "$prefix/.oktopk-complete" ] && [ "$(cat "$prefix/.oktopk-complete")" = "$recipe" ]; then
     oktopk_log "reusing $name in $prefix"; return
   fi
   local kokkos_tgz kk_tgz patch=""
   kokkos_tgz=$(oktopk_port_archive "$kokkos.tar.gz")
   kk_tgz=$(oktopk_port_archive "$kk.tar.gz")
-  [ "$backend" != cuda ] || patch=$(oktopk_port_archive "$CUDA13_PATCH")
+  [ "$backend" != cuda ] || patch=$CUDA13_PATCH
 
   local start=$SECONDS work
   work=$(mktemp -d /tmp/oktopk-port-deps.XXXXXX)
@@ -166,7 +171,7 @@ oktopk_port_config() {
       oktopk_install_missing hipcc libamdhip64-dev rocm-device-libs
       # hipcc prints a harmless traceback when it finds no GPU to take the target from.
       export HCC_AMDGPU_TARGET=gfx90a
-      # Hardware float atomic add instead of compare-and-swap loops (user guide, HIP recipe):
+      # Hardware float atomic add instead of compare-and-swap loops (docs/tutorial.md, HIP recipe):
       # every atomic in OkTopk targets device memory, where that instruction is valid.
       cxx=(-DCMAKE_CXX_COMPILER=hipcc -DCMAKE_CXX_FLAGS=-munsafe-fp-atomics) ;;
     cuda)
