@@ -16,8 +16,9 @@ endif()
 # it waits once it knows it is oversubscribed; MPICH polls. MPICH's own CI runs oversubscribed
 # with MPIR_CVAR_POLLS_BEFORE_YIELD=1 (ch3:nemesis) and the progress throttle (ch4, MPICH 5.0
 # and later: it yields after polls without progress; ENABLE_HEAVY_YIELD makes that a sleep).
-# MPICH 4.0 built for ch4 (Debian 12's) has none of them, so there P > cores stays slow: see the
-# user guide, "MPI implementations". MPICH ignores the MPIR_CVAR_* variables it does not have.
+# MPICH 4.0 built for ch4 (Debian 12's) has none of them, so there P > cores stays slow: see
+# docs/operations.md, "More ranks than cores". MPICH ignores the MPIR_CVAR_* variables it does
+# not have.
 set(OKTOPK_MPICH_YIELD_ENVIRONMENT "")
 if(_oktopk_mpiexec_version MATCHES "HYDRA|MPICH")
   set(OKTOPK_MPICH_YIELD_ENVIRONMENT MPIR_CVAR_POLLS_BEFORE_YIELD=1

@@ -14,7 +14,8 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LINK = re.compile(r"\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
+# [text](target) or [text](target "title"); the text may run over lines.
+LINK = re.compile(r"\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*([^)\s]+)(?:\s+\"[^\"]*\")?\s*\)")
 
 
 def outside_fences(text):
@@ -54,32 +55,35 @@ def anchors(path):
     return _anchors[path]
 
 
-def check(path):
+def check(path, counted):
     bad = []
     with open(path, encoding="utf-8") as f:
-        lines = outside_fences(f.read())
-    for number, line in enumerate(lines, 1):
-        for target in LINK.findall(line):
-            if re.match(r"^[a-z]+:", target):
-                continue  # http:, https:, mailto:
-            file_part, _, anchor = target.partition("#")
-            linked = (os.path.normpath(os.path.join(os.path.dirname(path), file_part))
-                      if file_part else path)
-            if not os.path.exists(linked):
-                bad.append(f"{path}:{number}: {target}: no file {os.path.relpath(linked, ROOT)}")
-            elif anchor and linked.endswith(".md") and anchor not in anchors(linked):
-                bad.append(f"{path}:{number}: {target}: no heading #{anchor} in "
-                           f"{os.path.relpath(linked, ROOT)}")
+        text = "\n".join(outside_fences(f.read()))
+    for match in LINK.finditer(text):
+        target = match.group(1)
+        counted.append(target)
+        number = text.count("\n", 0, match.start()) + 1
+        if re.match(r"^[a-z]+:", target):
+            continue  # http:, https:, mailto:
+        file_part, _, anchor = target.partition("#")
+        linked = (os.path.normpath(os.path.join(os.path.dirname(path), file_part))
+                  if file_part else path)
+        if not os.path.exists(linked):
+            bad.append(f"{path}:{number}: {target}: no file {os.path.relpath(linked, ROOT)}")
+        elif anchor and linked.endswith(".md") and anchor not in anchors(linked):
+            bad.append(f"{path}:{number}: {target}: no heading #{anchor} in "
+                       f"{os.path.relpath(linked, ROOT)}")
     return bad
 
 
 def main(argv):
     files = argv or [os.path.join(ROOT, "README.md")] + sorted(
         glob.glob(os.path.join(ROOT, "docs", "*.md")))
-    bad = [b for f in files for b in check(f)]
+    counted = []
+    bad = [b for f in files for b in check(f, counted)]
     for b in bad:
         print(b)
-    print(f"check-doc-links: {len(files)} files, {len(bad)} broken links")
+    print(f"check-doc-links: {len(files)} files, {len(counted)} links, {len(bad)} broken")
     return 1 if bad else 0
 
 

@@ -10,7 +10,7 @@
 # one rank) and the install-and-consume tests of the CMake package. Ends with one summary line;
 # on failure, the failing tests' output comes first. Reuses the Kokkos 3.4 prefix that
 # scripts/common.sh builds. MPICH 4.0 polls while it waits, so runs with more ranks than cores
-# are slow (user guide, "MPI implementations").
+# are slow (docs/operations.md, "More ranks than cores").
 #
 #   scripts/mpich-check.sh [CTEST ARGS...]    e.g. -R communicator to run fewer tests
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

@@ -145,7 +145,7 @@ Method options (oktopk::Options, defaults are the library's):
                          exactly; the other methods are unchanged
   --option KEY=VALUE     any other oktopk::Options field by its name (repeatable), e.g.
                          --option guard_low=0 --option guard_factor=1.3333 for the reference's
-                         one-sided guard; names and defaults: the user guide, "Options"
+                         one-sided guard; names and defaults: docs/reference.md, "Options"
 
 Gradient files: the 8 bytes "OKTOPKG1", int64 n, int64 count, then count gradients of n
 float32 each, all little endian. Every rank reads the file itself (a shared file system).

@@ -72,11 +72,15 @@ Options:
   --weight-decay W      L2 weight decay, >= 0                                (default 0.0001)
   --dense-warmup N      first N steps use a dense allreduce                  (default 0)
   --overlap on|off      with --algo dense and --model lstm: on, the gradient's blocks are summed
-                        by MPI_Iallreduce (buckets of at most 25 MiB, as PyTorch DDP's) as soon
-                        as the backward pass has finished them, the output layer's first, while
-                        the pass goes on (the baseline that overlaps communication with
-                        backprop); --wire bf16 divides by P, rounds to bfloat16 and sums in
-                        bfloat16, as DDP's bf16_compress_hook. Host builds only (default off)
+                        by MPI_Iallreduce (buckets of at most --bucket-kib) as soon as the
+                        backward pass has finished them, the output layer's first, while the
+                        pass goes on (the baseline that overlaps communication with backprop);
+                        --wire bf16 divides by P, rounds to bfloat16 and sums in bfloat16, as
+                        DDP's bf16_compress_hook (not --wire fp16, --dump-gradients or the
+                        dense_allreduce and hierarchical options). The bytes column is then a
+                        ring's count. Host builds only                        (default off)
+  --bucket-kib K        with --overlap on: the largest bucket in KiB of float32, >= 1
+                                                     (default 25600: DDP's bucket_cap_mb 25)
   --wire W              the values' type on the wire: native (float), fp32, bf16 or fp16
                         (the model stays float32); bf16 and fp16 round every value sent and
                         sum in float; with --algo dense, on the ring: the 16-bit dense
@@ -121,9 +125,9 @@ verse is held out for the test perplexity, exp(mean cross-entropy per word).
                         every other setting that shapes training (model, algo, density, batch,
                         lr, lr-decay, momentum, momentum-correction, weight-decay,
                         dense-warmup, --option, seed, steps per epoch, P; lstm: vocab, embed,
-                        hidden, bptt, tokens-per-epoch) must be the one the checkpoint was
-                        written with. --csv appends to an existing file. Not with
-                        --dump-gradients.
+                        hidden, bptt, tokens-per-epoch; overlap, bucket-kib) must be the
+                        one the checkpoint was written with. --csv appends to an existing
+                        file. Not with --dump-gradients.
   --help                print this text
 
 Run with OMP_WAIT_POLICY=passive (and OPENBLAS_NUM_THREADS=1 when ranks share cores): spinning
@@ -159,6 +163,7 @@ struct Settings {
   double weight_decay = 1e-4;
   std::int64_t dense_warmup = 0;
   bool overlap = false;
+  std::int64_t bucket_kib = 25 * 1024;
   /// --option KEY=VALUE pairs, in order: more oktopk::Options fields.
   std::vector<std::pair<std::string, std::string>> options;
   std::uint64_t seed = 1;
@@ -265,6 +270,8 @@ Settings parse(int argc, char* argv[]) {
       if (value != "on" && value != "off")
         throw UsageError("--overlap must be on or off, not '" + value + "'");
       s.overlap = value == "on";
+    } else if (flag == "--bucket-kib") {
+      s.bucket_kib = parse_number<std::int64_t>(flag, value);
     } else if (flag == "--wire") {
       try {
         oktopk::wire_from_string(value.c_str());
@@ -357,7 +364,16 @@ Settings parse(int argc, char* argv[]) {
     }
     if (!s.dump_path.empty())
       throw UsageError("--overlap on cannot be combined with --dump-gradients");
+    if (options.dense_allreduce != oktopk::DenseAlgorithm::Mpi || options.hierarchical) {
+      throw UsageError(
+          "--overlap on sums with MPI_Iallreduce: the dense_allreduce and hierarchical options "
+          "do not apply");
+    }
+    if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible) {
+      throw UsageError("--overlap on needs a host build (MPI reads the gradient directly)");
+    }
   }
+  if (s.bucket_kib < 1) throw UsageError("--bucket-kib must be at least 1");
   if (s.dump_steps < 1) throw UsageError("--dump-steps must be at least 1");
   if (s.steps_cap < 0) throw UsageError("--steps-per-epoch must be >= 0");
   if (s.checkpoint_every < 0) throw UsageError("--checkpoint-every must be >= 0");
@@ -441,7 +457,10 @@ std::vector<std::pair<std::string, std::string>> training_settings(
   if (momentum_correction_applies(s.algorithm))
     settings.emplace_back("--momentum-correction", s.momentum_correction ? "on" : "off");
   // Only when on, so that checkpoints written before it existed still match.
-  if (s.overlap) settings.emplace_back("--overlap", "on");
+  if (s.overlap) {
+    settings.emplace_back("--overlap", "on");
+    settings.emplace_back("--bucket-kib", std::to_string(s.bucket_kib));
+  }
   // The language model's own settings: none for the classifiers, so their checkpoints written
   // before the language model existed still match.
   for (const auto& setting : task.checkpoint_settings()) settings.push_back(setting);
@@ -551,7 +570,8 @@ int run(const Settings& s, const oktopk::Communicator& comm) {
     overlapped = std::make_unique<OverlappedDenseAllreduce>(
         comm, n,
         options.wire == oktopk::Wire::BFloat16 ? OverlappedDenseAllreduce::Values::BFloat16
-                                               : OverlappedDenseAllreduce::Values::Float32);
+                                               : OverlappedDenseAllreduce::Values::Float32,
+        s.bucket_kib * 1024 / 4);
   }
 
   // Resuming: the checkpoint replaces the model, the momentum, the allreduce state and the

@@ -4,6 +4,7 @@
 #include <oktopk/error.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -31,14 +32,18 @@ void sum_bfloat16(void* in, void* inout, int* length, MPI_Datatype*) {
 }  // namespace
 
 OverlappedDenseAllreduce::OverlappedDenseAllreduce(const Communicator& comm, std::int64_t n,
-                                                   Values values)
-    : comm_(comm), n_(n), values_(values) {
+                                                   Values values, std::int64_t bucket_entries)
+    : comm_(comm), n_(n), values_(values), bucket_entries_(bucket_entries) {
   if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, Exec::memory_space>::accessible) {
     throw std::invalid_argument(std::string(where) +
                                 ": MPI reads the gradient directly, so it must be in host "
                                 "memory (a host build: Serial or OpenMP)");
   }
   if (n < 0) throw std::invalid_argument(std::string(where) + ": n < 0");
+  if (bucket_entries < 1 || bucket_entries > std::numeric_limits<int>::max()) {
+    throw std::invalid_argument(std::string(where) + ": bucket_entries " +
+                                std::to_string(bucket_entries) + " outside 1..INT_MAX");
+  }
   if (values_ == Values::BFloat16) {
     check(MPI_Op_create(&sum_bfloat16, 1, &sum_bfloat16_), "MPI_Op_create");
     rounded_ = Kokkos::View<bfloat16*, Exec::memory_space>(
@@ -48,6 +53,8 @@ OverlappedDenseAllreduce::OverlappedDenseAllreduce(const Communicator& comm, std
   }
 }
 
+// Requests still in flight here (an exception mid-step) are left to MPI: the program then ends
+// every rank through its failure settlement and MPI_Abort, before MPI touches the freed buffers.
 OverlappedDenseAllreduce::~OverlappedDenseAllreduce() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -67,7 +74,7 @@ void OverlappedDenseAllreduce::ready(const Exec& exec, const Vector& grad, const
     // Buckets of at most bucket_entries, the last of the range first, as DDP orders them.
     exec.fence();  // the backward pass's kernels that wrote [from, launched_from_)
     while (launched_from_ > from) {
-      const std::int64_t first = std::max(from, launched_from_ - bucket_entries);
+      const std::int64_t first = std::max(from, launched_from_ - bucket_entries_);
       launch(exec, grad, out, first, launched_from_);
       launched_from_ = first;
     }
@@ -104,9 +111,9 @@ void OverlappedDenseAllreduce::launch(const Exec& exec, const Vector& grad, cons
 void OverlappedDenseAllreduce::progress() {
   if (requests_.empty()) return;
   int done = 0;
-  check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
-                    MPI_STATUSES_IGNORE),
-        "MPI_Testall");
+  check(
+      MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE),
+      "MPI_Testall");
 }
 
 void OverlappedDenseAllreduce::finish(const Exec& exec, const Vector& grad, const Vector& out) {
@@ -120,7 +127,7 @@ void OverlappedDenseAllreduce::finish(const Exec& exec, const Vector& grad, cons
     const float scale = 1.0f / static_cast<float>(comm_.size());
     Kokkos::parallel_reduce(
         "oktopk::train::overlap_average", Kokkos::RangePolicy<Exec>(exec, 0, n_),
-        KOKKOS_LAMBDA(std::int64_t i, std::int64_t& bad) {
+        KOKKOS_LAMBDA(std::int64_t i, std::int64_t & bad) {
           o(i) *= scale;
           if (!(o(i) - o(i) == 0.0f)) ++bad;  // false for NaN and +-Inf
         },
@@ -129,7 +136,7 @@ void OverlappedDenseAllreduce::finish(const Exec& exec, const Vector& grad, cons
     const auto r = summed_;
     Kokkos::parallel_reduce(
         "oktopk::train::overlap_widen", Kokkos::RangePolicy<Exec>(exec, 0, n_),
-        KOKKOS_LAMBDA(std::int64_t i, std::int64_t& bad) {
+        KOKKOS_LAMBDA(std::int64_t i, std::int64_t & bad) {
           o(i) = to_float(r(i));
           if (!(o(i) - o(i) == 0.0f)) ++bad;  // false for NaN and +-Inf
         },

@@ -24,12 +24,11 @@ class OverlappedDenseAllreduce {
   using Vector = Kokkos::View<float*, Exec::memory_space>;
   enum class Values { Float32, BFloat16 };
 
-  /// Entries per MPI_Iallreduce at most: 25 MiB of float32, DDP's default bucket size.
-  static constexpr std::int64_t bucket_entries = 25 * 1024 * 1024 / 4;
-
-  /// Not collective. MPI reads the Views' memory directly, so that memory must be the host's
-  /// (std::invalid_argument otherwise, as for n < 0).
-  OverlappedDenseAllreduce(const Communicator& comm, std::int64_t n, Values values);
+  /// Not collective. At most `bucket_entries` entries per MPI_Iallreduce. MPI reads the Views'
+  /// memory directly, so that memory must be the host's (std::invalid_argument otherwise, as
+  /// for n < 0 or bucket_entries outside 1..INT_MAX).
+  OverlappedDenseAllreduce(const Communicator& comm, std::int64_t n, Values values,
+                           std::int64_t bucket_entries);
   ~OverlappedDenseAllreduce();
   OverlappedDenseAllreduce(const OverlappedDenseAllreduce&) = delete;
   OverlappedDenseAllreduce& operator=(const OverlappedDenseAllreduce&) = delete;
@@ -59,13 +58,15 @@ class OverlappedDenseAllreduce {
   Communicator comm_;
   std::int64_t n_;
   Values values_;
+  std::int64_t bucket_entries_;
   MPI_Op sum_bfloat16_ = MPI_OP_NULL;
   // The bfloat16 values and their sums: two buffers, since Open MPI 4.1's nonblocking allreduce
-  // runs an in-place call as a binomial tree (every byte through the root's link, 2 log2 P
-  // times), and only a call with separate buffers as the ring.
+  // runs an in-place call as a binomial tree (the whole vector through the root's link at every
+  // level), and a large call with separate buffers, P >= 4 and a commutative operation as a
+  // reduce-scatter and an allgather.
   Kokkos::View<bfloat16*, Exec::memory_space> rounded_;
   Kokkos::View<bfloat16*, Exec::memory_space> summed_;
-  std::int64_t launched_from_ = 0;                        // [launched_from_, n) launched
+  std::int64_t launched_from_ = 0;  // [launched_from_, n) launched
   std::vector<MPI_Request> requests_;
   double bytes_per_step_ = 0.0;
 };

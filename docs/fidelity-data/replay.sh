@@ -6,7 +6,7 @@
 # through oktopk-bench with three threshold settings (10 calls untimed, the rest timed and
 # checked against the oracle) and prints one markdown row per trace and setting.
 # Usage: docs/fidelity-data/replay.sh [--velocities] [MODEL...] (default: mlp cnn lstm; lstm
-# needs the King James text, see the user guide). --velocities dumps what Ok-Topk's allreduce
+# needs the King James text, see docs/tutorial.md). --velocities dumps what Ok-Topk's allreduce
 # is given in training instead, the velocities of Ok-Topk training with momentum correction
 # (oktopk-train's default). The gradient files (up to 3.3 GB for lstm) go to
 # $OKTOPK_REPLAY_DIR (default /tmp) and are removed afterwards.

@@ -9,7 +9,7 @@
  * the same code on every rank where the C++ API agrees on errors (bad arguments, NaN or Inf in
  * a gradient, mismatched n or options; the message may add details on the rank at fault), and
  * a failure on some ranks only ends the job with MPI_Abort instead of leaving the others
- * waiting (user guide, "Failures"). A NULL array counts as an array of length 0: a NULL on
+ * waiting (docs/reference.md, "Failures"). A NULL array counts as an array of length 0: a NULL on
  * some ranks only is the length error, on every rank. A NULL handle or request, or
  * MPI_COMM_NULL, is reported on that rank alone: it has no communicator to tell the others.
  * Without the progress thread (see oktopk_reduce_async), every call that waits for the calls
@@ -104,8 +104,8 @@ int oktopk_finalize(void);
  * types), running `algorithm` (dense, topka, topkdsa, gtopk, gaussiank, oktopk or s2) over a
  * duplicate of `comm`. `options` holds key=value settings separated by spaces or commas
  * ("density=0.01 threshold_period=32"; NULL or "" for the defaults); the keys are the fields
- * of oktopk::Options (user guide). Every rank must pass the same algorithm, n and options. On
- * success *handle is the new handle; on failure it is set to NULL. */
+ * of oktopk::Options (docs/reference.md, "Options"). Every rank must pass the same algorithm,
+ * n and options. On success *handle is the new handle; on failure it is set to NULL. */
 int oktopk_create(MPI_Comm comm, const char* algorithm, int64_t n, const char* options,
                   oktopk_handle** handle);
 
@@ -118,16 +118,16 @@ int oktopk_create_f(MPI_Fint comm, const char* algorithm, int64_t n, const char*
 #define OKTOPK_SEGMENT_ROWS 1  /* rows of row_width floats (an embedding), most of them zero */
 
 /* Collective. oktopk_create for a fused buffer (a DDP bucket, say) of num_segments consecutive
- * segments (user guide, "Fused buffers: layouts"): segment i holds the lengths[i] floats after
- * segment i - 1 (segment 0 starts at 0), of kind kinds[i]; an OKTOPK_SEGMENT_ROWS segment holds
- * rows of row_widths[i] >= 1 floats (the last row is shorter when lengths[i] is not a
- * multiple); row_widths[i] is ignored for dense segments. names may be NULL, and names[i] may
- * be NULL (both mean ""): labels for oktopk_get_segment_stats. The lengths must be >= 0 and sum
- * to n. lengths, kinds and row_widths may be NULL only when num_segments is 0, which is
- * oktopk_create. S2 then sketches only the rows segments and averages the dense ones exactly;
- * the other methods compute what they compute without a layout. Every rank must pass the same
- * layout, names included. A bad segment on any rank returns OKTOPK_ERROR_INVALID_ARGUMENT on
- * every rank, with the message "oktopk_create_with_layout: rank R: segment I: ...". */
+ * segments (docs/reference.md, "Fused buffers: layouts"): segment i holds the lengths[i] floats
+ * after segment i - 1 (segment 0 starts at 0), of kind kinds[i]; an OKTOPK_SEGMENT_ROWS segment
+ * holds rows of row_widths[i] >= 1 floats (the last row is shorter when lengths[i] is not a
+ * multiple); row_widths[i] is ignored for dense segments. names may be NULL, and names[i] may be
+ * NULL (both mean ""): labels for oktopk_get_segment_stats. The lengths must be >= 0 and sum to n.
+ * lengths, kinds and row_widths may be NULL only when num_segments is 0, which is oktopk_create. S2
+ * then sketches only the rows segments and averages the dense ones exactly; the other methods
+ * compute what they compute without a layout. Every rank must pass the same layout, names included.
+ * A bad segment on any rank returns OKTOPK_ERROR_INVALID_ARGUMENT on every rank, with the message
+ * "oktopk_create_with_layout: rank R: segment I: ...". */
 int oktopk_create_with_layout(MPI_Comm comm, const char* algorithm, int64_t n, const char* options,
                               int64_t num_segments, const int64_t* lengths, const int* kinds,
                               const int64_t* row_widths, const char* const* names,
@@ -252,7 +252,7 @@ int oktopk_reduce_on_stream_async(oktopk_handle* handle, int dtype, const void* 
                                   void* stream, oktopk_request** request);
 
 /* The GPU the handles of this process run on (Kokkos's default execution space's device, chosen
- * when Kokkos was initialised: see the user guide, "GPU users"), or -1 in a build for CPUs
+ * when Kokkos was initialised: see docs/reference.md, "GPU users"), or -1 in a build for CPUs
  * only. Needs oktopk_initialize (or Kokkos initialised) first. */
 int oktopk_get_device(int* device);
 
@@ -274,10 +274,10 @@ int oktopk_reduce_refused_async(oktopk_handle* handle, const char* reason,
  * "Cuda", "HIP", ...), in static storage; needs no oktopk_initialize. */
 int oktopk_get_backend(const char** name);
 
-/* How this process hands GPU buffers to MPI (user guide, "GPU-aware MPI"): *device_pointers is 1
- * when MPI gets device pointers, 0 for page-locked host copies (and always in a build without a
- * GPU); *reason, in static storage, says why (OKTOPK_GPU_AWARE_MPI, or what the MPI said of
- * itself). Either may be NULL. Needs MPI_Init, not oktopk_initialize. */
+/* How this process hands GPU buffers to MPI (docs/operations.md, "GPU-aware MPI"):
+ * *device_pointers is 1 when MPI gets device pointers, 0 for page-locked host copies (and always
+ * in a build without a GPU); *reason, in static storage, says why (OKTOPK_GPU_AWARE_MPI, or what
+ * the MPI said of itself). Either may be NULL. Needs MPI_Init, not oktopk_initialize. */
 int oktopk_get_gpu_aware_mpi(int* device_pointers, const char** reason);
 
 /* Sets *done to 1 if the request has completed (0 otherwise) without waiting; once done,
@@ -339,7 +339,7 @@ int oktopk_get_num_phases(const oktopk_handle* handle, int64_t* num_phases);
 int oktopk_get_phase_stats(const oktopk_handle* handle, int64_t index, oktopk_phase_stats* phase);
 
 /* Writes this rank's state (residual, thresholds, region boundaries, call counter) to
- * `path`, in the checkpoint format of the user guide. Not collective: every rank saves its
+ * `path`, in the checkpoint format of docs/reference.md. Not collective: every rank saves its
  * own state, so give every rank its own path. The file is written under a temporary name and
  * renamed, so an existing checkpoint is never left half overwritten. */
 int oktopk_save_state(const oktopk_handle* handle, const char* path);

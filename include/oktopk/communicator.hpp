@@ -198,7 +198,7 @@ class Communicator {
   /// Destroyed while an exception unwinds, it never waits: it cancels and frees what is still
   /// outstanding, since the peers may be waiting for this rank and never complete it. Its
   /// buffers may then still be read or written by MPI: end the job (MPI_Abort), as
-  /// SparseAllreduce does for failures in its calls (user guide, "Failures").
+  /// SparseAllreduce does for failures in its calls (docs/reference.md, "Failures").
   class Requests {
    public:
     Requests() = default;

@@ -39,8 +39,8 @@ PointerLocation locate_pointer(const void* pointer);
 /// \brief The GPU that Kokkos's default execution space runs on, the device every handle of
 /// Kokkos::DefaultExecutionSpace (the C, Fortran and Python interfaces' handles) uses: chosen
 /// when Kokkos is initialised (Kokkos's `--kokkos-device-id`, or by local rank with
-/// `--kokkos-map-device-id-by=mpi_rank`; user guide, "GPU users"). -1 in a build without a GPU
-/// backend.
+/// `--kokkos-map-device-id-by=mpi_rank`; docs/reference.md, "GPU users"). -1 in a build without
+/// a GPU backend.
 int default_device();
 
 /// Whether instances of ExecSpace run on a native stream that the caller can hand over.

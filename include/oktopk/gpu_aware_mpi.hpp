@@ -6,10 +6,10 @@
 
 namespace oktopk {
 
-/// \brief How OkTopk hands buffers in GPU memory to MPI in this process (user guide, "GPU-aware
-/// MPI"). Decided once per process, at the first call of gpu_aware_mpi(), from the environment
-/// variable OKTOPK_GPU_AWARE_MPI (`on`, `off` or `auto`; unset, the build's default, CMake's
-/// OKTOPK_GPU_AWARE_MPI, itself `auto` unless changed):
+/// \brief How OkTopk hands buffers in GPU memory to MPI in this process (docs/operations.md,
+/// "GPU-aware MPI"). Decided once per process, at the first call of gpu_aware_mpi(), from the
+/// environment variable OKTOPK_GPU_AWARE_MPI (`on`, `off` or `auto`; unset, the build's default,
+/// CMake's OKTOPK_GPU_AWARE_MPI, itself `auto` unless changed):
 ///   on    device pointers go to MPI, whatever MPI says of itself;
 ///   off   every message goes through a page-locked host copy;
 ///   auto  device pointers where MPI says it reads GPU memory: the answer of

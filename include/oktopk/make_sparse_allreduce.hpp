@@ -91,7 +91,7 @@ void require_hierarchical_takes(const char* where, Algorithm algorithm, const Op
 /// \brief Collective. A handle running `algorithm` on gradients of length n and type Value
 /// (float, the default, or double: make_sparse_allreduce<ExecSpace, double>(...)) over `comm`;
 /// its buffers are allocated and zeroed on `exec`, which is fenced before the handle is returned.
-/// `layout` describes the fused buffer's segments (user guide, "Fused buffers: layouts"):
+/// `layout` describes the fused buffer's segments (docs/reference.md, "Fused buffers: layouts"):
 /// S2 sketches only its SparseRows segments and averages its Dense ones exactly; the other
 /// methods compute what they compute without one, and count the output's non-zeros per
 /// segment in stats().segments. The empty layout is the same as none.

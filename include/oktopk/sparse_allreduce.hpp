@@ -51,7 +51,8 @@ struct SparseResult {
 /// Owns the residual (error feedback), thresholds, region boundaries and reusable buffers, so
 /// one handle serves every iteration of a training run. Sums, averages and the residual are
 /// computed in arithmetic_type (Value itself for float and double); selections compare
-/// magnitudes rounded to float (user guide, "Gradient types"). Not copyable; not thread-safe.
+/// magnitudes rounded to float (docs/reference.md, "Gradient types"). Not copyable; not
+/// thread-safe.
 template <class ExecSpace, class Value = value_type>
 class SparseAllreduce {
   static_assert(
@@ -86,7 +87,7 @@ class SparseAllreduce {
   /// failure (an allocation, an MPI error, a broken invariant) may happen on some ranks only,
   /// while the others wait inside MPI: the failing rank then prints
   /// "oktopk: rank R: <cause> in phase <phase> of <method> call <t>" to stderr and ends the job
-  /// with MPI_Abort (user guide, "Failures").
+  /// with MPI_Abort (docs/reference.md, "Failures").
   ///
   /// A wait on reduce_async: it runs after every call launched before it in this process.
   void reduce(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out);
@@ -142,7 +143,7 @@ class SparseAllreduce {
 
   /// \brief Writes this rank's state to `os`: what the next calls depend on (the residual, the
   /// call counter, the method's thresholds and region boundaries), in the versioned binary
-  /// format of the user guide ("Checkpoint and restart"), with the algorithm, n, P, rank,
+  /// format of docs/reference.md ("Checkpoint and restart"), with the algorithm, n, P, rank,
   /// options digest and (for a handle with a layout) layout digest it belongs to. Not
   /// collective: every rank saves its own state (residuals differ). Fences `exec`. Throws
   /// std::runtime_error if the stream fails.

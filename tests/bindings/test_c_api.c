@@ -703,7 +703,7 @@ static void test_typed_method(const char* method, int dtype, int64_t n) {
   void* residual = malloc((size_t)n * residual_bytes);
   const int dense = strcmp(method, "dense") == 0;
   /* Dense: P roundings of each term to a 16-bit type and one of the average, of the sum of
-   * magnitudes (user guide, "What a 16-bit wire costs"); float64 sums floats exactly but for its
+   * magnitudes (docs/reference.md, "Values on the wire"); float64 sums floats exactly but for its
    * order. */
   const double unit = dtype == OKTOPK_BFLOAT16  ? 0x1p-8
                       : dtype == OKTOPK_FLOAT16 ? 0x1p-11

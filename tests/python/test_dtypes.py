@@ -74,7 +74,7 @@ def test_method(method, dtype, n):
             grads = [as_float64(as_type(gradient(r, n, call), dtype), dtype) for r in range(size)]
             mean = np.mean(grads, 0)
             magnitude = np.mean(np.abs(grads), 0)
-            # P roundings of each term and one of the average (user guide, "Gradient types").
+            # P roundings of each term and one of the average (docs/reference.md, "Gradient types").
             values_ok &= bool(np.all(np.abs(values - mean) <= (size + 2) * UNIT[dtype] *
                                      magnitude))
         elif method != "s2":

@@ -587,7 +587,8 @@ def test_wire():
     magnitude = np.mean(np.abs(grads), 0)
     check(np.array_equal(bfloat16_rounded(out), out) and identical_on_all_ranks(out),
           "wire=bf16: bfloat16 values, the same bits on every rank")
-    # P roundings to bfloat16 and P in float per term, first order plus room (user guide).
+    # P roundings to bfloat16 and P in float per term, first order plus room (docs/reference.md,
+    # "Values on the wire").
     bound = 1.01 * size * (2.0**-8 + 2.0**-24) * magnitude
     check(bool(np.all(np.abs(out - mean) <= bound)), "wire=bf16 within its bound of the mean")
     if size == 1:

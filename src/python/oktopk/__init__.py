@@ -126,8 +126,8 @@ def initialize(*kokkos_args):
     on torch's current device (``torch.cuda.current_device()``, set with
     ``torch.cuda.set_device(local_rank)``) when torch has started using a GPU and the
     environment sets none of ``KOKKOS_DEVICE_ID``, ``KOKKOS_MAP_DEVICE_ID_BY`` and
-    ``KOKKOS_VISIBLE_DEVICES``; Kokkos chooses otherwise, a GPU per local rank (user guide,
-    "GPU users")."""
+    ``KOKKOS_VISIBLE_DEVICES``; Kokkos chooses otherwise, a GPU per local rank
+    (docs/reference.md, "GPU users")."""
     for arg in kokkos_args:
         if not isinstance(arg, str):
             raise TypeError(f"oktopk.initialize: arguments must be str, not "
@@ -385,14 +385,14 @@ class Handle:
 
     ``Handle(comm=MPI.COMM_WORLD, algorithm="oktopk", n=..., **options)`` is collective: every
     rank of ``comm`` passes the same algorithm, ``n`` and options (otherwise every rank raises
-    ``ValueError``). ``options`` are the fields of OkTopk's ``Options`` (user guide), for
+    ``ValueError``). ``options`` are the fields of OkTopk's ``Options`` (docs/reference.md), for
     instance ``density=0.01, threshold_period=32, warmup_iterations=10, balancing="adaptive",
     s2_error_feedback=True``; booleans become on/off. The handle works on a duplicate of
     ``comm``. It keeps state between calls (error feedback residual, thresholds): reduce each
     gradient stream with its own handle.
 
-    ``layout`` describes a fused buffer (a DDP bucket, say; user guide, "Fused buffers:
-    layouts") as a list of segments, consecutive from offset 0 and covering ``n``:
+    ``layout`` describes a fused buffer (a DDP bucket, say; docs/reference.md, "Fused
+    buffers: layouts") as a list of segments, consecutive from offset 0 and covering ``n``:
     ``("rows", length, row_width[, name])`` for embedding-like rows of ``row_width`` entries,
     most of them zero, and ``("dense", length[, name])`` for everything else. ``s2`` then
     sketches only the rows and averages the dense segments exactly; the other methods compute
@@ -403,7 +403,7 @@ class Handle:
     ``dtype`` is the gradients' type: ``"float32"`` (the default), ``"float64"``,
     ``"bfloat16"`` or ``"float16"``, or the numpy or torch dtype of one (``torch.bfloat16``).
     Every rank must pass the same. Sums, averages and the residual are float64 for float64
-    gradients and float32 for the others (user guide, "Gradient types").
+    gradients and float32 for the others (docs/reference.md, "Gradient types").
 
     Arrays: numpy arrays or CPU torch tensors of n values of the handle's type, C-contiguous
     (bfloat16: torch.bfloat16 tensors, or numpy uint16 or int16 arrays of its bit patterns,

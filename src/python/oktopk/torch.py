@@ -51,14 +51,14 @@ the state (``OkTopkHookState(..., momentum=0.9, weight_decay=1e-4)``) and train 
 (``torch.optim.SGD(params, lr=lr)``: no momentum, no weight decay). The hook then keeps this
 rank's velocity of every parameter, ``v = momentum * v + grad + weight_decay * w``, and reduces
 the velocities instead of the gradients, so that the error feedback residual holds back
-velocity rather than gradient (DGC's momentum correction; the user guide has the numbers). The
+velocity rather than gradient (DGC's momentum correction; docs/tutorial.md has the numbers). The
 averaged velocity is what the optimizer applies, so dense allreduces (the warm-up, method
 ``dense``) give the update of SGD with momentum. Velocities belong to parameters, not buckets:
 they survive DDP's bucket rebuild and are part of :meth:`OkTopkHookState.state_dict`.
 
 Embeddings: ``OkTopkHookState(..., sparse_rows=embedding_weights(net))`` makes every handle
-with a layout (user guide, "Fused buffers: layouts") built from its parameters: each parameter
-of ``sparse_rows`` a ``rows`` segment (rows along its first dimension: ``row_width`` = the
+with a layout (docs/reference.md, "Fused buffers: layouts") built from its parameters: each
+parameter of ``sparse_rows`` a ``rows`` segment (rows along its first dimension: ``row_width`` = the
 embedding dimension for ``nn.Embedding``), runs of the other parameters one ``dense`` segment.
 ``s2`` then sketches only the embedding rows and averages the rest exactly, and every method's
 ``stats()`` counts the output's non-zeros per segment.
@@ -216,7 +216,7 @@ class OkTopkHookState:
         momentum_masking: with momentum, after a sparse reduce clear this rank's velocity
             where the reduce sent this rank's entry, that is where the handle's residual is
             zero (DGC's momentum factor masking). Off by default: it helped the Fashion-MNIST
-            MLP and hurt the Transformer language model (the user guide has the numbers). Not
+            MLP and hurt the Transformer language model (docs/tutorial.md has the numbers). Not
             for methods ``dense`` and ``s2``, whose averages are dense, nor in the warm-up.
         **options: further fields of OkTopk's Options (``threshold_period=32``, ...).
 

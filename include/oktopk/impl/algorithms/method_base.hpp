@@ -247,7 +247,7 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
 
   // Local problems become collective ones: every rank learns of any rank's bad input, so all
   // throw together instead of some waiting forever in the next collective. Anything else that
-  // fails on some ranks only ends the job (run_or_abort): see the user guide, "Failures".
+  // fails on some ranks only ends the job (run_or_abort): see docs/reference.md, "Failures".
   const bool length_ok =
       static_cast<std::int64_t>(grad.extent(0)) == this->n_ &&
       (sparse != nullptr || static_cast<std::int64_t>(out.extent(0)) == this->n_);

@@ -111,7 +111,7 @@ struct S2SegmentBuffers {
 /// Stats: local_selected = this rank's non-zeros (every non-zero is sketched, so the thresholds
 /// are 0: |x| > 0 selects); global_selected = entries in union rows, the decoded entries.
 ///
-/// With a Layout (user guide, "Fused buffers: layouts"): only the SparseRows segments are
+/// With a Layout (docs/reference.md, "Fused buffers: layouts"): only the SparseRows segments are
 /// sketched, keyed by their entries numbered consecutively over those segments, with a bitmap
 /// over their rows (each segment its own row width; s2_row_width is not used); the Dense
 /// segments' entries are packed behind table and bitmap, and one allreduce (SUM, floats) of

@@ -20,7 +20,7 @@ struct ValueTraits;
 template <>
 struct ValueTraits<float> {
   using arithmetic_type = float;
-  /// The name the user guide, checkpoints and error messages use.
+  /// The name the documentation, checkpoints and error messages use.
   static constexpr const char* name = "float32";
   /// The number checkpoints and agreement checks carry.
   static constexpr std::uint32_t code = 0;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // What makes a SparseAllreduce checkpoint one: its magic and format versions in the section
 // format of include/oktopk/section_file.hpp, and the error for a checkpoint that cannot be
-// restored (docs/user-guide.md, "Checkpoint and restart").
+// restored (docs/reference.md, "Checkpoint and restart").
 #pragma once
 
 #include <oktopk/section_file.hpp>
