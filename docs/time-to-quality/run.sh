@@ -9,7 +9,7 @@
 #   run.sh VARIANT EPOCHS
 # VARIANT: dense-fp32-mpi, dense-fp32-ring, dense-bf16, dense-fp32-overlap, dense-bf16-overlap,
 # oktopk, topka, gaussiank (density 0.01 for the sparse methods, momentum correction on).
-set -eu
+set -eu -o pipefail
 cd "$(dirname "$0")/../.."
 variant=${1:?run.sh VARIANT EPOCHS}
 epochs=${2:?run.sh VARIANT EPOCHS}

@@ -8,7 +8,8 @@ perplexity over the training seconds.
 The target is the reference run's final perplexity, with the language-model tolerance of the
 training tables (1 %): a run reaches it at the first epoch whose perplexity is at most
 final * 1.01. Time to target is the sum of the training seconds up to that epoch (the test
-evaluations between epochs are not counted).
+evaluations between epochs are not counted); seconds per step and bytes per rank per step are
+averaged over the same epochs (over all of them for a run that does not reach the target).
 
     /usr/bin/python3 docs/time-to-quality/summary.py [--reference dense-fp32-ring]
         [--plot docs/time-to-quality.png] [VARIANT ...]
@@ -48,12 +49,6 @@ def read(variant):
     return out
 
 
-def median(values):
-    v = sorted(values)
-    m = len(v) // 2
-    return v[m] if len(v) % 2 else 0.5 * (v[m - 1] + v[m])
-
-
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", default="dense-fp32-ring",
@@ -70,8 +65,8 @@ def main(argv):
     target = final * (1 + TOLERANCE)
     print(f"Target: test perplexity <= {target:.2f} ({args.reference}'s final {final:.2f} "
           f"+ {100 * TOLERANCE:g} %)\n")
-    print("| run | s per step (median epoch) | bytes per rank per step | epochs to target "
-          "| time to target (s) | vs fastest dense | final ppl (epochs) |")
+    print("| run | s per step | MB per rank per step | epochs to target "
+          "| time to target (s) | fastest dense's time / this run's | final ppl (epochs) |")
     print("|---|---|---|---|---|---|---|")
     reached = {}
     for v, rows in runs.items():
@@ -81,12 +76,14 @@ def main(argv):
     fastest_dense = min(dense) if dense else None
     for v in variants:
         rows = runs[v]
-        step = median([r["seconds"] for r in rows]) / STEPS_PER_EPOCH
         hit = next((r for r in rows if r["ppl"] <= target), None)
+        upto = rows[:hit["epoch"]] if hit else rows
+        step = sum(r["seconds"] for r in upto) / (len(upto) * STEPS_PER_EPOCH)
+        megabytes = sum(r["bytes"] for r in upto) / len(upto) / 1e6
         when = f"{hit['epoch']}" if hit else f"not in {len(rows)}"
         time = f"{hit['elapsed']:.0f}" if hit else "-"
-        ratio = (f"{fastest_dense / hit['elapsed']:.2f}x" if hit and fastest_dense else "-")
-        print(f"| {LABELS.get(v, v)} | {step:.3f} | {rows[-1]['bytes']:,.0f} | {when} | {time} "
+        ratio = (f"{fastest_dense / hit['elapsed']:.2f}×" if hit and fastest_dense else "-")
+        print(f"| {LABELS.get(v, v)} | {step:.3f} | {megabytes:.2f} | {when} | {time} "
               f"| {ratio} | {rows[-1]['ppl']:.2f} ({len(rows)}) |")
     if args.plot:
         import matplotlib
