@@ -38,7 +38,6 @@ for t in communicator node_topology distributed_kth factory methods oktopk_sched
     value_types half_gradients c_api; do
   targets+=("oktopk_test_$t")
 done
-targets+=(oktopk_test_mpi_staging_host_staging)
 targets+=(oktopk_fault_program)
 [ ! -x "$OKTOPK_MPICH_FC" ] || targets+=(oktopk_test_fortran)
 cmake --build "$OKTOPK_MPICH_BUILD_DIR" -j "$OKTOPK_JOBS" --target "${targets[@]}"

@@ -33,7 +33,6 @@ suites=(communicator distributed_kth factory methods oktopk_schedule dense_allre
 staged=(mpi_staging methods)
 targets=(oktopk_unit_tests oktopk_unit_api_tests oktopk_test_c_api)
 for t in "${suites[@]}"; do targets+=("oktopk_test_$t"); done
-for t in "${staged[@]}"; do targets+=("oktopk_test_${t}_host_staging"); done
 bindings='c_api|c_api_single'
 # The Fortran program exists where CMake found a Fortran compiler and MPI's Fortran bindings.
 if ninja -C "$build" -t query oktopk_test_fortran >/dev/null 2>&1; then

@@ -1,11 +1,17 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Main of every MPI test: MPI and Kokkos initialized once with scope guards, GoogleTest output on
 // rank 0 only, and the exit status reduced over ranks so a failure on any rank fails the test.
+// The argument --host-staging stages every MPI buffer through a host copy
+// (impl::stage_host_views_for_tests): the *_host_staging tests, the same programs. An argument,
+// not an environment variable, since mpiexec hands arguments to every rank.
+#include <oktopk/impl/comm/mpi_mirror.hpp>
+
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstring>
 
 namespace {
 
@@ -30,9 +36,27 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
   int rank_;
 };
 
+// Removes --host-staging from the arguments, before Kokkos and GoogleTest read them; whether it
+// was there.
+bool take_host_staging_argument(int& argc, char* argv[]) {
+  bool found = false;
+  int kept = 0;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0 && std::strcmp(argv[i], "--host-staging") == 0) {
+      found = true;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argv[kept] = nullptr;
+  argc = kept;
+  return found;
+}
+
 }  // namespace
 
 int main(int argc, char* argv[]) {
+  oktopk::impl::stage_host_views_for_tests = take_host_staging_argument(argc, argv);
   MpiScope mpi(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// How buffers reach MPI (impl/mpi_mirror.hpp) and the sparse allgatherv built on it. This file is
-// compiled twice: as is, where host spaces hand their Views to MPI directly (a GPU build as
-// the process chose, oktopk::gpu_aware_mpi()), and with
-// OKTOPK_TEST_HOST_STAGING, where every buffer goes through a separate host copy as in CUDA and
-// HIP builds without GPU-aware MPI. Buffers here have more capacity than they use, and the unused
-// part holds a sentinel that must never reach another rank.
+// How buffers reach MPI (impl/mpi_mirror.hpp) and the sparse allgatherv built on it. This program
+// runs twice: as is, where host spaces hand their Views to MPI directly (a GPU build as the
+// process chose, oktopk::gpu_aware_mpi()), and with --host-staging, where every buffer goes
+// through a separate host copy as in CUDA and HIP builds without GPU-aware MPI.
+// Buffers here have more capacity than they use, and the unused part holds a sentinel that must
+// never reach another rank.
 #include "mpi/mpi_test_utils.hpp"
 #include <oktopk/communicator.hpp>
 #include <oktopk/gpu_aware_mpi.hpp>
@@ -62,13 +62,13 @@ std::vector<std::remove_const_t<T>> contents(const oktopk::impl::MpiBuffer<T>& b
   return host_copy(in_place, static_cast<std::int64_t>(buffer.size()));
 }
 
-TEST(MpiStaging, ChoiceFollowsTheBuildAndTheProcess) {
-#if defined(OKTOPK_TEST_HOST_STAGING)
-  EXPECT_TRUE(staged()) << "OKTOPK_TEST_HOST_STAGING must route every buffer through a host copy";
-#else
-  EXPECT_EQ(staged(),
-            !oktopk::impl::runs_on_host_v<Exec> && !oktopk::gpu_aware_mpi().device_pointers);
-#endif
+TEST(MpiStaging, ChoiceFollowsTheTestSwitchAndTheProcess) {
+  if (oktopk::impl::stage_host_views_for_tests) {
+    EXPECT_TRUE(staged()) << "--host-staging must route every buffer through a host copy";
+  } else {
+    EXPECT_EQ(staged(),
+              !oktopk::impl::runs_on_host_v<Exec> && !oktopk::gpu_aware_mpi().device_pointers);
+  }
 }
 
 TEST(MpiStaging, SendViewHoldsTheSentPartOnly) {

@@ -65,10 +65,9 @@
   template class Class<Space, ::oktopk::float16>;
 
 /// Declares Class<Space, Value> instantiated in liboktopk, for every space of the list and every
-/// gradient type. A build of
-/// the headers with a test-only switch (fault injection, host staging) compiles its own copies
-/// instead: the library's are built without those switches.
-#if defined(OKTOPK_FAULT_INJECTION) || defined(OKTOPK_TEST_HOST_STAGING)
+/// gradient type. A build of the headers with fault injection, a test-only switch, compiles its
+/// own copies instead: the library's are built without it.
+#if defined(OKTOPK_FAULT_INJECTION)
 #define OKTOPK_IMPL_DECLARE_INSTANTIATIONS(Class)
 #else
 #define OKTOPK_IMPL_DECLARE_INSTANTIATIONS(Class) \

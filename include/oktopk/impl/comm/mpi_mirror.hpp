@@ -13,27 +13,30 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
 namespace oktopk::impl {
 
-/// Whether MPI reads and writes Views of ExecSpace in place: always for host spaces, and for
-/// device spaces where this process chose device pointers. Tests define
-/// OKTOPK_TEST_HOST_STAGING to stage every buffer through a separate host copy even on host
-/// spaces, so CPU-only runs check the copies that CUDA and HIP builds without GPU-aware MPI make.
+/// Test switch: when on, MPI gets a separate host copy of every buffer, host Views included, so
+/// that CPU-only runs check the copies that CUDA and HIP builds without GPU-aware MPI make (the
+/// `*_host_staging_np*` tests: their main turns it on when given --host-staging). A
+/// runtime switch rather than a build flag, so that those tests run the library's compiled
+/// methods instead of compiling their own. Off unless a test program sets it, before any call.
+inline std::atomic<bool> stage_host_views_for_tests{false};
+
+/// Whether MPI reads and writes Views of ExecSpace in place: for host spaces always (unless the
+/// test switch above is on), and for device spaces where this process chose device pointers.
 template <class ExecSpace>
 bool mpi_uses_view_memory() {
-#if defined(OKTOPK_TEST_HOST_STAGING)
-  return false;
-#else
+  if (stage_host_views_for_tests.load(std::memory_order_relaxed)) return false;
   if constexpr (runs_on_host_v<ExecSpace>) {
     return true;
   } else {
     return gpu_aware_mpi().device_pointers;
   }
-#endif
 }
 
 /// Host staging buffers of T, kept from one message to the next (ScratchPool). In CUDA and HIP
