@@ -7,6 +7,7 @@
 #include "test_data.hpp"
 
 #include <oktopk/select.hpp>
+#include <oktopk/impl/kernels/ordered_compaction.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <gtest/gtest.h>
@@ -173,6 +174,62 @@ TYPED_TEST(Select, SelectAboveAndTiesMatchesReference) {
   auto values = filled_view<TypeParam>(1, value_sentinel, "values");
   EXPECT_THROW(oktopk::select_above_and_ties(exec, x_view, 1.0f, -1, indices, values),
                std::invalid_argument);
+}
+
+/// compact_in_order's first kernel at the team sizes a GPU takes (host teams have one or a few
+/// threads): each thread's rows of adjacent reads (mark_row), then each thread's word of 32
+/// adjacent entries from them (word_from_rows), run here thread by thread, must equal the
+/// words read straight from the entries, for teams of 1 to 256 threads, full and partial tiles.
+TEST(OrderedCompaction, WordsFromRowsAtEveryTeamSize) {
+  using Exec = Kokkos::DefaultHostExecutionSpace;
+  using XView = Kokkos::View<float*, Exec::memory_space>;
+  using IdxView = Kokkos::View<index_type*, Exec::memory_space>;
+  using ValView = Kokkos::View<float*, Exec::memory_space>;
+  using Keep = oktopk::impl::KeepAbove<Exec, XView, IdxView, ValView, true>;
+  using Kernels = oktopk::impl::OrderedCompaction<Keep>;
+  const float threshold = 1.0f;
+  for (int shift = 0; shift <= 8; ++shift) {
+    const std::int64_t tile_entries = std::int64_t{32} << shift;
+    for (const std::int64_t n : {tile_entries, 2 * tile_entries + 37, std::int64_t{1}}) {
+      SCOPED_TRACE("team size " + std::to_string(1 << shift) + ", n = " + std::to_string(n));
+      // Every third entry above the threshold, every fifth at it (tied), the rest below.
+      XView x("x", static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) {
+        x(i) = i % 3 == 0 ? 2.0f : (i % 5 == 0 ? -threshold : 0.5f);
+      }
+      const Kernels kernels{Keep{x, threshold, 0, {}, {}, 0}, {}, {}, {}, n, shift};
+      const int team_size = 1 << shift;
+      Kokkos::View<std::uint32_t*, Kokkos::HostSpace> above_rows(
+          "above_rows", static_cast<std::size_t>(Kernels::rows_per_team(shift)));
+      Kokkos::View<std::uint32_t*, Kokkos::HostSpace> tied_rows(
+          "tied_rows", static_cast<std::size_t>(Kernels::rows_per_team(shift)));
+      const std::int64_t tiles = (n + tile_entries - 1) / tile_entries;
+      for (std::int64_t tile = 0; tile < tiles; ++tile) {
+        for (int t = 0; t < team_size; ++t) {
+          std::uint32_t above = 0;
+          std::uint32_t tied = 0;
+          kernels.mark_row(tile, t, above, tied);
+          above_rows(oktopk::impl::padded_row(t)) = above;
+          tied_rows(oktopk::impl::padded_row(t)) = tied;
+        }
+        for (int t = 0; t < team_size; ++t) {
+          std::uint32_t expected_above = 0;
+          std::uint32_t expected_tied = 0;
+          for (int j = 0; j < 32; ++j) {
+            const std::int64_t i = tile * tile_entries + 32 * t + j;
+            if (i >= n) break;
+            const float m = std::fabs(x(i));
+            expected_above |= m > threshold ? std::uint32_t{1} << j : 0u;
+            expected_tied |= m == threshold ? std::uint32_t{1} << j : 0u;
+          }
+          ASSERT_EQ(kernels.word_from_rows(above_rows, t), expected_above)
+              << "tile " << tile << ", word " << t;
+          ASSERT_EQ(kernels.word_from_rows(tied_rows, t), expected_tied)
+              << "tile " << tile << ", word " << t;
+        }
+      }
+    }
+  }
 }
 
 /// impl::compact_in_order, the compaction behind select_above and select_above_and_ties on

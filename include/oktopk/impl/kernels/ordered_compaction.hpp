@@ -7,6 +7,11 @@
 // and each tile's count; the tiles' counts are scanned; a last kernel finds each word's first
 // slot from its tile's and writes the kept entries, reading the input again only at them. The
 // bits are 1/32 of a float input; no team waits on another.
+//
+// The first kernel reads a tile in rounds of adjacent entries, one per thread (so that a warp's
+// loads in a round are one stretch of memory), and builds each thread's word of 32 adjacent
+// entries from those rounds' bits in the team's scratch memory: a thread that read its own 32
+// adjacent entries, 128 bytes from its neighbour's, made the warp touch 32 cache lines per load.
 #pragma once
 
 #include <oktopk/error.hpp>
@@ -20,6 +25,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 
@@ -45,6 +51,10 @@ KOKKOS_INLINE_FUNCTION int count_bits(std::uint32_t w) {
 /// The index of the lowest set bit of w != 0.
 KOKKOS_INLINE_FUNCTION int lowest_bit(std::uint32_t w) { return count_bits((w & (0u - w)) - 1u); }
 
+/// Where a tile's rows sit in the first kernel's scratch: one word in 33 left empty, so that the
+/// words one warp reads at a time fall in different shared-memory banks.
+KOKKOS_INLINE_FUNCTION int padded_row(int row) { return row + (row >> 5); }
+
 /// The kernels of compact_in_order(); `keep` answers `Kept keep.kind(i)` and stores with
 /// `keep.store(i, above_before, tied_before, kind)`, the kept entries before i of each kind.
 template <class Keep>
@@ -53,31 +63,76 @@ struct OrderedCompaction {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Words = Kokkos::View<std::uint32_t*, typename ExecSpace::memory_space>;
   using Counts = Kokkos::View<PackedCounts*, typename ExecSpace::memory_space>;
+  using Rows = Kokkos::View<std::uint32_t*, typename ExecSpace::scratch_memory_space,
+                            Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
   Keep keep;
   Words above_bits;  // bit b of word w: entry 32 w + b is kept as above
   Words tied_bits;   // ... as tied (empty unless Keep::ties)
   Counts tile_counts;
   std::int64_t n;
+  int team_shift;  // log2 of the team size S, a power of two: a tile is S words, 32 S entries
 
   struct Mark {};
   struct Write {};
 
-  /// The first kernel: a word of bits per thread, the tile's count per team.
+  /// Scratch words per row array of a team of 2^team_shift threads.
+  KOKKOS_INLINE_FUNCTION static int rows_per_team(int team_shift) {
+    return padded_row((1 << team_shift) - 1) + 1;
+  }
+  /// The first kernel's scratch bytes per team: the row arrays of above (and of tied).
+  static std::size_t scratch_bytes(int team_shift) {
+    return (Keep::ties ? 2 : 1) * Rows::shmem_size(rows_per_team(team_shift));
+  }
+
+  /// The first kernel's reads for thread t of tile `tile`: in round b, entry 32 S tile + S b + t,
+  /// so that the threads' reads in one round are adjacent. Bit b of `above` (`tied`) is that
+  /// entry's kind; entries past n are not kept.
+  KOKKOS_INLINE_FUNCTION void mark_row(std::int64_t tile, int t, std::uint32_t& above,
+                                       std::uint32_t& tied) const {
+    const std::int64_t first = (tile << (team_shift + 5)) + t;
+    above = 0;
+    tied = 0;
+    for (int b = 0; b < 32; ++b) {
+      const std::int64_t i = first + (static_cast<std::int64_t>(b) << team_shift);
+      if (i >= n) break;
+      const Kept kind = keep.kind(i);
+      above |= kind == Kept::above ? std::uint32_t{1} << b : 0u;
+      tied |= kind == Kept::tied ? std::uint32_t{1} << b : 0u;
+    }
+  }
+
+  /// Word t of the tile (its entries 32 t to 32 t + 31) from the rows mark_row() made, row r at
+  /// rows(padded_row(r)): entry e of the tile is bit e / S of row e mod S.
+  template <class RowView>
+  KOKKOS_INLINE_FUNCTION std::uint32_t word_from_rows(const RowView& rows, int t) const {
+    const int last_row = (1 << team_shift) - 1;
+    std::uint32_t word = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int e = 32 * t + j;
+      word |= ((rows(padded_row(e & last_row)) >> (e >> team_shift)) & 1u) << j;
+    }
+    return word;
+  }
+
+  /// The first kernel: rows of adjacent reads into scratch, a word of bits per thread from them,
+  /// the tile's count per team.
   KOKKOS_INLINE_FUNCTION void operator()(Mark, const Member& team) const {
-    const std::int64_t w =
-        static_cast<std::int64_t>(team.league_rank()) * team.team_size() + team.team_rank();
+    const int t = team.team_rank();
+    const int rows = rows_per_team(team_shift);
+    const Rows above_rows(team.team_scratch(0), rows);
+    const Rows tied_rows(team.team_scratch(0), Keep::ties ? rows : 0);
+    std::uint32_t above_row = 0;
+    std::uint32_t tied_row = 0;
+    mark_row(team.league_rank(), t, above_row, tied_row);
+    above_rows(padded_row(t)) = above_row;
+    if (Keep::ties) tied_rows(padded_row(t)) = tied_row;
+    team.team_barrier();
+    const std::int64_t w = (static_cast<std::int64_t>(team.league_rank()) << team_shift) + t;
     PackedCounts mine = 0;
     if (w < static_cast<std::int64_t>(above_bits.extent(0))) {
-      std::uint32_t above = 0;
-      std::uint32_t tied = 0;
-      const std::int64_t first = 32 * w;
-      const int entries = n - first < 32 ? static_cast<int>(n - first) : 32;
-      for (int b = 0; b < entries; ++b) {
-        const Kept kind = keep.kind(first + b);
-        above |= kind == Kept::above ? std::uint32_t{1} << b : 0u;
-        tied |= kind == Kept::tied ? std::uint32_t{1} << b : 0u;
-      }
+      const std::uint32_t above = word_from_rows(above_rows, t);
+      const std::uint32_t tied = Keep::ties ? word_from_rows(tied_rows, t) : 0u;
       above_bits(w) = above;
       if (Keep::ties) tied_bits(w) = tied;
       mine = static_cast<PackedCounts>(count_bits(above)) +
@@ -85,7 +140,7 @@ struct OrderedCompaction {
     }
     PackedCounts tile = mine;
     team.team_reduce(Kokkos::Sum<PackedCounts>(tile));
-    if (team.team_rank() == 0) tile_counts(team.league_rank()) = tile;
+    if (t == 0) tile_counts(team.league_rank()) = tile;
   }
 
   /// The last kernel: each word's first slot (its tile's, from the scanned counts, and the
@@ -148,12 +203,16 @@ PackedCounts compact_in_order(const ExecSpace& exec, std::int64_t n, const Keep&
   const std::int64_t words = (n + 31) / 32;
   // At most 256 threads, as many as both kernels take, and a power of two: Kokkos 3.x's CUDA
   // team_scan needs one (its team_size_max steps by 32).
-  const Kernels sizing{keep, {}, {}, {}, n};
+  constexpr int largest_shift = 8;  // 256 threads
+  const Kernels sizing{keep, {}, {}, {}, n, largest_shift};
+  MarkPolicy mark_sizing(exec, 1, Kokkos::AUTO);
+  mark_sizing.set_scratch_size(0, Kokkos::PerTeam(Kernels::scratch_bytes(largest_shift)));
   const int most = std::min(
-      {256, MarkPolicy(exec, 1, Kokkos::AUTO).team_size_max(sizing, Kokkos::ParallelForTag()),
+      {1 << largest_shift, mark_sizing.team_size_max(sizing, Kokkos::ParallelForTag()),
        WritePolicy(exec, 1, Kokkos::AUTO).team_size_max(sizing, Kokkos::ParallelForTag())});
-  int team_size = 1;
-  while (2 * team_size <= most) team_size *= 2;
+  int team_shift = 0;
+  while ((2 << team_shift) <= most) ++team_shift;
+  const int team_size = 1 << team_shift;
   const std::int64_t tiles = (words + team_size - 1) / team_size;
   const auto above_bits =
       ScratchPool<std::uint32_t, Memory>::acquire(static_cast<std::size_t>(words));
@@ -165,9 +224,10 @@ PackedCounts compact_in_order(const ExecSpace& exec, std::int64_t n, const Keep&
   const auto tile_counts =
       ScratchPool<PackedCounts, Memory>::acquire(static_cast<std::size_t>(tiles + 1));
   Kokkos::deep_copy(exec, Kokkos::subview(tile_counts, tiles), PackedCounts{0});
-  const Kernels kernels{keep, above_bits, tied_bits, tile_counts, n};
-  Kokkos::parallel_for("oktopk::compact_in_order::mark",
-                       MarkPolicy(exec, static_cast<int>(tiles), team_size), kernels);
+  const Kernels kernels{keep, above_bits, tied_bits, tile_counts, n, team_shift};
+  MarkPolicy mark(exec, static_cast<int>(tiles), team_size);
+  mark.set_scratch_size(0, Kokkos::PerTeam(Kernels::scratch_bytes(team_shift)));
+  Kokkos::parallel_for("oktopk::compact_in_order::mark", mark, kernels);
   Kokkos::parallel_scan("oktopk::compact_in_order::tiles", RangeOf<ExecSpace>(exec, 0, tiles + 1),
                         TileOffsets<typename Kernels::Counts>{tile_counts});
   Kokkos::parallel_for("oktopk::compact_in_order::write",
