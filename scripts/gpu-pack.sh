@@ -32,7 +32,7 @@ cmake -S "$OKTOPK_SOURCE_DIR" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_COMPILER="$prefix/bin/nvcc_wrapper" -DCMAKE_CXX_EXTENSIONS=OFF \
   -DKokkos_ROOT="$prefix" -DKokkosKernels_ROOT="$prefix" -DOKTOPK_ENABLE_TESTS=ON \
   -DOKTOPK_ENABLE_APPS=ON -DOKTOPK_WARNINGS_AS_ERRORS=ON -DOKTOPK_ENABLE_PYTHON=OFF \
-  -DOKTOPK_ENABLE_HOST_STAGING_TESTS=OFF -DOKTOPK_ENABLE_FAULT_TESTS=OFF \
+  -DOKTOPK_ENABLE_FAULT_TESTS=OFF \
   -DMPI_C_COMPILER=/usr/bin/mpicc.mpich -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
   -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich -DMPI_Fortran_COMPILER=/usr/bin/mpif90.mpich \
   >/dev/null

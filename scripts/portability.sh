@@ -14,8 +14,7 @@
 # schedule also at P = 4), the apps' runs at P <= 2 and the package consumer. Larger and odd
 # rank counts, host staging, fault injection and the training fidelity checks exercise OkTopk's
 # own MPI code, which does not change with Kokkos: scripts/test.sh runs them with Kokkos 3.4
-# (the host-staging and fault programs are not even built here: each compiles the methods
-# itself, about half of the tests' build).
+# (the fault program is not even built here: it compiles the methods itself).
 #
 #   scripts/portability.sh [CONFIG...]    CONFIG: openmp-4.6 openmp-develop hip cuda (default: all)
 #

@@ -5,8 +5,8 @@
 # instrumented) into build-sanitizers/, then runs the kernel and API unit tests, every MPI suite
 # and the C and Fortran bindings at P = 2 and 3, and MPI staging and the method suite with every
 # buffer staged through a separate host copy at P = 3. Any report fails the run: UBSan stops at
-# its first finding, ASan always does. The other host-staging suites (each of them compiles the
-# methods again, about a minute instrumented) and the other rank counts run in scripts/test.sh.
+# its first finding, ASan always does. The other host-staging runs (the same code paths through
+# the other suites, at sanitizer speed) and the other rank counts run in scripts/test.sh.
 #
 #   scripts/sanitizers.sh [CTEST ARGS...]     e.g. -R communicator to run fewer tests
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

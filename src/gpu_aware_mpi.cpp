@@ -3,6 +3,7 @@
 #include <oktopk/error.hpp>
 #include <oktopk/gpu_aware_mpi.hpp>
 #include <oktopk/impl/comm/gpu_aware_mpi.hpp>
+#include <oktopk/impl/comm/mpi_mirror.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>
@@ -20,6 +21,8 @@
 namespace oktopk {
 
 namespace impl {
+
+bool stage_host_views_for_tests = false;
 
 namespace {
 

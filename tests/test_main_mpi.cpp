@@ -2,8 +2,9 @@
 // Main of every MPI test: MPI and Kokkos initialized once with scope guards, GoogleTest output on
 // rank 0 only, and the exit status reduced over ranks so a failure on any rank fails the test.
 // The argument --host-staging stages every MPI buffer through a host copy
-// (impl::stage_host_views_for_tests): the *_host_staging tests, the same programs. An argument,
-// not an environment variable, since mpiexec hands arguments to every rank.
+// (impl::stage_host_views_for_tests): the *_host_staging tests, the same programs. An argument
+// rather than an environment variable, so that the ctest command line shows it and no other
+// program a test starts inherits it.
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 
 #include <Kokkos_Core.hpp>

@@ -13,7 +13,6 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -24,14 +23,16 @@ namespace oktopk::impl {
 /// that CPU-only runs check the copies that CUDA and HIP builds without GPU-aware MPI make (the
 /// `*_host_staging_np*` tests: their main turns it on when given --host-staging). A
 /// runtime switch rather than a build flag, so that those tests run the library's compiled
-/// methods instead of compiling their own. Off unless a test program sets it, before any call.
-inline std::atomic<bool> stage_host_views_for_tests{false};
+/// methods instead of compiling their own. Off unless a test program sets it, before any call
+/// (so a plain bool); defined once, in liboktopk (src/gpu_aware_mpi.cpp), so that the library's
+/// compiled methods and the test read the same variable however the library is linked.
+extern bool stage_host_views_for_tests;
 
 /// Whether MPI reads and writes Views of ExecSpace in place: for host spaces always (unless the
 /// test switch above is on), and for device spaces where this process chose device pointers.
 template <class ExecSpace>
 bool mpi_uses_view_memory() {
-  if (stage_host_views_for_tests.load(std::memory_order_relaxed)) return false;
+  if (stage_host_views_for_tests) return false;
   if constexpr (runs_on_host_v<ExecSpace>) {
     return true;
   } else {

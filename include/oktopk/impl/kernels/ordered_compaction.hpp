@@ -77,12 +77,12 @@ struct OrderedCompaction {
   struct Write {};
 
   /// Scratch words per row array of a team of 2^team_shift threads.
-  KOKKOS_INLINE_FUNCTION static int rows_per_team(int team_shift) {
-    return padded_row((1 << team_shift) - 1) + 1;
+  KOKKOS_INLINE_FUNCTION static int rows_per_team(int shift) {
+    return padded_row((1 << shift) - 1) + 1;
   }
   /// The first kernel's scratch bytes per team: the row arrays of above (and of tied).
-  static std::size_t scratch_bytes(int team_shift) {
-    return (Keep::ties ? 2 : 1) * Rows::shmem_size(rows_per_team(team_shift));
+  static std::size_t scratch_bytes(int shift) {
+    return (Keep::ties ? 2 : 1) * Rows::shmem_size(rows_per_team(shift));
   }
 
   /// The first kernel's reads for thread t of tile `tile`: in round b, entry 32 S tile + S b + t,
@@ -147,7 +147,7 @@ struct OrderedCompaction {
   /// words before it in the tile), then its kept entries in index order.
   KOKKOS_INLINE_FUNCTION void operator()(Write, const Member& team) const {
     const std::int64_t w =
-        static_cast<std::int64_t>(team.league_rank()) * team.team_size() + team.team_rank();
+        (static_cast<std::int64_t>(team.league_rank()) << team_shift) + team.team_rank();
     const bool real = w < static_cast<std::int64_t>(above_bits.extent(0));
     std::uint32_t above = real ? above_bits(w) : 0u;
     std::uint32_t tied = real && Keep::ties ? tied_bits(w) : 0u;
