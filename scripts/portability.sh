@@ -4,7 +4,8 @@
 # (OpenMP: library, tests and apps, then the portability tests below) and a Kokkos develop
 # snapshot (OpenMP: library and tests, then the same tests but the apps'), and against Kokkos
 # 4.6.01 for CUDA (library, unit and binding tests, the Python package, apps, the S2 suite; every
-# program then read by scripts/check-lambda-odr.py) and HIP (the same but the apps and the S2
+# program then read by scripts/check-lambda-odr.py, the kernel benchmark's PTX by
+# scripts/check-gpu-reads.py) and HIP (the same but the apps and the S2
 # suite; its Python package is also imported), compile only: no GPU is needed.
 # Warnings are errors in OkTopk's own targets (OKTOPK_WARNINGS_AS_ERRORS), never in the Kokkos
 # headers.
@@ -242,6 +243,12 @@ oktopk_port_config() {
     /usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/check-lambda-odr.py" "${programs[@]}" || {
       echo "oktopk: portability: cuda: a program can call a lambda through a null pointer" \
            "(above; make that kernel a named functor)" >&2
+      return 1; }
+    # The streaming kernels of the selection keep several reads in flight per thread: the PTX
+    # of the kernel benchmark is read for it (scripts/check-gpu-reads.py says why).
+    /usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/check-gpu-reads.py" "$build" || {
+      echo "oktopk: portability: cuda: a streaming kernel waits out its reads one at a time" \
+           "(above)" >&2
       return 1; }
   fi
   # oktopk-train needs Kokkos Kernels: make sure this configuration really compiled it.

@@ -13,6 +13,7 @@
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/kernels/count_levels.hpp>
 #include <oktopk/impl/kernels/ordered_compaction.hpp>
+#include <oktopk/impl/kernels/read_rounds.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -57,6 +58,39 @@ struct CountAboveChunks {
     sum += count_above_in(x, t, begin, begin + chunk < n ? begin + chunk : n);
   }
 };
+
+/// count_above's kernel on GPUs: work item c of `items` (n / reads, rounded up) counts the
+/// entries c + j items, j < reads, reading them all before it counts (read_in_rounds): one entry
+/// per item, each of a reduction's threads read one entry at a time.
+template <class XView>
+struct CountAboveStrided {
+  static constexpr int reads = reads_in_flight(sizeof(typename XView::non_const_value_type));
+  XView x;
+  float t = 0.0f;
+  std::int64_t items = 1;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c, std::int64_t& sum) const {
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    int count = 0;
+    read_in_rounds<reads>(
+        0, n, c, items, [&](std::int64_t i) { return impl::magnitude(x(i)); },
+        [&](float m) { count += m > t ? 1 : 0; });
+    sum += count;
+  }
+};
+
+/// Entries of x with |x| > t in count_above's shape on GPUs (any space: the tests run it on the
+/// host).
+template <class ExecSpace, class XView>
+std::int64_t count_above_strided(const ExecSpace& exec, const XView& x, float t) {
+  using Kernel = CountAboveStrided<XView>;
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t items = (n + Kernel::reads - 1) / Kernel::reads;
+  std::int64_t count = 0;
+  Kokkos::parallel_reduce("oktopk::count_above", RangeOf<ExecSpace>(exec, 0, items),
+                          Kernel{x, t, items}, count);
+  return count;
+}
 
 /// Stream compaction of {i : |x(i)| > t}, one chunk of `chunk` entries per work item. The
 /// scan's exclusive prefix is the chunk's first output slot; entries past the capacity are
@@ -154,11 +188,15 @@ std::int64_t count_above(const ExecSpace& exec, const XView& x, float threshold)
   OKTOPK_STATIC_CHECK_VALUES(ExecSpace, XView, "oktopk::count_above: x");
   impl::ScopedRegion region("oktopk::count_above");
   const auto n = static_cast<std::int64_t>(x.extent(0));
-  const std::int64_t chunk = impl::chunk_length_v<ExecSpace>;
   std::int64_t count = 0;
-  Kokkos::parallel_reduce("oktopk::count_above",
-                          impl::RangeOf<ExecSpace>(exec, 0, impl::chunk_count<ExecSpace>(n)),
-                          impl::CountAboveChunks<XView>{x, threshold, chunk}, count);
+  if constexpr (impl::runs_on_host_v<ExecSpace>) {
+    const std::int64_t chunk = impl::chunk_length_v<ExecSpace>;
+    Kokkos::parallel_reduce("oktopk::count_above",
+                            impl::RangeOf<ExecSpace>(exec, 0, impl::chunk_count<ExecSpace>(n)),
+                            impl::CountAboveChunks<XView>{x, threshold, chunk}, count);
+  } else {
+    count = impl::count_above_strided(exec, x, threshold);
+  }
   return count;
 }
 

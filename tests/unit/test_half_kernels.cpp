@@ -10,6 +10,7 @@
 #include <oktopk/select.hpp>
 #include <oktopk/topk.hpp>
 #include <oktopk/impl/base/half_types.hpp>
+#include <oktopk/impl/kernels/radix_select.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
@@ -103,8 +104,34 @@ void check_type() {
               << what << ", k = " << k;
         }
       }
+      // The radix histogram's GPU shape on every space (rounds of 16 reads for 16-bit values)
+      // against the definition on the widened floats: the first pass, and the second under the
+      // prefix of the middle entry.
+      if (n > 0) {
+        Kokkos::View<std::int64_t*, typename ExecSpace::memory_space> got("test::histogram", 2048);
+        const std::uint32_t middle = oktopk::impl::abs_key(widened[n / 2]);
+        for (const auto& digit :
+             {oktopk::impl::radix_digit(0, 0), oktopk::impl::radix_digit(1, middle >> 20)}) {
+          std::vector<std::int64_t> expected(2048, 0);
+          for (const float w : widened) {
+            const std::uint32_t key = oktopk::impl::abs_key(w);
+            if (digit.counts(key)) ++expected[static_cast<std::size_t>(digit.bin(key))];
+          }
+          Kokkos::deep_copy(exec, got, std::int64_t{0});
+          oktopk::impl::radix_histogram_device(exec, x, digit, got);
+          const auto g = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), got);
+          std::int64_t differ = 0;
+          for (int b = 0; b < digit.bins; ++b) {
+            differ += g(b) == expected[static_cast<std::size_t>(b)] ? 0 : 1;
+          }
+          EXPECT_EQ(differ, 0) << what << ", pass " << (digit.first_pass ? 0 : 1);
+        }
+      }
       for (const float t : {-1.0f, 0.0f, 1.0f / 4096.0f, 2.0f / 4096.0f, 1.0f, 9.0f}) {
         EXPECT_EQ(oktopk::count_above(exec, x, t), oktopk::count_above(exec, xf, t))
+            << what << ", t = " << t;
+        // The GPU shape on every space: rounds of 16 reads for 16-bit values.
+        EXPECT_EQ(oktopk::impl::count_above_strided(exec, x, t), oktopk::count_above(exec, xf, t))
             << what << ", t = " << t;
         Kokkos::View<oktopk::index_type*, typename ExecSpace::memory_space> idx("test::idx", n);
         Kokkos::View<V*, typename ExecSpace::memory_space> val("test::val", n);

@@ -69,6 +69,24 @@ TYPED_TEST(Select, CountAboveMatchesReference) {
   }
 }
 
+/// count_above's kernel on GPUs (impl::count_above_strided), on every space: work items of 8
+/// entries spread over x, the last ones partial, on the test sizes and around multiples of 8.
+TYPED_TEST(Select, CountAboveInTheGpuShapeMatchesReference) {
+  const TypeParam exec;
+  std::vector<std::size_t> sizes(std::begin(test_sizes), std::end(test_sizes));
+  for (const std::size_t n : {8, 9, 15, 16, 17, 63, 64, 65, 4097}) sizes.push_back(n);
+  for (const auto kind : all_data_kinds) {
+    for (const auto n : sizes) {
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<TypeParam>(x, "x");
+      for (const float t : thresholds_for(x)) {
+        SCOPED_TRACE(case_name(kind, n, t));
+        EXPECT_EQ(oktopk::impl::count_above_strided(exec, x_view, t), ref::count_above(x, t));
+      }
+    }
+  }
+}
+
 TYPED_TEST(Select, SelectAboveMatchesReference) {
   const TypeParam exec;
   for (const auto kind : all_data_kinds) {

@@ -7,6 +7,8 @@
 #include <oktopk/select.hpp>
 #include <oktopk/topk.hpp>
 #include <oktopk/impl/kernels/inverse_normal.hpp>
+#include <oktopk/impl/kernels/radix_select.hpp>
+#include <oktopk/impl/kernels/read_rounds.hpp>
 
 #include <gtest/gtest.h>
 
@@ -280,6 +282,125 @@ TYPED_TEST(TopK, KthLargestRadixPassStress) {
       const float got = oktopk::kth_largest_abs(exec, x_view, k, workspace);
       const float expected = ref::kth_from_descending(mags, k);
       ASSERT_TRUE(same_bits(got, expected)) << describe(got) << ", expected " << describe(expected);
+    }
+  }
+}
+
+/// What the walk test gives read_in_rounds: functors, not lambdas, since the walk is a
+/// __host__ __device__ function and nvcc rejects a host lambda called from one.
+struct ReadIndex {
+  KOKKOS_INLINE_FUNCTION std::int64_t operator()(std::int64_t i) const { return i; }
+};
+struct RecordVisit {
+  int* visits;
+  std::int64_t begin, end, threads, t;
+  std::int64_t* last;
+  bool* ordered;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    *ordered = *ordered && i > *last && i < end && (i - begin) % threads == t;
+    *last = i;
+    ++visits[i];
+  }
+};
+
+/// Teams of 1 to 256 threads over stretches around multiples of a round: each entry visited
+/// once, by its own thread, in increasing order; nothing outside the stretch.
+template <int Reads>
+void check_read_in_rounds() {
+  for (std::int64_t threads = 1; threads <= 256; ++threads) {
+    for (const std::int64_t length :
+         {std::int64_t{0}, std::int64_t{1}, threads - 1, threads, Reads * threads - 1,
+          Reads * threads, Reads * threads + 1, (3 * Reads + 5) * threads + 5}) {
+      if (length < 0) continue;
+      const std::int64_t begin = 3;
+      const std::int64_t end = begin + length;
+      // Room past the end, so that a walk that overruns it is counted, not out of bounds.
+      std::vector<int> visits(static_cast<std::size_t>(end + Reads * threads), 0);
+      for (std::int64_t t = 0; t < threads; ++t) {
+        std::int64_t last = -1;
+        bool ordered = true;
+        oktopk::impl::read_in_rounds<Reads>(
+            begin, end, t, threads, ReadIndex{},
+            RecordVisit{visits.data(), begin, end, threads, t, &last, &ordered});
+        ASSERT_TRUE(ordered) << Reads << " reads, " << threads << " threads, length " << length
+                             << ", thread " << t;
+      }
+      for (std::size_t i = 0; i < visits.size(); ++i) {
+        const auto entry = static_cast<std::int64_t>(i);
+        ASSERT_EQ(visits[i], entry >= begin && entry < end ? 1 : 0)
+            << Reads << " reads, " << threads << " threads, length " << length << ", entry " << i;
+      }
+    }
+  }
+}
+
+/// impl::read_in_rounds, the walk of the GPU kernels' threads, at the round lengths they use.
+TEST(ReadInRounds, EveryEntryOnceAtEveryTeamSize) {
+  check_read_in_rounds<8>();
+  check_read_in_rounds<16>();
+  check_read_in_rounds<32>();
+}
+
+/// The histogram of one digit, from its definition: the non-NaN keys whose higher digits are
+/// the prefix, counted by their digit.
+std::vector<std::int64_t> reference_histogram(const std::vector<float>& x,
+                                              const oktopk::impl::RadixDigit& digit) {
+  std::vector<std::int64_t> bins(static_cast<std::size_t>(digit.bins), 0);
+  for (const float v : x) {
+    const std::uint32_t key = bits_of(v) & 0x7fffffffu;
+    if (key > 0x7f800000u) continue;
+    if (!digit.first_pass && (key >> digit.prefix_shift) != digit.prefix) continue;
+    ++bins[(key >> digit.shift) & static_cast<std::uint32_t>(digit.bins - 1)];
+  }
+  return bins;
+}
+
+/// The radix histogram's kernel of GPUs (impl::radix_histogram_device), run on every space with
+/// the teams that space allows, and on host spaces the host's, against the definition: each
+/// pass, with a prefix that keys of x have and one they lack, on sizes that leave rounds
+/// partial, with NaN and Inf.
+TYPED_TEST(TopK, RadixHistogramBothShapesMatchReference) {
+  const TypeParam exec;
+  using Histogram = Kokkos::View<std::int64_t*, typename TypeParam::memory_space>;
+  Histogram histogram("histogram", std::size_t{1} << oktopk::impl::radix_max_bits);
+  std::vector<std::vector<float>> inputs;
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4099},
+                              std::size_t{100003}, std::size_t{1000003}}) {
+    inputs.push_back(make_keys(n, 0x3f812345u, 0x00ffffffu, n));
+  }
+  auto specials = cached_data(DataKind::non_finite, 1000);
+  inputs.push_back(specials);
+  for (const auto& x : inputs) {
+    const auto x_view = to_view<TypeParam>(x, "x");
+    const std::uint32_t some_key = x.empty() ? 0u : bits_of(x[x.size() / 2]) & 0x7fffffffu;
+    for (int pass = 0; pass < oktopk::impl::radix_passes; ++pass) {
+      const int prefix_shift = oktopk::impl::radix_shift[pass] + oktopk::impl::radix_bits[pass];
+      const std::uint32_t present = some_key >> prefix_shift;
+      std::vector<std::uint32_t> prefixes = {present};
+      // Key bit 30 flipped: no key of make_keys' (all below 2) has it set.
+      if (pass > 0) prefixes.push_back(present ^ (1u << (30 - prefix_shift)));
+      for (const std::uint32_t prefix : prefixes) {
+        const auto digit = oktopk::impl::radix_digit(pass, prefix);
+        SCOPED_TRACE("n = " + std::to_string(x.size()) + ", pass " + std::to_string(pass) +
+                     ", prefix " + std::to_string(prefix));
+        const auto expected = reference_histogram(x, digit);
+        for (const bool device_shape : {false, true}) {
+          // The host shape keeps 32 KiB of bins per thread: host spaces only, as the library.
+          if (!device_shape && !oktopk::impl::runs_on_host_v<TypeParam>) continue;
+          Kokkos::deep_copy(exec, histogram, std::int64_t{0});
+          if (device_shape) {
+            oktopk::impl::radix_histogram_device(exec, x_view, digit, histogram);
+          } else {
+            oktopk::impl::radix_histogram_host(exec, x_view, digit, histogram);
+          }
+          const auto got = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), histogram);
+          std::int64_t differ = 0;
+          for (int b = 0; b < digit.bins; ++b) {
+            differ += got(b) == expected[static_cast<std::size_t>(b)] ? 0 : 1;
+          }
+          EXPECT_EQ(differ, 0) << (device_shape ? "device" : "host") << " shape";
+        }
+      }
     }
   }
 }

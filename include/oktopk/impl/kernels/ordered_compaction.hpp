@@ -21,6 +21,7 @@
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/base/scratch_pool.hpp>
 #include <oktopk/impl/base/value_traits.hpp>
+#include <oktopk/impl/kernels/read_rounds.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -88,17 +89,29 @@ struct OrderedCompaction {
   /// The first kernel's reads for thread t of tile `tile`: in round b, entry 32 S tile + S b + t,
   /// so that the threads' reads in one round are adjacent. Bit b of `above` (`tied`) is that
   /// entry's kind; entries past n are not kept.
+  ///
+  /// A row that lies wholly below n is read without a test between its reads, so that a GPU
+  /// thread issues all 32 before it waits for the first: a loop that stopped at n put a branch
+  /// before each read, and the thread waited out each read in turn.
   KOKKOS_INLINE_FUNCTION void mark_row(std::int64_t tile, int t, std::uint32_t& above,
                                        std::uint32_t& tied) const {
     const std::int64_t first = (tile << (team_shift + 5)) + t;
     above = 0;
     tied = 0;
-    for (int b = 0; b < 32; ++b) {
-      const std::int64_t i = first + (static_cast<std::int64_t>(b) << team_shift);
-      if (i >= n) break;
+    const auto mark = [&](int b, std::int64_t i) {
       const Kept kind = keep.kind(i);
       above |= kind == Kept::above ? std::uint32_t{1} << b : 0u;
       tied |= kind == Kept::tied ? std::uint32_t{1} << b : 0u;
+    };
+    if (first + (std::int64_t{31} << team_shift) < n) {
+      OKTOPK_IMPL_UNROLL
+      for (int b = 0; b < 32; ++b) mark(b, first + (static_cast<std::int64_t>(b) << team_shift));
+      return;
+    }
+    for (int b = 0; b < 32; ++b) {
+      const std::int64_t i = first + (static_cast<std::int64_t>(b) << team_shift);
+      if (i >= n) break;
+      mark(b, i);
     }
   }
 

@@ -12,6 +12,7 @@
 #include <oktopk/fwd.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/kernels/read_rounds.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -162,13 +163,16 @@ void radix_histogram_host(const ExecSpace& exec, const XView& x, const RadixDigi
                        RadixHistogramHost<XView, HistView>{x, digit, histogram, stretches});
 }
 
-/// Device shape: teams of 256 threads, each team counting a long stretch into bins in scratch
-/// (shared) memory with atomics, then adding them to the global bins.
+/// Device shape: teams of up to 256 threads, each team counting a long stretch into bins in
+/// scratch (shared) memory with atomics, then adding them to the global bins. A thread reads
+/// its entries in rounds (read_in_rounds): with an atomic after each read, it waited out every
+/// read in turn.
 template <class ExecSpace, class XView, class HistView>
 struct RadixHistogramDevice {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using ScratchBins =
       Kokkos::View<int*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+  static constexpr int reads = reads_in_flight(sizeof(typename XView::non_const_value_type));
   XView x;
   RadixDigit digit;
   HistView histogram;
@@ -180,10 +184,12 @@ struct RadixHistogramDevice {
     team.team_barrier();
     const std::int64_t begin = n * team.league_rank() / team.league_size();
     const std::int64_t end = n * (team.league_rank() + 1) / team.league_size();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end), [&](std::int64_t i) {
-      const std::uint32_t key = abs_key(x(i));
-      if (digit.counts(key)) Kokkos::atomic_add(&local(digit.bin(key)), 1);
-    });
+    read_in_rounds<reads>(
+        begin, end, team.team_rank(), team.team_size(),
+        [&](std::int64_t i) { return abs_key(x(i)); },
+        [&](std::uint32_t key) {
+          if (digit.counts(key)) Kokkos::atomic_add(&local(digit.bin(key)), 1);
+        });
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, digit.bins), [&](int b) {
       if (local(b) != 0) Kokkos::atomic_add(&histogram(b), static_cast<std::int64_t>(local(b)));
@@ -191,21 +197,27 @@ struct RadixHistogramDevice {
   }
 };
 
+/// The device shape on any space (the tests run it on the host, with the teams the host allows).
 template <class ExecSpace, class XView, class HistView>
 void radix_histogram_device(const ExecSpace& exec, const XView& x, const RadixDigit digit,
                             const HistView& histogram) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Kernel = RadixHistogramDevice<ExecSpace, XView, HistView>;
-  constexpr int team_size = 256;
+  constexpr int largest_team = 256;
   constexpr std::int64_t max_teams = 4096;
   const auto n = static_cast<std::int64_t>(x.extent(0));
-  const std::int64_t per_team_min = 64 * team_size;
+  const std::int64_t per_team_min = 64 * largest_team;
   const std::int64_t league =
       std::max<std::int64_t>(1, std::min(max_teams, (n + per_team_min - 1) / per_team_min));
+  const std::size_t scratch = Kernel::ScratchBins::shmem_size(digit.bins);
+  const Kernel kernel{x, digit, histogram};
+  Policy sizing(exec, 1, Kokkos::AUTO);
+  sizing.set_scratch_size(0, Kokkos::PerTeam(scratch));
+  const int team_size =
+      std::min(largest_team, sizing.team_size_max(kernel, Kokkos::ParallelForTag()));
   Policy policy(exec, static_cast<int>(league), team_size);
-  policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::ScratchBins::shmem_size(digit.bins)));
-  Kokkos::parallel_for("oktopk::kth_largest_abs::histogram_device", policy,
-                       Kernel{x, digit, histogram});
+  policy.set_scratch_size(0, Kokkos::PerTeam(scratch));
+  Kokkos::parallel_for("oktopk::kth_largest_abs::histogram_device", policy, kernel);
 }
 
 /// Histogram of one radix digit over the keys of x whose higher digits equal digit.prefix.
