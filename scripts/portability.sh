@@ -4,7 +4,7 @@
 # (OpenMP: library, tests and apps, then the portability tests below) and a Kokkos develop
 # snapshot (OpenMP: library and tests, then the same tests but the apps'), and against Kokkos
 # 4.6.01 for CUDA (library, unit and binding tests, the Python package, apps, the S2 suite; every
-# program then read by scripts/check-lambda-odr.py, the kernel benchmark's PTX by
+# program then read by scripts/check-lambda-odr.py, the PTX of three units by
 # scripts/check-gpu-reads.py) and HIP (the same but the apps and the S2
 # suite; its Python package is also imported), compile only: no GPU is needed.
 # Warnings are errors in OkTopk's own targets (OKTOPK_WARNINGS_AS_ERRORS), never in the Kokkos
@@ -244,8 +244,8 @@ oktopk_port_config() {
       echo "oktopk: portability: cuda: a program can call a lambda through a null pointer" \
            "(above; make that kernel a named functor)" >&2
       return 1; }
-    # The streaming kernels of the selection keep several reads in flight per thread: the PTX
-    # of the kernel benchmark is read for it (scripts/check-gpu-reads.py says why).
+    # The kernels whose threads loop over a gradient keep several reads in flight per thread:
+    # the PTX of the units that instantiate them is read for it (scripts/check-gpu-reads.py).
     /usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/check-gpu-reads.py" "$build" || {
       echo "oktopk: portability: cuda: a streaming kernel waits out its reads one at a time" \
            "(above)" >&2

@@ -74,7 +74,7 @@ struct CountAboveStrided {
     int count = 0;
     read_in_rounds<reads>(
         0, n, c, items, [&](std::int64_t i) { return impl::magnitude(x(i)); },
-        [&](float m) { count += m > t ? 1 : 0; });
+        [&](std::int64_t, float m) { count += m > t ? 1 : 0; });
     sum += count;
   }
 };
@@ -221,8 +221,8 @@ struct CountChunkLevels {
 };
 
 /// totals[j] = entries with |x(i)| > levels.threshold[j], for every level, in one pass: on the
-/// host each chunk is counted at every level while it is in cache; on GPUs one entry per work
-/// item, in a reduction over the array of counts (CountAboveLevels). On the host,
+/// host each chunk is counted at every level while it is in cache; on GPUs in rounds of entries
+/// spread over x, in a reduction over the array of counts (CountAboveLevels). On the host,
 /// per_chunk (at least levels.count rows, chunk_count<ExecSpace>(n) columns) receives each
 /// chunk's counts too, a row per level, for select_above_counted() at any of them; empty, the
 /// counts are kept in a View of the call's own. On GPUs it is not used.
@@ -250,12 +250,7 @@ void count_above_levels(const ExecSpace& exec, const XView& x, const CountLevels
     }
   } else {
     if (levels.count == 0) return;
-    const auto n = static_cast<std::int64_t>(x.extent(0));
-    const auto count = static_cast<unsigned>(levels.count);
-    Kokkos::parallel_reduce("oktopk::count_above_levels", impl::RangeOf<ExecSpace>(exec, 0, n),
-                            CountAboveLevels<XView>{count, x, levels},
-                            Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                                totals, static_cast<std::size_t>(count)));
+    count_above_levels_strided(exec, x, levels, totals);
   }
 }
 

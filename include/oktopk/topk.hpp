@@ -10,6 +10,7 @@
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/kernels/inverse_normal.hpp>
 #include <oktopk/impl/kernels/radix_select.hpp>
+#include <oktopk/impl/kernels/read_rounds.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -143,6 +144,62 @@ struct ChunkMoment {
   }
 };
 
+/// ChunkMoment on GPUs: work item c of `items` (n / reads, rounded up) adds the entries
+/// c + j items, j < reads, a round read before any is added (read_in_rounds).
+template <class XView, int Power>
+struct MomentStrided {
+  static constexpr int reads = reads_in_flight(sizeof(typename XView::non_const_value_type));
+  XView x;
+  std::int64_t items = 1;
+  double center = 0.0;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c, double& sum) const {
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    double local = 0.0;
+    read_in_rounds<reads>(
+        0, n, c, items, [&](std::int64_t i) { return static_cast<double>(to_arithmetic(x(i))); },
+        [&](std::int64_t, double v) {
+          const double d = v - center;
+          local += Power == 1 ? d : d * d;
+        });
+    sum += local;
+  }
+};
+
+inline const char* moment_label(int power) {
+  return power == 1 ? "oktopk::estimate_threshold_gaussian::mean"
+                    : "oktopk::estimate_threshold_gaussian::variance";
+}
+
+/// The sum of (x(i) - center)^Power over x in its GPU shape (MomentStrided), on any space (the
+/// tests run it on the host).
+template <int Power, class ExecSpace, class XView>
+double moment_strided(const ExecSpace& exec, const XView& x, double center) {
+  using Kernel = MomentStrided<XView, Power>;
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t items = (n + Kernel::reads - 1) / Kernel::reads;
+  double sum = 0.0;
+  Kokkos::parallel_reduce(moment_label(Power), RangeOf<ExecSpace>(exec, 0, items),
+                          Kernel{x, items, center}, sum);
+  return sum;
+}
+
+/// The sum of (x(i) - center)^Power over x, for Power 1 (the mean's) or 2 (the variance's):
+/// chunks of consecutive entries on the host, moment_strided() on GPUs.
+template <int Power, class ExecSpace, class XView>
+double moment(const ExecSpace& exec, const XView& x, double center) {
+  if constexpr (!runs_on_host_v<ExecSpace>) {
+    return moment_strided<Power>(exec, x, center);
+  } else {
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    double sum = 0.0;
+    Kokkos::parallel_reduce(moment_label(Power),
+                            RangeOf<ExecSpace>(exec, 0, chunk_count<ExecSpace>(n)),
+                            ChunkMoment<XView, Power>{x, chunk_length_v<ExecSpace>, center}, sum);
+    return sum;
+  }
+}
+
 }  // namespace impl
 
 /// \brief Estimates the k-th largest |x| from `sample_size` entries drawn uniformly with
@@ -200,17 +257,9 @@ float estimate_threshold_gaussian(const ExecSpace& exec, const XView& x, std::in
   if (k == 0 || n == 0) return std::numeric_limits<float>::infinity();
   if (k >= n) return -std::numeric_limits<float>::infinity();
 
-  // Chunked sums (see impl::chunk_length_v): one loop per chunk, which vectorizes on the host.
-  const impl::RangeOf<ExecSpace> chunks(exec, 0, impl::chunk_count<ExecSpace>(n));
-  const std::int64_t chunk = impl::chunk_length_v<ExecSpace>;
-  double sum = 0.0;
-  Kokkos::parallel_reduce("oktopk::estimate_threshold_gaussian::mean", chunks,
-                          impl::ChunkMoment<XView, 1>{x, chunk, 0.0}, sum);
-  const double mean = sum / static_cast<double>(n);
+  const double mean = impl::moment<1>(exec, x, 0.0) / static_cast<double>(n);
   // Two passes (mean, then squared deviations) avoid the cancellation of sum(x^2) - n·mean^2.
-  double squares = 0.0;
-  Kokkos::parallel_reduce("oktopk::estimate_threshold_gaussian::variance", chunks,
-                          impl::ChunkMoment<XView, 2>{x, chunk, mean}, squares);
+  const double squares = impl::moment<2>(exec, x, mean);
   const double sigma = std::sqrt(squares / static_cast<double>(n));
   const double z =
       impl::inverse_normal_cdf(static_cast<double>(k) / (2.0 * static_cast<double>(n)));

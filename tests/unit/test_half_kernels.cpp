@@ -11,10 +11,12 @@
 #include <oktopk/topk.hpp>
 #include <oktopk/impl/base/half_types.hpp>
 #include <oktopk/impl/kernels/radix_select.hpp>
+#include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -177,6 +179,25 @@ TYPED_TEST(HalfKernels, AccumulateWidensAndClearWritesZero) {
     differ += same_bits(host(i), expected) ? 0 : 1;
   }
   EXPECT_EQ(differ, 0);
+
+  // The accumulate pass in its GPU shape (rounds of entries spread over the vector) on every
+  // space, from the bfloat16 gradient: acc = residual + grad widened, bit for bit, and the
+  // counts above each level.
+  const auto levels = oktopk::impl::guard_levels(1.0f, 1.25, 0, 3);
+  std::int64_t totals[1 + oktopk::impl::max_count_levels] = {};
+  oktopk::impl::accumulate_counting_strided(exec, r, g, acc, levels, totals);
+  const auto summed = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), acc);
+  std::int64_t wrong_sums = 0;
+  std::int64_t above[oktopk::impl::max_count_levels] = {};
+  for (std::size_t i = 0; i < n; ++i) {
+    const float expected = residual[i] + oktopk::to_float(grad[i]);
+    wrong_sums += same_bits(summed(i), expected) ? 0 : 1;
+    for (int j = 0; j < levels.count; ++j)
+      above[j] += std::fabs(expected) > levels.threshold[j] ? 1 : 0;
+  }
+  EXPECT_EQ(wrong_sums, 0);
+  EXPECT_EQ(totals[0], 0);
+  for (int j = 0; j < levels.count; ++j) EXPECT_EQ(totals[1 + j], above[j]) << "level " << j;
 
   const std::vector<oktopk::float16> ones(n, oktopk::round_to<oktopk::float16>(1.0f));
   const auto v = on_device<ExecSpace>(ones);

@@ -385,28 +385,17 @@ TYPED_TEST(Select, AccumulateCountingThenSelectAboveCountedMatchesReference) {
         EXPECT_EQ(oktopk::impl::count_above_by_chunk(exec, acc_view, first, chunk_counts),
                   counts.above[0]);
         if (rows_kept) EXPECT_TRUE(same_entries(to_vector(exec, chunk_counts), got));
-        // The GPU forms of both counting passes, run on every space: the same totals, and the
-        // same sums.
+        // The GPU forms of both counting passes (rounds of entries spread over the vector),
+        // run on every space: the same totals, and the same sums.
         {
-          using HostCounts =
-              Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-          using Residual = std::decay_t<decltype(residual_view)>;
-          using Grad = std::decay_t<decltype(grad_view)>;
-          using Acc = Kokkos::View<float*, Memory>;
-          Acc acc_again("acc_again", n);
+          Kokkos::View<float*, Memory> acc_again("acc_again", n);
           std::int64_t pass[1 + oktopk::impl::max_count_levels] = {};
-          const auto slots = static_cast<unsigned>(1 + levels.count);
-          Kokkos::parallel_reduce(Kokkos::RangePolicy<TypeParam>(exec, 0, n),
-                                  oktopk::impl::AccumulateCountingLevels<Residual, Grad, Acc>{
-                                      slots, residual_view, grad_view, acc_again, levels},
-                                  HostCounts(pass, slots));
+          oktopk::impl::accumulate_counting_strided(exec, residual_view, grad_view, acc_again,
+                                                    levels, pass);
           EXPECT_TRUE(same_values(to_vector(exec, acc_again), acc));
           EXPECT_EQ(pass[0], expected_nonfinite);
           std::int64_t above[oktopk::impl::max_count_levels] = {};
-          Kokkos::parallel_reduce(Kokkos::RangePolicy<TypeParam>(exec, 0, n),
-                                  oktopk::impl::CountAboveLevels<Acc>{
-                                      static_cast<unsigned>(levels.count), acc_view, levels},
-                                  HostCounts(above, static_cast<std::size_t>(levels.count)));
+          oktopk::impl::count_above_levels_strided(exec, acc_view, levels, above);
           for (int j = 0; j < levels.count; ++j) {
             EXPECT_EQ(pass[1 + j], ref::count_above(acc, levels.threshold[j])) << "level " << j;
             EXPECT_EQ(above[j], pass[1 + j]) << "level " << j;

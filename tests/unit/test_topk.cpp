@@ -296,8 +296,8 @@ struct RecordVisit {
   std::int64_t begin, end, threads, t;
   std::int64_t* last;
   bool* ordered;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    *ordered = *ordered && i > *last && i < end && (i - begin) % threads == t;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, std::int64_t read) const {
+    *ordered = *ordered && i == read && i > *last && i < end && (i - begin) % threads == t;
     *last = i;
     ++visits[i];
   }
@@ -626,6 +626,33 @@ TYPED_TEST(TopK, GaussianThresholdMatchesReference) {
               << "mean " << fit.mean << ", sigma " << fit.sigma << ", z " << fit.z;
         }
       }
+    }
+  }
+}
+
+/// The Gaussian fit's two sums in their GPU shape (impl::moment_strided: rounds of entries
+/// spread over x), run on every space, against sequential sums in double: equal up to the
+/// summation order, on sizes around multiples of a round.
+TYPED_TEST(TopK, GaussianMomentsInTheGpuShape) {
+  const TypeParam exec;
+  for (const auto kind : {DataKind::normal, DataKind::ties, DataKind::heavy_tailed}) {
+    for (const std::size_t n : {1, 2, 7, 8, 9, 15, 16, 17, 1000, 100003}) {
+      SCOPED_TRACE(case_name(to_string(kind), n, 0));
+      const auto& x = cached_data(kind, n);
+      const auto x_view = to_view<TypeParam>(x, "x");
+      double sum = 0.0;
+      double magnitudes = 0.0;
+      for (const float v : x) {
+        sum += v;
+        magnitudes += std::fabs(v);
+      }
+      const double mean = sum / static_cast<double>(n);
+      double squares = 0.0;
+      for (const float v : x) squares += (v - mean) * (v - mean);
+      // Reordering n double additions moves a sum by at most about n·2^-53 of its terms' size.
+      const double order = 1e-10;
+      EXPECT_NEAR(oktopk::impl::moment_strided<1>(exec, x_view, 0.0), sum, order * magnitudes);
+      EXPECT_NEAR(oktopk::impl::moment_strided<2>(exec, x_view, mean), squares, order * squares);
     }
   }
 }

@@ -5,7 +5,10 @@
 // with one.
 #pragma once
 
+#include <oktopk/error.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/base/kokkos_ext.hpp>
+#include <oktopk/impl/kernels/read_rounds.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -65,16 +68,30 @@ KOKKOS_INLINE_FUNCTION void add_counts(OKTOPK_JOIN_QUALIFIER std::int64_t* into,
   for (unsigned j = 0; j < count; ++j) into[j] += from[j];
 }
 
-/// The GPU form of count_above_levels(): counts[j] = entries of x with |x| above level j.
+/// The GPU form of count_above_levels(): counts[j] = entries of x with |x| above level j, for
+/// at least one level. Work item c of `items` (n / reads, rounded up) counts the entries
+/// c + j items, j < reads, a round read before any is counted (read_in_rounds). Each entry is
+/// compared with the first level before the level count is looked at: with no level, an entry
+/// would not be needed, and nvcc moved a read past that test, out of the round.
 template <class XView>
 struct CountAboveLevels {
   using value_type = std::int64_t[];
+  static constexpr int reads = reads_in_flight(sizeof(typename XView::non_const_value_type));
   unsigned value_count;
   XView x;
   CountLevels levels;
+  std::int64_t items = 1;
 
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, value_type counts) const {
-    add_to_levels(magnitude(x(i)), levels, counts);
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c, value_type counts) const {
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    read_in_rounds<reads>(
+        0, n, c, items, [&](std::int64_t i) { return magnitude(x(i)); },
+        [&](std::int64_t, float m) {
+          if (m > levels.threshold[0]) {
+            ++counts[0];
+            for (int j = 1; j < levels.count && m > levels.threshold[j]; ++j) ++counts[j];
+          }
+        });
   }
   KOKKOS_INLINE_FUNCTION void init(value_type counts) const { clear_counts(counts, value_count); }
   KOKKOS_INLINE_FUNCTION void join(OKTOPK_JOIN_QUALIFIER value_type into,
@@ -82,6 +99,22 @@ struct CountAboveLevels {
     add_counts(into, from, value_count);
   }
 };
+
+/// count_above_levels() in its GPU shape on any space (the tests run it on the host):
+/// totals[j] = entries of x with |x| above level j, for at least one level.
+template <class ExecSpace, class XView>
+void count_above_levels_strided(const ExecSpace& exec, const XView& x, const CountLevels& levels,
+                                std::int64_t* totals) {
+  using Kernel = CountAboveLevels<XView>;
+  OKTOPK_ASSERT(levels.count >= 1);
+  const auto n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t items = (n + Kernel::reads - 1) / Kernel::reads;
+  const auto count = static_cast<unsigned>(levels.count);
+  Kokkos::parallel_reduce(
+      "oktopk::count_above_levels", RangeOf<ExecSpace>(exec, 0, items),
+      Kernel{count, x, levels, items},
+      Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(totals, count));
+}
 
 /// counts[j] = entries of x[begin, end) with |x| > levels.threshold[j], for every level; the
 /// thresholds must rise, as guard_levels() makes them. One level is one loop that vectorizes;

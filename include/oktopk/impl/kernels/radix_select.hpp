@@ -187,7 +187,7 @@ struct RadixHistogramDevice {
     read_in_rounds<reads>(
         begin, end, team.team_rank(), team.team_size(),
         [&](std::int64_t i) { return abs_key(x(i)); },
-        [&](std::uint32_t key) {
+        [&](std::int64_t, std::uint32_t key) {
           if (digit.counts(key)) Kokkos::atomic_add(&local(digit.bin(key)), 1);
         });
     team.team_barrier();

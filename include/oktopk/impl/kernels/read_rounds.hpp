@@ -29,23 +29,22 @@ namespace oktopk::impl {
 /// 2-byte values.
 constexpr int reads_in_flight(std::size_t value_bytes) { return value_bytes <= 2 ? 16 : 8; }
 
-/// Thread t of `threads` (0 <= t < threads) over the stretch [begin, end): use(read(i)) for the
-/// entries i = begin + t + m threads below end, in increasing i, so that the threads' reads at
-/// one time are adjacent. Entries are read Reads at a time while a whole round of them lies
+/// Thread t of `threads` (0 <= t < threads) over the stretch [begin, end): use(i, read(i)) for
+/// the entries i = begin + t + m threads below end, in increasing i, so that the threads' reads
+/// at one time are adjacent. Entries are read Reads at a time while a whole round of them lies
 /// below end, then one at a time.
 template <int Reads, class Read, class Use>
 KOKKOS_INLINE_FUNCTION void read_in_rounds(std::int64_t begin, std::int64_t end, std::int64_t t,
-                                           std::int64_t threads, const Read& read,
-                                           const Use& use) {
+                                           std::int64_t threads, const Read& read, const Use& use) {
   std::int64_t first = begin + t;
   for (; first + (Reads - 1) * threads < end; first += Reads * threads) {
     std::remove_cv_t<std::remove_reference_t<decltype(read(first))>> got[Reads];
     OKTOPK_IMPL_UNROLL
     for (int j = 0; j < Reads; ++j) got[j] = read(first + j * threads);
     OKTOPK_IMPL_UNROLL
-    for (int j = 0; j < Reads; ++j) use(got[j]);
+    for (int j = 0; j < Reads; ++j) use(first + j * threads, got[j]);
   }
-  for (; first < end; first += threads) use(read(first));
+  for (; first < end; first += threads) use(first, read(first));
 }
 
 }  // namespace oktopk::impl

@@ -9,6 +9,7 @@
 #include <oktopk/impl/base/value_traits.hpp>
 #include <oktopk/impl/base/wire_rounding.hpp>
 #include <oktopk/impl/kernels/count_levels.hpp>
+#include <oktopk/impl/kernels/read_rounds.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -62,21 +63,33 @@ KOKKOS_INLINE_FUNCTION typename Acc::non_const_value_type accumulate_entry(const
   return a;
 }
 
-/// accumulate_counting() on GPUs: one entry per work item, the counts in a reduction over an
-/// array (see clear_counts()), the non-finite entries first, then every level's.
+/// accumulate_counting() on GPUs: work item c of `items` (n / reads, rounded up) takes the
+/// entries c + j items, j < reads, reading a round of them before it writes any
+/// (read_in_rounds: at one entry per item, each thread waited out every read); the counts in a
+/// reduction over an array (see clear_counts()), the non-finite entries first, then every
+/// level's.
 template <class Residual, class Grad, class Acc>
 struct AccumulateCountingLevels {
   using value_type = std::int64_t[];
+  using Real = typename Acc::non_const_value_type;
+  static constexpr int reads = reads_in_flight(sizeof(typename Residual::non_const_value_type));
   unsigned value_count;
   Residual residual;
   Grad grad;
   Acc acc;
   CountLevels levels;
+  std::int64_t items = 1;
 
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, value_type counts) const {
-    const auto a = accumulate_entry(residual, grad, acc, i);
-    counts[0] += fits_value<typename Grad::non_const_value_type>(a) ? 0 : 1;
-    add_to_levels(magnitude(a), levels, counts + 1);
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c, value_type counts) const {
+    const auto n = static_cast<std::int64_t>(grad.extent(0));
+    read_in_rounds<reads>(
+        0, n, c, items,
+        [&](std::int64_t i) { return static_cast<Real>(residual(i) + to_arithmetic(grad(i))); },
+        [&](std::int64_t i, Real a) {
+          acc(i) = a;
+          counts[0] += fits_value<typename Grad::non_const_value_type>(a) ? 0 : 1;
+          add_to_levels(magnitude(a), levels, counts + 1);
+        });
   }
   KOKKOS_INLINE_FUNCTION void init(value_type counts) const { clear_counts(counts, value_count); }
   KOKKOS_INLINE_FUNCTION void join(OKTOPK_JOIN_QUALIFIER value_type into,
@@ -84,6 +97,21 @@ struct AccumulateCountingLevels {
     add_counts(into, from, value_count);
   }
 };
+
+/// accumulate_counting() in its GPU shape on any space (the tests run it on the host):
+/// totals[0] = the non-finite entries of acc, totals[1 + j] = those above level j.
+template <class ExecSpace, class Residual, class Grad, class Acc>
+void accumulate_counting_strided(const ExecSpace& exec, const Residual& residual, const Grad& grad,
+                                 const Acc& acc, const CountLevels& levels, std::int64_t* totals) {
+  using Kernel = AccumulateCountingLevels<Residual, Grad, Acc>;
+  const auto n = static_cast<std::int64_t>(grad.extent(0));
+  const std::int64_t items = (n + Kernel::reads - 1) / Kernel::reads;
+  const auto count = static_cast<unsigned>(1 + levels.count);
+  Kokkos::parallel_reduce(
+      "oktopk::accumulate_counting", RangeOf<ExecSpace>(exec, 0, items),
+      Kernel{count, residual, grad, acc, levels, items},
+      Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(totals, count));
+}
 
 /// accumulate_counting() on the host: chunk c's entries accumulated by a loop the compiler
 /// vectorizes, then counted at the `counted` levels of `thresholds` while in cache (stored in
@@ -145,8 +173,9 @@ struct CountAboveByChunk {
 /// (levels × chunks, chunk_count<ExecSpace>(n) columns) has a row for every level, each
 /// chunk's counts are stored there, so that select_above_counted() compacts at any of the
 /// thresholds in one pass instead of two, and every level is counted (their totals are sums
-/// over their rows); without rows, the first level alone. On GPUs every level is counted, one
-/// entry per work item (AccumulateCountingLevels), and `chunk_counts` is not used.
+/// over their rows); without rows, the first level alone. On GPUs every level is counted, in
+/// rounds of entries spread over the vector (AccumulateCountingLevels), and `chunk_counts` is
+/// not used.
 template <class ExecSpace, class Residual, class Grad, class Acc, class ChunkCounts>
 AccumulateCounts accumulate_counting(const ExecSpace& exec, const Residual& residual,
                                      const Grad& grad, const Acc& acc, const CountLevels& levels,
@@ -155,11 +184,7 @@ AccumulateCounts accumulate_counting(const ExecSpace& exec, const Residual& resi
   const auto n = static_cast<std::int64_t>(grad.extent(0));
   if constexpr (!runs_on_host_v<ExecSpace>) {
     std::int64_t totals[1 + max_count_levels] = {};
-    const auto count = static_cast<unsigned>(1 + levels.count);
-    Kokkos::parallel_reduce(
-        "oktopk::accumulate_counting", RangeOf<ExecSpace>(exec, 0, n),
-        AccumulateCountingLevels<Residual, Grad, Acc>{count, residual, grad, acc, levels},
-        Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(totals, count));
+    accumulate_counting_strided(exec, residual, grad, acc, levels, totals);
     AccumulateCounts counts;
     counts.nonfinite = totals[0];
     for (int j = 0; j < levels.count; ++j) counts.above[j] = totals[1 + j];
