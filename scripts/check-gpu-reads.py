@@ -34,6 +34,8 @@ ROWS = {"float": 32, "double": 32, "oktopk::bfloat16": 32, "oktopk::float16": 32
 # (a short name, what the demangled kernel name holds, loads expected by value type)
 RULES = [
     ("radix histogram", "oktopk::impl::RadixHistogramDevice<", WIDE),
+    ("gathering radix histogram", "oktopk::impl::RadixHistogramGathering<",
+     {"float": 8, "double": 8}),
     ("count_above", "oktopk::impl::CountAboveStrided<", WIDE),
     ("compaction's Mark", "oktopk::impl::OrderedCompaction<oktopk::impl::KeepAbove<", ROWS),
     ("Gaussian moments", "oktopk::impl::MomentStrided<", WIDE),

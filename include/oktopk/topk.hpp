@@ -23,6 +23,11 @@
 namespace oktopk {
 
 /// \brief Reusable buffers for kth_largest_abs, so repeated calls allocate nothing.
+///
+/// On GPUs `candidates` holds, when the first radix digit's bin is small, the |x| of the entries
+/// in it, and `gathered_count` counts them as they are written. Both are allocated by a call
+/// whose bin does not fit in the candidates there are: n / 16 floats for that call's n (1/16 of
+/// a float gradient's memory).
 template <class ExecSpace>
 struct KthLargestWorkspace {
   using Histogram = Kokkos::View<std::int64_t*, typename ExecSpace::memory_space>;
@@ -35,6 +40,8 @@ struct KthLargestWorkspace {
 
   Histogram histogram;
   typename Histogram::host_mirror_type histogram_host;
+  Kokkos::View<float*, typename ExecSpace::memory_space> candidates;
+  Kokkos::View<std::int64_t, typename ExecSpace::memory_space> gathered_count;
 };
 
 /// \brief The k-th largest |x(i)| (k counted from 1), by radix select on the bit patterns.
@@ -43,8 +50,9 @@ struct KthLargestWorkspace {
 /// as +Inf. If k == 0 or m == 0 the result is +Inf; if k > m, k is clamped to m (the smallest
 /// |x|). Ties need no special care: the result is a value, the same for any order of x. With
 /// strict selection (|x| > result) k-1 entries are selected when the k largest are distinct.
-/// Three read passes over x (two for the 16-bit types); only as many small histograms cross to
-/// the host.
+/// Three read passes over x (two for the 16-bit types; on GPUs also two when the first digit's
+/// bin holds at most n / 16 entries, which the second pass then gathers for the third); only as
+/// many small histograms cross to the host.
 template <class ExecSpace, class XView>
 float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k,
                       KthLargestWorkspace<ExecSpace>& workspace) {
@@ -52,40 +60,11 @@ float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k,
   OKTOPK_REQUIRE(k >= 0, std::invalid_argument, "oktopk::kth_largest_abs",
                  "k must be non-negative, got " << k);
   impl::ScopedRegion region("oktopk::kth_largest_abs");
-  constexpr float infinity = std::numeric_limits<float>::infinity();
-  if (k == 0 || x.extent(0) == 0) return infinity;
-
-  // A 16-bit value's key is a float's with at least the 13 low bits zero: the last pass, over
-  // the 9 lowest bits, would find every candidate at digit 0, so it is skipped.
-  constexpr bool half = impl::is_half_v<typename XView::non_const_value_type>;
-  constexpr int passes = half ? impl::radix_passes - 1 : impl::radix_passes;
-  std::uint32_t prefix = 0;
-  std::int64_t remaining = k;  // rank of the wanted key among keys matching `prefix`
-  for (int pass = 0; pass < passes; ++pass) {
-    impl::radix_histogram(exec, x, pass, prefix, workspace.histogram);
-    const int bins = 1 << impl::radix_bits[pass];
-    Kokkos::deep_copy(exec, workspace.histogram_host, workspace.histogram);
-    impl::fence(exec, "oktopk::kth_largest_abs: histogram to host");
-    const auto& hist = workspace.histogram_host;
-    if (pass == 0) {
-      std::int64_t non_nan = 0;
-      for (int b = 0; b < bins; ++b) non_nan += hist(b);
-      if (non_nan == 0) return infinity;
-      if (remaining > non_nan) remaining = non_nan;
-    }
-    int digit = bins - 1;
-    while (hist(digit) < remaining) {
-      remaining -= hist(digit);
-      --digit;
-      OKTOPK_ASSERT(digit >= 0);
-    }
-    prefix = (prefix << impl::radix_bits[pass]) | static_cast<std::uint32_t>(digit);
-  }
-  if constexpr (half) prefix <<= impl::radix_bits[impl::radix_passes - 1];
-  return impl::bits_to_float(prefix);
+  if (k == 0 || x.extent(0) == 0) return std::numeric_limits<float>::infinity();
+  return impl::radix_kth_largest_abs<impl::radix_shape_v<ExecSpace>>(exec, x, k, workspace);
 }
 
-/// \brief kth_largest_abs with its own workspace (allocates a small histogram per call).
+/// \brief kth_largest_abs with its own workspace (allocates its buffers on every call).
 template <class ExecSpace, class XView>
 float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k) {
   KthLargestWorkspace<ExecSpace> workspace(exec);
@@ -234,8 +213,8 @@ float estimate_threshold_sampled(
   return kth_largest_abs(exec, sample, sample_k, workspace.kth);
 }
 
-/// \brief estimate_threshold_sampled with its own workspace (allocates the sample and a small
-/// histogram per call).
+/// \brief estimate_threshold_sampled with its own workspace (allocates the sample and the
+/// selection's buffers on every call).
 template <class ExecSpace, class XView>
 float estimate_threshold_sampled(const ExecSpace& exec, const XView& x, std::int64_t k,
                                  std::int64_t sample_size, std::uint64_t seed) {

@@ -65,9 +65,14 @@ std::string case_name(const char* kind, std::size_t n, std::int64_t k) {
 
 // ---- kth_largest_abs ---------------------------------------------------------------------
 
+/// kth_largest_abs against the reference, with and without a workspace, and its selection with
+/// the GPUs' kernels (impl::radix_kth_largest_abs in the device shape) on every space; on
+/// normally distributed data of 10^6 entries that selection must have gathered the first
+/// digit's bin (its candidates exist).
 TYPED_TEST(TopK, KthLargestMatchesReference) {
   const TypeParam exec;
   oktopk::KthLargestWorkspace<TypeParam> workspace(exec);
+  oktopk::KthLargestWorkspace<TypeParam> device_shape_workspace(exec);
   for (const auto kind : all_data_kinds) {
     for (const auto n : test_sizes) {
       const auto& x = cached_data(kind, n);
@@ -82,9 +87,48 @@ TYPED_TEST(TopK, KthLargestMatchesReference) {
             << describe(with_workspace) << ", expected " << describe(expected);
         EXPECT_TRUE(same_bits(without, expected))
             << describe(without) << ", expected " << describe(expected);
+        if (k == 0 || n == 0) continue;  // answered before the selection
+        const float device_shape =
+            oktopk::impl::radix_kth_largest_abs<oktopk::impl::RadixShape::device>(
+                exec, x_view, k, device_shape_workspace);
+        EXPECT_TRUE(same_bits(device_shape, expected))
+            << describe(device_shape) << ", expected " << describe(expected) << " (device shape)";
       }
     }
   }
+  const std::size_t largest = *std::max_element(std::begin(test_sizes), std::end(test_sizes));
+  EXPECT_EQ(device_shape_workspace.candidates.extent(0),
+            largest / oktopk::impl::radix_gather_share);
+}
+
+/// The GPUs' selection where it gathers: on doubles (whose keys are their floats'), and where
+/// the largest |x| are a few infinities beside NaNs whose |x| patterns share the infinity's
+/// first two digits, which the gathering pass must leave out as the others do.
+TYPED_TEST(TopK, KthLargestGatheringDoublesAndInfinities) {
+  const TypeParam exec;
+  oktopk::KthLargestWorkspace<TypeParam> workspace(exec);
+  auto x = cached_data(DataKind::normal, 100003);
+  std::size_t position = 17;
+  for (const std::uint32_t special : {0x7f800000u, 0xff800000u, 0x7f800000u, 0x7f800001u,
+                                      0x7f8001ffu, 0xff800200u, 0x7f8fffffu}) {
+    x[position] = float_from_bits(special);
+    position += 14009;
+  }
+  const auto mags = ref::abs_descending(x);
+  const auto x_view = to_view<TypeParam>(x, "x");
+  const auto x_double = to_view<TypeParam>(std::vector<double>(x.begin(), x.end()), "x double");
+  for (const std::int64_t k : {1, 2, 3, 4, 5, 1000, 50000}) {
+    SCOPED_TRACE(case_name("normal with infinities and NaNs", x.size(), k));
+    const float expected = ref::kth_from_descending(mags, k);
+    const float got = oktopk::impl::radix_kth_largest_abs<oktopk::impl::RadixShape::device>(
+        exec, x_view, k, workspace);
+    EXPECT_TRUE(same_bits(got, expected)) << describe(got) << ", expected " << describe(expected);
+    const float got_double = oktopk::impl::radix_kth_largest_abs<oktopk::impl::RadixShape::device>(
+        exec, x_double, k, workspace);
+    EXPECT_TRUE(same_bits(got_double, expected))
+        << describe(got_double) << ", expected " << describe(expected) << " (double)";
+  }
+  EXPECT_EQ(workspace.candidates.extent(0), x.size() / oktopk::impl::radix_gather_share);
 }
 
 /// Each documented rule on hand-made inputs, with hand-written answers.
@@ -399,6 +443,92 @@ TYPED_TEST(TopK, RadixHistogramBothShapesMatchReference) {
             differ += got(b) == expected[static_cast<std::size_t>(b)] ? 0 : 1;
           }
           EXPECT_EQ(differ, 0) << (device_shape ? "device" : "host") << " shape";
+        }
+      }
+    }
+  }
+}
+
+/// The gathering histogram of the middle pass (impl::radix_histogram_gathering), run on every
+/// space with the teams that space allows, against the definition: the histogram, the count,
+/// and the gathered |x| as a multiset (they come in no order), for a prefix that keys of x have,
+/// one they lack and the infinity's (beside NaNs that share it), on sizes that leave steps
+/// partial; and with too little room, where it writes only what fits and still counts
+/// everything.
+TYPED_TEST(TopK, GatheringHistogramCountsAndGathersItsKeys) {
+  const TypeParam exec;
+  using Memory = typename TypeParam::memory_space;
+  Kokkos::View<std::int64_t*, Memory> histogram("histogram",
+                                                std::size_t{1} << oktopk::impl::radix_max_bits);
+  Kokkos::View<std::int64_t, Memory> count("count");
+  std::vector<std::vector<float>> inputs;
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4099},
+                              std::size_t{100003}, std::size_t{1000003}}) {
+    inputs.push_back(make_keys(n, 0x3f812345u, 0x001fffffu, n));
+  }
+  inputs.push_back(cached_data(DataKind::non_finite, 1000));
+  inputs.push_back(cached_data(DataKind::normal, 1000003));
+  // Infinities beside NaNs whose |x| patterns share the infinity's first two digits.
+  inputs.push_back(cached_data(DataKind::normal, 10007));
+  std::size_t position = 5;
+  for (const std::uint32_t special :
+       {0x7f800000u, 0xff800000u, 0x7f800001u, 0x7f8001ffu, 0xff800200u, 0x7f8fffffu}) {
+    inputs.back()[position] = float_from_bits(special);
+    position += 1601;
+  }
+  for (const auto& x : inputs) {
+    const auto x_view = to_view<TypeParam>(x, "x");
+    const std::uint32_t some_key = x.empty() ? 0u : bits_of(x[x.size() / 3]) & 0x7fffffffu;
+    const int prefix_shift = oktopk::impl::radix_shift[1] + oktopk::impl::radix_bits[1];
+    const std::uint32_t present = some_key >> prefix_shift;
+    const std::uint32_t infinity_prefix = oktopk::impl::abs_key_infinity >> prefix_shift;
+    for (const std::uint32_t prefix :
+         {present, present ^ (1u << (30 - prefix_shift)), infinity_prefix}) {
+      const auto digit = oktopk::impl::radix_digit(1, prefix);
+      std::vector<float> expected_gathered;
+      for (const float v : x) {
+        const std::uint32_t key = bits_of(v) & 0x7fffffffu;
+        if (key <= 0x7f800000u && (key >> prefix_shift) == prefix) {
+          expected_gathered.push_back(float_from_bits(key));
+        }
+      }
+      const auto expected_histogram = reference_histogram(x, digit);
+      const auto matches = static_cast<std::int64_t>(expected_gathered.size());
+      for (const std::int64_t room : {matches + 3, matches / 2}) {
+        SCOPED_TRACE("n = " + std::to_string(x.size()) + ", prefix " + std::to_string(prefix) +
+                     ", " + std::to_string(matches) + " matches, room " + std::to_string(room));
+        Kokkos::View<float*, Memory> gathered("gathered", static_cast<std::size_t>(room));
+        Kokkos::deep_copy(gathered, -1.0f);
+        oktopk::impl::radix_histogram_gathering(exec, x_view, digit, histogram, gathered, count);
+        const auto got_histogram =
+            Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), histogram);
+        std::int64_t differ = 0;
+        for (int b = 0; b < digit.bins; ++b) {
+          differ += got_histogram(b) == expected_histogram[static_cast<std::size_t>(b)] ? 0 : 1;
+        }
+        EXPECT_EQ(differ, 0);
+        const auto got_count = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), count);
+        EXPECT_EQ(got_count(), matches);
+        const auto got_gathered =
+            Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), gathered);
+        std::vector<float> written(got_gathered.data(), got_gathered.data() + room);
+        std::sort(expected_gathered.begin(), expected_gathered.end());
+        if (room >= matches) {
+          // Nothing written past the matches.
+          for (std::int64_t i = matches; i < room; ++i) {
+            EXPECT_TRUE(same_bits(written[static_cast<std::size_t>(i)], -1.0f)) << "slot " << i;
+          }
+          written.resize(static_cast<std::size_t>(matches));
+          std::sort(written.begin(), written.end());
+          EXPECT_TRUE(written == expected_gathered) << "the gathered |x| differ";
+        } else {
+          // Each slot holds one of the matches (non-negative numbers, ordered by <).
+          std::int64_t strangers = 0;
+          for (const float v : written) {
+            strangers +=
+                std::binary_search(expected_gathered.begin(), expected_gathered.end(), v) ? 0 : 1;
+          }
+          EXPECT_EQ(strangers, 0);
         }
       }
     }
