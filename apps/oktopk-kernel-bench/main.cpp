@@ -222,6 +222,12 @@ std::vector<Row> run(const Options& o) {
   });
 
   add("exact_kth", fb * n, [&] { oktopk::kth_largest_abs(exec, x, k, workspace); });
+  // Beside it, the selection that reads x in every pass: on GPUs what gathering the first
+  // digit's bin saves (on the host, which never gathers, the same kernels).
+  oktopk::KthLargestWorkspace<ExecSpace> three_pass_workspace(exec);
+  three_pass_workspace.gather_candidates = false;
+  add("exact_kth_no_gather", fb * n,
+      [&] { oktopk::kth_largest_abs(exec, x, k, three_pass_workspace); });
   {
     // The host reference ranks floats whatever the type: |x| widened, as the library ranks it.
     Floats widened("oktopk::kernel_bench::widened", size);

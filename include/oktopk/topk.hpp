@@ -27,7 +27,8 @@ namespace oktopk {
 /// On GPUs `candidates` holds, when the first radix digit's bin is small, the |x| of the entries
 /// in it, and `gathered_count` counts them as they are written. Both are allocated by a call
 /// whose bin does not fit in the candidates there are: n / 16 floats for that call's n (1/16 of
-/// a float gradient's memory).
+/// a float gradient's memory). With `gather_candidates` false they are never allocated and x is
+/// read three times.
 template <class ExecSpace>
 struct KthLargestWorkspace {
   using Histogram = Kokkos::View<std::int64_t*, typename ExecSpace::memory_space>;
@@ -42,6 +43,7 @@ struct KthLargestWorkspace {
   typename Histogram::host_mirror_type histogram_host;
   Kokkos::View<float*, typename ExecSpace::memory_space> candidates;
   Kokkos::View<std::int64_t, typename ExecSpace::memory_space> gathered_count;
+  bool gather_candidates = true;
 };
 
 /// \brief The k-th largest |x(i)| (k counted from 1), by radix select on the bit patterns.

@@ -103,10 +103,13 @@ TYPED_TEST(TopK, KthLargestMatchesReference) {
 
 /// The GPUs' selection where it gathers: on doubles (whose keys are their floats'), and where
 /// the largest |x| are a few infinities beside NaNs whose |x| patterns share the infinity's
-/// first two digits, which the gathering pass must leave out as the others do.
+/// first two digits, which the gathering pass must leave out as the others do; and with
+/// gathering turned off, which then allocates nothing.
 TYPED_TEST(TopK, KthLargestGatheringDoublesAndInfinities) {
   const TypeParam exec;
   oktopk::KthLargestWorkspace<TypeParam> workspace(exec);
+  oktopk::KthLargestWorkspace<TypeParam> no_gather_workspace(exec);
+  no_gather_workspace.gather_candidates = false;
   auto x = cached_data(DataKind::normal, 100003);
   std::size_t position = 17;
   for (const std::uint32_t special : {0x7f800000u, 0xff800000u, 0x7f800000u, 0x7f800001u,
@@ -127,8 +130,14 @@ TYPED_TEST(TopK, KthLargestGatheringDoublesAndInfinities) {
         exec, x_double, k, workspace);
     EXPECT_TRUE(same_bits(got_double, expected))
         << describe(got_double) << ", expected " << describe(expected) << " (double)";
+    const float three_passes =
+        oktopk::impl::radix_kth_largest_abs<oktopk::impl::RadixShape::device>(exec, x_view, k,
+                                                                              no_gather_workspace);
+    EXPECT_TRUE(same_bits(three_passes, expected))
+        << describe(three_passes) << ", expected " << describe(expected) << " (not gathering)";
   }
   EXPECT_EQ(workspace.candidates.extent(0), x.size() / oktopk::impl::radix_gather_share);
+  EXPECT_EQ(no_gather_workspace.candidates.extent(0), std::size_t{0});
 }
 
 /// Each documented rule on hand-made inputs, with hand-written answers.

@@ -364,8 +364,9 @@ inline constexpr std::int64_t radix_gather_share = 16;
 /// \brief kth_largest_abs's selection (arguments checked, k >= 1) with the kernels of `Shape`,
 /// in the buffers of a KthLargestWorkspace.
 ///
-/// In the device shape, for values of 32 bits or more (three digits), when the first digit's bin
-/// holds at most n / radix_gather_share keys, the middle pass gathers them
+/// In the device shape, for values of 32 bits or more (three digits), when
+/// workspace.gather_candidates is set and the first digit's bin holds at most
+/// n / radix_gather_share keys, the middle pass gathers them
 /// (radix_histogram_gathering) into workspace.candidates and the last digit is counted over
 /// them alone: two passes over x instead of three. The candidates are allocated, at n /
 /// radix_gather_share floats for this call's n, when the bin does not fit in those there are.
@@ -407,7 +408,7 @@ float radix_kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t 
   if (in_first_bin == 0) return infinity;  // every entry is NaN
   bool gathered = false;
   if constexpr (Shape == RadixShape::device && passes == 3) {
-    if (in_first_bin <= n / radix_gather_share) {
+    if (workspace.gather_candidates && in_first_bin <= n / radix_gather_share) {
       if (static_cast<std::int64_t>(workspace.candidates.extent(0)) < in_first_bin) {
         workspace.candidates = decltype(workspace.candidates)(
             Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
