@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace oktopk::apps {
 
@@ -45,6 +46,18 @@ T parse_number(const std::string& flag, const std::string& text) {
     throw UsageError(flag + " is out of range, got '" + text + "'");
   } catch (const std::exception&) {
     throw UsageError(flag + " expects a number, got '" + text + "'");
+  }
+}
+
+/// The comma-separated items of `list`, empty ones included ("a,,b" gives "a", "", "b").
+inline std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> items;
+  std::size_t begin = 0;
+  while (true) {
+    const auto comma = list.find(',', begin);
+    items.push_back(list.substr(begin, comma == std::string::npos ? comma : comma - begin));
+    if (comma == std::string::npos) return items;
+    begin = comma + 1;
   }
 }
 

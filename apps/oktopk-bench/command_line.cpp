@@ -194,21 +194,16 @@ Distribution parse_distribution(const std::string& text) {
 
 std::vector<oktopk::Algorithm> parse_algorithms(const std::string& list) {
   std::vector<oktopk::Algorithm> result;
-  std::size_t begin = 0;
-  while (true) {
-    const auto comma = list.find(',', begin);
-    const std::string name = list.substr(begin, comma == std::string::npos ? comma : comma - begin);
+  for (const auto& name : oktopk::apps::split_commas(list)) {
     if (name == "all") {
       result.insert(result.end(), oktopk::all_algorithms.begin(), oktopk::all_algorithms.end());
-    } else {
-      try {
-        result.push_back(oktopk::algorithm_from_string(name));
-      } catch (const std::invalid_argument& e) {
-        throw UsageError(e.what());
-      }
+      continue;
     }
-    if (comma == std::string::npos) break;
-    begin = comma + 1;
+    try {
+      result.push_back(oktopk::algorithm_from_string(name));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
   }
   return result;
 }

@@ -5,6 +5,7 @@
 #include "common/cli.hpp"
 #include "common/gradient_types.hpp"
 #include "common/kokkos_compat.hpp"
+#include "kernel_times.hpp"
 
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
@@ -16,6 +17,7 @@
 #include <Kokkos_Sort.hpp>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -46,8 +48,34 @@ Options:
   --format F     csv or table                                  (default csv)
   --dtype T      the gradient's type: float32, float64, bfloat16 or float16
                                                                (default float32)
+  --kernel-times ROWS
+                 also time each Kokkos kernel and deep copy that the listed rows launch
+                 (comma-separated kernel names as in the first column, or all): more
+                 repetitions of those rows, with a global fence before and after every
+                 launch, so the rows' own times are not affected. Printed after the rows,
+                 one line per launch of a call, in order:
+                   row,launch,time_s_med,dtype
+                 launch is the kernel's label, or "deep_copy DST <- SRC" with the Views'
+                 labels, followed by [i/m] when a call launches it m times; time_s_med is its
+                 median over the repetitions (table: with x_row, that time over the row's)
   --help         print this text
 )";
+
+/// The rows, in the order they run (the names --kernel-times takes).
+const std::vector<std::string> row_names = {"copy",
+                                            "count_above",
+                                            "threshold_select",
+                                            "select_by_region",
+                                            "exact_kth",
+                                            "exact_kth_no_gather",
+                                            "nth_element",
+                                            "sort_abs",
+                                            "sampled_threshold",
+                                            "gaussian_threshold",
+                                            "residual_update",
+                                            "scatter_add",
+                                            "merge_sorted",
+                                            "intersect_sorted"};
 
 struct Options {
   std::int64_t n = std::int64_t{1} << 26;
@@ -56,6 +84,11 @@ struct Options {
   std::uint64_t seed = 42;
   std::string format = "csv";
   std::string dtype = "float32";
+  std::vector<std::string> kernel_times;  // rows whose launches are timed one by one
+
+  bool times_kernels_of(const std::string& row) const {
+    return std::find(kernel_times.begin(), kernel_times.end(), row) != kernel_times.end();
+  }
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -95,6 +128,18 @@ Options parse(int argc, char* argv[]) {
       o.format = value;
     } else if (flag == "--dtype") {
       o.dtype = value;
+    } else if (flag == "--kernel-times") {
+      for (const auto& row : oktopk::apps::split_commas(value)) {
+        if (row == "all") {
+          o.kernel_times = row_names;
+        } else if (std::find(row_names.begin(), row_names.end(), row) != row_names.end()) {
+          o.kernel_times.push_back(row);
+        } else {
+          std::string valid;
+          for (const auto& name : row_names) valid += " " + name;
+          fail("--kernel-times: no row '" + row + "' (rows:" + valid + ", or all)");
+        }
+      }
     } else {
       fail("unknown option " + flag);
     }
@@ -114,6 +159,7 @@ struct Row {
   std::int64_t k;
   double seconds;
   double bytes;
+  std::vector<oktopk::apps::KernelTime> launches;  // with --kernel-times, for the rows it names
 };
 
 /// Median of `reps` timed calls of `body`, after one untimed warm-up call. `setup` runs before
@@ -196,7 +242,11 @@ std::vector<Row> run(const Options& o) {
   const double real_pair_bytes = sizeof(Real) + sizeof(std::int32_t);
   auto add_with_setup = [&](const std::string& name, double bytes,
                             const std::function<void()>& body, const std::function<void()>& setup) {
-    rows.push_back({name, k, median_seconds(exec, o.reps, body, setup), bytes});
+    assert(std::find(row_names.begin(), row_names.end(), name) != row_names.end());
+    rows.push_back({name, k, median_seconds(exec, o.reps, body, setup), bytes, {}});
+    if (o.times_kernels_of(name)) {
+      rows.back().launches = oktopk::apps::time_kernels(o.reps, body, setup);
+    }
   };
   // Not a default argument of add_with_setup: hipcc (clang 15) warns that such a lambda default
   // may be passed unaligned (-Walign-mismatch).
@@ -276,6 +326,12 @@ std::vector<Row> run(const Options& o) {
   return rows;
 }
 
+/// A launch's label, with its place among the call's launches of that label when there are more.
+std::string launch_name(const oktopk::apps::KernelTime& launch) {
+  if (launch.of == 1) return launch.label;
+  return launch.label + " [" + std::to_string(launch.nth) + "/" + std::to_string(launch.of) + "]";
+}
+
 void print(const Options& o, const std::vector<Row>& rows) {
   auto rate = [](const Row& r) { return r.bytes > 0 ? r.bytes / r.seconds / 1e9 : 0.0; };
   if (o.format == "csv") {
@@ -283,6 +339,14 @@ void print(const Options& o, const std::vector<Row>& rows) {
     for (const auto& r : rows) {
       std::printf("%s,%lld,%lld,%.6e,%.3f,%s\n", r.kernel.c_str(), static_cast<long long>(o.n),
                   static_cast<long long>(r.k), r.seconds, rate(r), o.dtype.c_str());
+    }
+    if (o.kernel_times.empty()) return;
+    std::printf("\nrow,launch,time_s_med,dtype\n");
+    for (const auto& r : rows) {
+      for (const auto& l : r.launches) {
+        std::printf("%s,%s,%.6e,%s\n", r.kernel.c_str(), launch_name(l).c_str(), l.seconds,
+                    o.dtype.c_str());
+      }
     }
     return;
   }
@@ -294,6 +358,15 @@ void print(const Options& o, const std::vector<Row>& rows) {
   for (const auto& r : rows) {
     std::printf("%-20s %12lld %12.6f %10.3f %10.2f\n", r.kernel.c_str(),
                 static_cast<long long>(r.k), r.seconds, rate(r), r.seconds / copy_seconds);
+  }
+  if (o.kernel_times.empty()) return;
+  std::printf("\n# launches of the rows (--kernel-times), each fenced before and after\n");
+  std::printf("%-20s %12s %8s  %s\n", "row", "time_s_med", "x_row", "launch");
+  for (const auto& r : rows) {
+    for (const auto& l : r.launches) {
+      std::printf("%-20s %12.6f %8.2f  %s\n", r.kernel.c_str(), l.seconds, l.seconds / r.seconds,
+                  launch_name(l).c_str());
+    }
   }
 }
 

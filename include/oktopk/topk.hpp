@@ -53,8 +53,8 @@ struct KthLargestWorkspace {
 /// |x|). Ties need no special care: the result is a value, the same for any order of x. With
 /// strict selection (|x| > result) k-1 entries are selected when the k largest are distinct.
 /// Three read passes over x (two for the 16-bit types; on GPUs also two when the first digit's
-/// bin holds at most n / 16 entries, which the second pass then gathers for the third); only as
-/// many small histograms cross to the host.
+/// bin holds at most n / 16 entries and workspace.gather_candidates is set: the second pass
+/// gathers them for the third); only as many small histograms cross to the host.
 template <class ExecSpace, class XView>
 float kth_largest_abs(const ExecSpace& exec, const XView& x, std::int64_t k,
                       KthLargestWorkspace<ExecSpace>& workspace) {
