@@ -7,7 +7,8 @@
 #     unit     the kernel unit tests on the GPU (Kokkos's default space)
 #     api      the API unit tests
 #     bench    oktopk-kernel-bench at n = 2^26, float32 and bfloat16, 20 repetitions, with
-#              the selections' and the k-th's launches timed one by one (--kernel-times)
+#              the launches of count_above, the selections and the k-th timed one by one
+#              (--kernel-times)
 #     stream   test_c_stream at P = 1, 2, 3: device buffers on a non-blocking stream
 #     mpi      the MPI test programs of the device paths at P = 2 (methods also at P = 3),
 #              test_c_api at P = 2 and the host synchronisation counts at P = 8
@@ -17,7 +18,7 @@
 #   (default: unit bench stream mpi s2 api). Ranks share the one GPU; MPI is staged through
 #   host memory (Debian's MPICH is not GPU-aware: OKTOPK_GPU_AWARE_MPI=auto finds that).
 set -u
-case ${1:-} in -h|--help) sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h|--help) sed -n '3,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 [ $# -ge 2 ] || { echo "gpu-run.sh: ARCHIVE LOGDIR [STEP...] (--help)" >&2; exit 2; }
 archive=$1 logdir=$2
 shift 2

@@ -49,15 +49,15 @@ T parse_number(const std::string& flag, const std::string& text) {
   }
 }
 
-/// The comma-separated items of `list`, empty ones included ("a,,b" gives "a", "", "b").
-inline std::vector<std::string> split_commas(const std::string& list) {
-  std::vector<std::string> items;
+/// The parts of `text` between `separator`s, empty ones included ("a,,b" gives "a", "", "b").
+inline std::vector<std::string> split_at(const std::string& text, char separator) {
+  std::vector<std::string> parts;
   std::size_t begin = 0;
   while (true) {
-    const auto comma = list.find(',', begin);
-    items.push_back(list.substr(begin, comma == std::string::npos ? comma : comma - begin));
-    if (comma == std::string::npos) return items;
-    begin = comma + 1;
+    const auto end = text.find(separator, begin);
+    parts.push_back(text.substr(begin, end == std::string::npos ? end : end - begin));
+    if (end == std::string::npos) return parts;
+    begin = end + 1;
   }
 }
 

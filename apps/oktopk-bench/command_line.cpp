@@ -194,7 +194,7 @@ Distribution parse_distribution(const std::string& text) {
 
 std::vector<oktopk::Algorithm> parse_algorithms(const std::string& list) {
   std::vector<oktopk::Algorithm> result;
-  for (const auto& name : oktopk::apps::split_commas(list)) {
+  for (const auto& name : oktopk::apps::split_at(list, ',')) {
     if (name == "all") {
       result.insert(result.end(), oktopk::all_algorithms.begin(), oktopk::all_algorithms.end());
       continue;
@@ -360,18 +360,8 @@ Args parse(int argc, char* argv[]) {
 oktopk::Layout parse_layout(const std::string& spec, std::int64_t n) {
   oktopk::Layout layout;
   if (spec.empty()) return layout;
-  const auto split = [](const std::string& text, char separator) {
-    std::vector<std::string> parts;
-    std::size_t begin = 0;
-    while (true) {
-      const auto end = text.find(separator, begin);
-      parts.push_back(text.substr(begin, end == std::string::npos ? end : end - begin));
-      if (end == std::string::npos) return parts;
-      begin = end + 1;
-    }
-  };
-  const std::vector<std::string> items = split(spec, ',');
-  const std::vector<std::string> first = split(items[0], ':');
+  const std::vector<std::string> items = oktopk::apps::split_at(spec, ',');
+  const std::vector<std::string> first = oktopk::apps::split_at(items[0], ':');
   if (first[0] == "embedding") {
     if (items.size() != 1 || first.size() != 3) {
       throw UsageError("--layout embedding:F:W takes exactly two numbers, got '" + spec + "'");
@@ -389,7 +379,7 @@ oktopk::Layout parse_layout(const std::string& spec, std::int64_t n) {
   }
   std::vector<oktopk::Segment> segments;
   for (std::size_t i = 0; i < items.size(); ++i) {
-    const std::vector<std::string> fields = split(items[i], ':');
+    const std::vector<std::string> fields = oktopk::apps::split_at(items[i], ':');
     const std::string what = "--layout item " + std::to_string(i) + " '" + items[i] + "'";
     const auto number = [&](std::size_t field) {
       return parse_number<std::int64_t>(what, fields[field]);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <stdexcept>
+#include <utility>
 
 namespace oktopk::apps {
 namespace {
@@ -19,8 +20,8 @@ using Clock = std::chrono::steady_clock;
 /// the state they write is this one object; the bench calls them from its one host thread.
 struct Recording {
   bool on = false;
-  int depth = 0;                 // launches begun and not yet ended
-  std::string label;             // of the top-level launch in progress
+  int depth = 0;      // launches begun and not yet ended
+  std::string label;  // of the top-level launch in progress
   Clock::time_point start;
   std::vector<std::pair<std::string, double>> this_call;  // label and seconds, in launch order
 };
@@ -30,7 +31,7 @@ Recording recording;
 constexpr std::uint64_t top_level_id = 1;
 constexpr std::uint64_t nested_id = 0;
 
-bool begin(const std::string& label) {
+bool begin_launch(const std::string& label) {
   if (!recording.on) return false;
   if (recording.depth++ > 0) return false;
   Kokkos::fence();  // what was launched before is not this launch's time
@@ -39,7 +40,7 @@ bool begin(const std::string& label) {
   return true;
 }
 
-void end(bool top_level) {
+void end_launch(bool top_level) {
   if (!recording.on) return;
   assert(recording.depth > 0);
   --recording.depth;
@@ -50,18 +51,18 @@ void end(bool top_level) {
 }
 
 void begin_kernel(const char* name, std::uint32_t, std::uint64_t* id) {
-  *id = begin(name) ? top_level_id : nested_id;
+  *id = begin_launch(name) ? top_level_id : nested_id;
 }
 
-void end_kernel(std::uint64_t id) { end(id == top_level_id); }
+void end_kernel(std::uint64_t id) { end_launch(id == top_level_id); }
 
-// A deep copy's end carries no id; a copy never runs inside a kernel, so the depth tells.
+// A deep copy's end carries no id: the copy was top level when it leaves the depth at 1.
 void begin_copy(Kokkos::Tools::SpaceHandle, const char* destination, const void*,
                 Kokkos::Tools::SpaceHandle, const char* source, const void*, std::uint64_t) {
-  begin(std::string("deep_copy ") + destination + " <- " + source);
+  begin_launch(std::string("deep_copy ") + destination + " <- " + source);
 }
 
-void end_copy() { end(recording.on && recording.depth == 1); }
+void end_copy() { end_launch(recording.on && recording.depth == 1); }
 
 void set_callbacks(bool install) {
   namespace tools = Kokkos::Tools::Experimental;
@@ -75,30 +76,35 @@ void set_callbacks(bool install) {
   tools::set_end_deep_copy_callback(install ? end_copy : nullptr);
 }
 
-double median(std::vector<double> values) {
+}  // namespace
+
+double median_of(std::vector<double> values) {
+  assert(!values.empty());
   std::sort(values.begin(), values.end());
   const std::size_t m = values.size();
   return m % 2 == 1 ? values[m / 2] : 0.5 * (values[m / 2 - 1] + values[m / 2]);
 }
 
-}  // namespace
+void require_no_kokkos_tool() {
+  if (Kokkos::Tools::profileLibraryLoaded()) {
+    throw std::runtime_error(
+        "oktopk::apps::require_no_kokkos_tool: a Kokkos tool library is loaded "
+        "(KOKKOS_TOOLS_LIBS, KOKKOS_PROFILE_LIBRARY or a --kokkos-tools-* flag), whose "
+        "callbacks the kernel timings would replace");
+  }
+}
 
 std::vector<KernelTime> time_kernels(int reps, const std::function<void()>& body,
                                      const std::function<void()>& setup) {
   assert(reps >= 1);
-  if (Kokkos::Tools::profileLibraryLoaded()) {
-    throw std::runtime_error(
-        "oktopk::apps::time_kernels: a Kokkos tool library is loaded (KOKKOS_TOOLS_LIBS, "
-        "KOKKOS_PROFILE_LIBRARY or --kokkos-tools-libs), whose callbacks the kernel timings "
-        "would replace");
-  }
+  require_no_kokkos_tool();
   recording = Recording{};
   // A launch is known by its label and how many launches of that label came before it in the
   // call, so that the passes of one kernel (a radix select's histograms) stay apart.
   using Key = std::pair<std::string, int>;
   std::vector<Key> order;
   std::vector<std::map<Key, double>> calls;
-  std::map<std::string, int> most;  // label -> launches in one call, at most
+  std::map<std::string, int> launches_per_call;  // label -> the most in one call
   set_callbacks(true);
   for (int r = 0; r <= reps; ++r) {
     setup();
@@ -116,7 +122,9 @@ std::vector<KernelTime> time_kernels(int reps, const std::function<void()>& body
       if (std::find(order.begin(), order.end(), key) == order.end()) order.push_back(key);
       call[key] = seconds;
     }
-    for (const auto& [label, count] : seen) most[label] = std::max(most[label], count);
+    for (const auto& [label, count] : seen) {
+      launches_per_call[label] = std::max(launches_per_call[label], count);
+    }
     calls.push_back(std::move(call));
   }
   set_callbacks(false);
@@ -127,7 +135,7 @@ std::vector<KernelTime> time_kernels(int reps, const std::function<void()>& body
       const auto found = call.find(key);
       seconds.push_back(found == call.end() ? 0.0 : found->second);
     }
-    result.push_back({key.first, key.second + 1, most[key.first], median(seconds)});
+    result.push_back({key.first, key.second + 1, launches_per_call[key.first], median_of(seconds)});
   }
   return result;
 }

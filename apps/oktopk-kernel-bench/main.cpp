@@ -17,7 +17,6 @@
 #include <Kokkos_Sort.hpp>
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -129,7 +128,8 @@ Options parse(int argc, char* argv[]) {
     } else if (flag == "--dtype") {
       o.dtype = value;
     } else if (flag == "--kernel-times") {
-      for (const auto& row : oktopk::apps::split_commas(value)) {
+      o.kernel_times.clear();  // as every option, the last one given counts
+      for (const auto& row : oktopk::apps::split_at(value, ',')) {
         if (row == "all") {
           o.kernel_times = row_names;
         } else if (std::find(row_names.begin(), row_names.end(), row) != row_names.end()) {
@@ -177,9 +177,7 @@ double median_seconds(
     exec.fence();
     if (r > 0) times.push_back(timer.seconds());
   }
-  std::sort(times.begin(), times.end());
-  const std::size_t m = times.size();
-  return m % 2 == 1 ? times[m / 2] : 0.5 * (times[m / 2 - 1] + times[m / 2]);
+  return oktopk::apps::median_of(times);
 }
 
 /// |x| as a float, as the library ranks it: a 16-bit value widened exactly, a double rounded.
@@ -242,7 +240,10 @@ std::vector<Row> run(const Options& o) {
   const double real_pair_bytes = sizeof(Real) + sizeof(std::int32_t);
   auto add_with_setup = [&](const std::string& name, double bytes,
                             const std::function<void()>& body, const std::function<void()>& setup) {
-    assert(std::find(row_names.begin(), row_names.end(), name) != row_names.end());
+    if (std::find(row_names.begin(), row_names.end(), name) == row_names.end()) {
+      throw std::logic_error("run: the row " + name +
+                             " is missing from row_names, so --kernel-times cannot name it");
+    }
     rows.push_back({name, k, median_seconds(exec, o.reps, body, setup), bytes, {}});
     if (o.times_kernels_of(name)) {
       rows.back().launches = oktopk::apps::time_kernels(o.reps, body, setup);
@@ -343,9 +344,9 @@ void print(const Options& o, const std::vector<Row>& rows) {
     if (o.kernel_times.empty()) return;
     std::printf("\nrow,launch,time_s_med,dtype\n");
     for (const auto& r : rows) {
-      for (const auto& l : r.launches) {
-        std::printf("%s,%s,%.6e,%s\n", r.kernel.c_str(), launch_name(l).c_str(), l.seconds,
-                    o.dtype.c_str());
+      for (const auto& launch : r.launches) {
+        std::printf("%s,%s,%.6e,%s\n", r.kernel.c_str(), launch_name(launch).c_str(),
+                    launch.seconds, o.dtype.c_str());
       }
     }
     return;
@@ -363,9 +364,9 @@ void print(const Options& o, const std::vector<Row>& rows) {
   std::printf("\n# launches of the rows (--kernel-times), each fenced before and after\n");
   std::printf("%-20s %12s %8s  %s\n", "row", "time_s_med", "x_row", "launch");
   for (const auto& r : rows) {
-    for (const auto& l : r.launches) {
-      std::printf("%-20s %12.6f %8.2f  %s\n", r.kernel.c_str(), l.seconds, l.seconds / r.seconds,
-                  launch_name(l).c_str());
+    for (const auto& launch : r.launches) {
+      std::printf("%-20s %12.6f %8.2f  %s\n", r.kernel.c_str(), launch.seconds,
+                  launch.seconds / r.seconds, launch_name(launch).c_str());
     }
   }
 }
@@ -377,6 +378,7 @@ int main(int argc, char* argv[]) {
   const Options options = parse(argc, argv);
   Kokkos::ScopeGuard kokkos(argc, argv);
   try {
+    if (!options.kernel_times.empty()) oktopk::apps::require_no_kokkos_tool();
     using Exec = Kokkos::DefaultExecutionSpace;
     oktopk::apps::with_dtype(options.dtype, [&](auto value) {
       using Value = decltype(value);

@@ -13,9 +13,9 @@
 #       the csv check, and every row's between_nodes_bytes_per_rank_max equal to its
 #       bytes_per_rank_max (all: every rank a node of its own) or 0 (none: one node), with
 #       bytes_per_rank_max > 0.
-#   check_bench_csv.sh output zero|nonzero REGEX -- COMMAND...
-#       COMMAND's exit status is (non)zero and exactly one line of its output (stdout and
-#       stderr) matches the extended REGEX: rank 0 alone speaks.
+#   check_bench_csv.sh output zero|nonzero REGEX [LINES] -- COMMAND...
+#       COMMAND's exit status is (non)zero and exactly one line (or LINES lines) of its output
+#       (stdout and stderr) matches the extended REGEX: rank 0 alone speaks.
 set -u
 
 header="algo,P,n,k,density,iters,time_s_med,time_s_max,bytes_per_rank_avg,bytes_per_rank_max,words_per_rank_max_over_k,nnz_out,wrong,nnz_out_avg,words_per_call_max_over_k,between_nodes_bytes_per_rank_max"
@@ -111,7 +111,13 @@ case $mode in
   output)
     expect=${1:?zero|nonzero}
     regex=${2:?REGEX}
-    [ "${3:-}" = -- ] || fail "usage: output zero|nonzero REGEX -- COMMAND..."
+    lines=1
+    if [ "${3:-}" != -- ]; then
+      lines=${3:-}
+      [[ $lines =~ ^[0-9]+$ ]] || fail "usage: output zero|nonzero REGEX [LINES] -- COMMAND..."
+      shift
+    fi
+    [ "${3:-}" = -- ] || fail "usage: output zero|nonzero REGEX [LINES] -- COMMAND..."
     shift 3
     echo "+ $*" >&2
     "$@" > "$scratch/out.txt" 2>&1
@@ -123,7 +129,8 @@ case $mode in
       *) fail "expected zero or nonzero, got '$expect'" ;;
     esac
     matches=$(grep -c -E -- "$regex" "$scratch/out.txt")
-    [ "$matches" -eq 1 ] || fail "$matches output lines match '$regex', expected exactly 1"
+    [ "$matches" -eq "$lines" ] ||
+      fail "$matches output lines match '$regex', expected exactly $lines"
     ;;
   *)
     fail "unknown mode '$mode' (csv, between, replay or output)"
