@@ -674,6 +674,9 @@ PYBIND11_MODULE(_oktopk, m) {
       "package oktopk (oktopk.Handle), which wraps this module.";
 
   m.def("version", &oktopk_version, "The OkTopk library's version, \"MAJOR.MINOR.PATCH\".");
+  // pybind11 reads numpy's array descriptors through its own copy of their layout, which
+  // numpy 2 changed; releases before 2.12 know only numpy 1's.
+  m.attr("pybind11_version") = py::make_tuple(PYBIND11_VERSION_MAJOR, PYBIND11_VERSION_MINOR);
   m.def("initialize", &initialize, py::arg("kokkos_args") = std::vector<std::string>(),
         "Initialises Kokkos (oktopk_initialize) with these arguments unless done already; the "
         "first handle does it without arguments otherwise. Not collective.");

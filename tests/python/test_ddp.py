@@ -17,6 +17,7 @@ Run: mpiexec -n P python3 -m mpi4py test_ddp.py (PYTHONPATH: the build's python 
 
 import copy
 import io
+import functools
 import os
 import shutil
 import tempfile
@@ -59,6 +60,9 @@ def batch(step):
 
 
 LR, MOMENTUM = 0.05, 0.9
+# Checkpoints are read as torch.load reads them by default from PyTorch 2.6 on (1.13's
+# weights-only reader knows no floats).
+LOAD_ARGUMENTS = {} if torch.__version__.startswith("1.") else {"weights_only": True}
 
 
 class Run:
@@ -109,14 +113,26 @@ class _ToFloat32(torch.nn.Module):
         return x.float()
 
 
+@functools.lru_cache(maxsize=None)
+def _backend_broadcasts_bfloat16():
+    """Collective on its first call (every rank builds the same models in the same order):
+    whether the process group broadcasts bfloat16 tensors (gloo in PyTorch 1.13 does not,
+    "Invalid scalar type", raised alike on every rank before anything is sent)."""
+    try:
+        dist.broadcast(torch.zeros(1, dtype=torch.bfloat16), 0)
+    except RuntimeError:
+        return False
+    return True
+
+
 class _broadcast_through_float32:
-    """DDP broadcasts rank 0's parameters when it is built; gloo in PyTorch 1.13 cannot
-    broadcast bfloat16 ("Invalid scalar type"), so for a model with bfloat16 parameters the
-    broadcast goes through float32 copies (exact), as a newer gloo or NCCL would send it
-    natively."""
+    """DDP broadcasts rank 0's parameters when it is built; where the backend cannot broadcast
+    bfloat16 (gloo in PyTorch 1.13), a model with bfloat16 parameters is broadcast through
+    float32 copies (exact) instead, as a newer gloo or NCCL sends it natively."""
 
     def __init__(self, module):
-        self.active = any(p.dtype == torch.bfloat16 for p in module.parameters())
+        self.active = (any(p.dtype == torch.bfloat16 for p in module.parameters())
+                       and not _backend_broadcasts_bfloat16())
         self.original = None
 
     def __enter__(self):
@@ -125,6 +141,7 @@ class _broadcast_through_float32:
         import torch.nn.parallel.distributed as ddp_module
         self.original = ddp_module._sync_module_states
 
+        # The signature of PyTorch 1.13's private function, the only one that comes here.
         def sync(module, process_group, broadcast_bucket_size, src,
                  params_and_buffers_to_ignore):
             for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
@@ -375,7 +392,7 @@ def test_checkpoint(algorithm, whole_model=False, start_iter=0, momentum=0.0, ma
     a = run.parameters()
 
     buffer.seek(0)
-    checkpoint = torch.load(buffer)
+    checkpoint = torch.load(buffer, **LOAD_ARGUMENTS)
     restored_state = okt.OkTopkHookState(**settings)
     restored_state.load_state_dict(checkpoint["hook"])
     # Other initial values: the checkpoint must set them.
@@ -393,7 +410,7 @@ def test_checkpoint(algorithm, whole_model=False, start_iter=0, momentum=0.0, ma
 
     # A roll-back: the same objects, loaded with the checkpoint, repeat steps 3 to 5.
     buffer.seek(0)
-    checkpoint = torch.load(buffer)
+    checkpoint = torch.load(buffer, **LOAD_ARGUMENTS)
     state.load_state_dict(checkpoint["hook"])
     run.model.module.load_state_dict(checkpoint["model"])
     run.optimizer.load_state_dict(checkpoint["optimizer"])
@@ -564,6 +581,25 @@ def test_velocity_type():
           f"momentum correction keeps the velocities of a mixed model in float32: {types}")
 
 
+def test_numpy_velocities_load():
+    """A state saved when velocities were numpy arrays loads as one saved with tensors."""
+    state = okt.OkTopkHookState(algorithm="oktopk", density=0.05, momentum=MOMENTUM)
+    train(Run(state, seed=1), 3)
+    saved = state.state_dict()
+    check(saved["velocities"] and all(isinstance(v, torch.Tensor) and v.device.type == "cpu"
+                                      for v in saved["velocities"].values()),
+          "state_dict() holds the velocities as CPU tensors")
+    old = dict(saved, velocities={i: v.numpy() for i, v in saved["velocities"].items()})
+    settings = dict(algorithm="oktopk", density=0.05, momentum=MOMENTUM)
+    from_tensors = okt.OkTopkHookState(**settings)
+    from_tensors.load_state_dict(saved)
+    from_arrays = okt.OkTopkHookState(**settings)
+    from_arrays.load_state_dict(old)
+    a, b = from_tensors._saved_velocities, from_arrays._saved_velocities
+    check(a.keys() == b.keys() and all(torch.equal(a[i], b[i]) for i in a),
+          "velocities saved as numpy arrays restore the same values")
+
+
 def test_version_1_state():
     """A state saved before momentum correction (version 1) loads as saved without it."""
     state = okt.OkTopkHookState(algorithm="topka", density=0.05)
@@ -579,6 +615,32 @@ def test_version_1_state():
     e = raises(ValueError, corrected.load_state_dict, old)
     check(e is not None and "momentum" in str(e),
           f"a version 1 state into a state with momentum correction: ValueError ({e})")
+
+
+def test_per_parameter_calls_refused():
+    """DDP's Python reducer (compiled autograd's) calls comm hooks with (grad, param) pairs
+    instead of buckets: the hook refuses them with a TypeError that says so, on every rank."""
+    state = okt.OkTopkHookState(algorithm="oktopk", density=0.05)
+    parameter = torch.nn.Parameter(torch.ones(8))
+    e = raises(TypeError, okt.oktopk_hook, state, (torch.ones(8), parameter))
+    check(e is not None and "python_reducer" in str(e) and "GradBucket" in str(e),
+          f"a (grad, param) pair: TypeError naming the Python reducer ({e})")
+    dynamo_utils = getattr(getattr(torch, "_dynamo", None), "utils", None)
+    if not hasattr(dynamo_utils, "get_optimize_ddp_mode"):
+        return  # a PyTorch without the Python reducer (1.13)
+    config = torch._dynamo.config
+    mode = config.optimize_ddp
+    config.optimize_ddp = "python_reducer"
+    try:
+        model = DDP(make_model(0))
+    finally:
+        config.optimize_ddp = mode
+    model.register_comm_hook(okt.OkTopkHookState(algorithm="oktopk", density=0.05),
+                             okt.oktopk_hook)
+    x, y = batch(0)
+    e = raises(TypeError, lambda: torch.nn.functional.cross_entropy(model(x), y).backward())
+    check(e is not None and "python_reducer" in str(e),
+          f"DDP with the Python reducer: its backward raises the hook's TypeError ({e})")
 
 
 def test_state_errors():
@@ -719,8 +781,10 @@ def main():
         test_momentum_correction_sparse(whole_model=True)
         test_momentum_correction_sparse(masking=False)
         test_velocity_type()
+        test_numpy_velocities_load()
         test_version_1_state()
         test_state_errors()
+        test_per_parameter_calls_refused()
         test_nan_fails_everywhere()
         test_device_buckets_refused()
         test_gpu_model(whole_model=False)

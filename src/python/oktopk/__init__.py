@@ -44,6 +44,13 @@ from mpi4py import MPI as _MPI
 
 from . import _oktopk
 
+if int(_np.__version__.split(".")[0]) >= 2 and _oktopk.pybind11_version < (2, 12):
+    raise ImportError(
+        f"oktopk: this build's extension was compiled with pybind11 "
+        f"{'.'.join(map(str, _oktopk.pybind11_version))}, which reads numpy 1's array layout, "
+        f"but numpy {_np.__version__} is loaded: install numpy < 2 beside it, or rebuild "
+        "oktopk with pybind11 >= 2.12")
+
 _atexit.register(_oktopk.shutdown)
 
 __all__ = ["Handle", "Request", "ALGORITHMS", "DTYPES", "initialize", "version", "backend",

@@ -153,12 +153,10 @@ def _velocity_dtype(dtype):
     return _torch.float32 if dtype in (_torch.bfloat16, _torch.float16) else dtype
 
 
-def _numpy_copy(tensor):
-    """A flat numpy copy of a tensor's values (bfloat16, which numpy lacks, as float32: exact)."""
-    values = tensor.detach().cpu()
-    if values.dtype == _torch.bfloat16:
-        values = values.float()
-    return values.numpy().reshape(-1).copy()
+def _host_copy(tensor):
+    """A flat copy of a tensor's values on the host, a tensor of its own dtype: what
+    ``torch.load`` reads with its default ``weights_only=True`` (numpy arrays it refuses)."""
+    return tensor.detach().reshape(-1).to("cpu", copy=True)
 
 
 def _future_on(buffer):
@@ -286,7 +284,8 @@ class OkTopkHookState:
         self._device_permutations = {}  # (target, layouts, device) -> the index on the device
         self._checked = False
         self._velocities = {}   # parameter index -> this rank's velocity (momentum correction)
-        self._saved_velocities = {}  # restored, not yet claimed by a parameter: index -> array
+        # restored, not yet claimed by a parameter: index -> flat CPU tensor
+        self._saved_velocities = {}
         if getattr(self, "_completer", None) is None:
             self._completer = _Completer()
         if getattr(self, "_streams", None) is None:
@@ -357,8 +356,9 @@ class OkTopkHookState:
     def state_dict(self):
         """This rank's state, for ``torch.save``: the settings, the iteration counter, the
         parameters' sizes, per handle its layout and OkTopk state (bytes), and the velocities
-        of momentum correction (numpy arrays by parameter index). Every rank has its own. Waits
-        for the reduces in flight (there are none between optimizer steps)."""
+        of momentum correction (flat CPU tensors by parameter index), all of which
+        ``torch.load`` reads with ``weights_only=True``. Every rank has its own. Waits for the
+        reduces in flight (there are none between optimizer steps)."""
         self._completer.drain()
         slots = {}
         if self._pending is not None:
@@ -368,8 +368,8 @@ class OkTopkHookState:
             slots[key] = {"layout": list(slot.layout), "state": slot.handle.state_dict(),
                           "dtype": slot.handle.dtype}
         numels = self._numels if self._saved_numels is None else self._saved_numels
-        velocities = {index: v.copy() for index, v in self._saved_velocities.items()}
-        velocities.update({index: _numpy_copy(v) for index, v in self._velocities.items()})
+        velocities = {index: v.clone() for index, v in self._saved_velocities.items()}
+        velocities.update({index: _host_copy(v) for index, v in self._velocities.items()})
         return {"version": _STATE_VERSION, "settings": self._settings(),
                 "iteration": self.iteration, "numels": list(numels), "slots": slots,
                 "velocities": velocities}
@@ -406,8 +406,11 @@ class OkTopkHookState:
         self._pending = {key: (tuple(entry["layout"]), entry["state"],
                                entry.get("dtype", "float32"))
                          for key, entry in state_dict["slots"].items()} or None
-        self._saved_velocities = {int(index): _np.asarray(v).reshape(-1)
-                                  for index, v in state_dict.get("velocities", {}).items()}
+        # Tensors; states saved by earlier versions hold numpy arrays.
+        self._saved_velocities = {
+            int(index): (v if isinstance(v, _torch.Tensor) else _torch.from_numpy(
+                _np.asarray(v))).reshape(-1)
+            for index, v in state_dict.get("velocities", {}).items()}
 
     # ---- introspection
 
@@ -513,6 +516,14 @@ class OkTopkHookState:
     def hook(self, bucket):
         """The body of :func:`oktopk_hook`."""
         where = "oktopk.torch.oktopk_hook"
+        if not hasattr(bucket, "buffer"):
+            # Every rank's DDP calls its hooks alike, so every rank raises here.
+            raise TypeError(
+                f"{where}: given a {type(bucket).__name__}, not a torch.distributed.GradBucket: "
+                "DDP's Python reducer (torch._dynamo.config.optimize_ddp = 'python_reducer', "
+                "for compiled autograd) calls comm hooks once per parameter with (grad, "
+                "param), and OkTopk selects over whole buckets; keep another optimize_ddp mode "
+                "(the default, 'ddp_optimizer', hands the hook buckets)")
         if not self._checked:
             self._check_group(where)
         index = bucket.index()
@@ -615,12 +626,11 @@ class OkTopkHookState:
         dtype = _velocity_dtype(grad.dtype)
         if saved is None:
             return _torch.zeros_like(grad, dtype=dtype)
-        if saved.size != grad.numel():
+        if saved.numel() != grad.numel():
             raise RuntimeError(f"{where}: the checkpoint's velocity of parameter {index} has "
-                               f"{saved.size} elements, the parameter {grad.numel()}: not the "
-                               "model the state was saved from")
-        return _torch.from_numpy(saved.copy()).to(device=grad.device,
-                                                   dtype=dtype).reshape(grad.shape)
+                               f"{saved.numel()} elements, the parameter {grad.numel()}: not "
+                               "the model the state was saved from")
+        return saved.to(device=grad.device, dtype=dtype, copy=True).reshape(grad.shape)
 
     def _reduce_bucket(self, where, bucket, index, layout, last):
         slot = self._slots.get(index)
