@@ -44,7 +44,8 @@ oktopk_install_missing() {
 oktopk_install_packages() {
   oktopk_install_missing cmake ninja-build g++ make libopenmpi-dev openmpi-bin libopenblas-dev \
     libgtest-dev zlib1g-dev dataset-fashion-mnist bible-kjv bible-kjv-text ca-certificates \
-    gfortran ccache python3-dev python3-numpy python3-mpi4py python3-torch pybind11-dev
+    gfortran ccache python3-dev python3-numpy python3-mpi4py python3-torch python3-venv \
+    pybind11-dev
 }
 
 oktopk_codename() { (. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}"); }
@@ -215,6 +216,27 @@ oktopk_configure_and_build() {
   local targets=()
   for t in "$@"; do targets+=(--target "$t"); done
   cmake --build "$OKTOPK_BUILD_DIR" -j "$OKTOPK_JOBS" "${targets[@]}"
+}
+
+# The current PyTorch the Python tests also run under (scripts/torch-current.sh), with the
+# numpy and mpi4py it is tested with. numpy stays below 2 while Debian's pybind11 (2.10) builds
+# the extension: pybind11 reads numpy 2's array layout only from 2.12 on.
+OKTOPK_TORCH_PINS=(torch==2.15.0 numpy==1.26.4 mpi4py==4.1.2)
+OKTOPK_TORCH_VENV=${OKTOPK_TORCH_VENV:-$(dirname "$OKTOPK_DEPS_PREFIX")/python-torch-2.15.0}
+
+# oktopk_torch_venv: makes OKTOPK_TORCH_VENV with OKTOPK_TORCH_PINS from PyPI once; mpi4py from
+# its source, against the system's MPI compiler wrapper (the MPI liboktopk links).
+oktopk_torch_venv() {
+  if [ -f "$OKTOPK_TORCH_VENV/.oktopk-complete" ]; then
+    oktopk_log "reusing the Python environment $OKTOPK_TORCH_VENV"; return
+  fi
+  oktopk_log "making the Python environment $OKTOPK_TORCH_VENV (${OKTOPK_TORCH_PINS[*]})"
+  rm -rf "$OKTOPK_TORCH_VENV"
+  /usr/bin/python3 -m venv "$OKTOPK_TORCH_VENV"
+  local pip=("$OKTOPK_TORCH_VENV/bin/python" -m pip --disable-pip-version-check)
+  "${pip[@]}" install -q --progress-bar off "${OKTOPK_TORCH_PINS[@]:0:2}"
+  MPICC=mpicc "${pip[@]}" install -q --progress-bar off --no-binary mpi4py "${OKTOPK_TORCH_PINS[2]}"
+  touch "$OKTOPK_TORCH_VENV/.oktopk-complete"
 }
 
 oktopk_setup() {
