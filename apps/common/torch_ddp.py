@@ -19,8 +19,9 @@ import tempfile
 from mpi4py import MPI
 
 OKTOPK_HOOKS = ("oktopk", "topka", "topkdsa", "gtopk", "gaussiank", "s2", "dense")
-# DDP's own: its allreduce, and its hooks that send the values as 16-bit floats.
-DDP_HOOKS = ("none", "bf16_compress", "fp16_compress")
+# PyTorch's own: DDP's allreduce, its hooks that send the values as 16-bit floats, and
+# PowerSGD (low-rank compression with error feedback and warm start).
+DDP_HOOKS = ("none", "bf16_compress", "fp16_compress", "powersgd")
 HOOKS = OKTOPK_HOOKS + DDP_HOOKS
 # The values' type on an OkTopk hook's wire, and its bytes (native: the model's own type).
 WIRE_BYTES = {"native": None, "bf16": 2, "fp16": 2}
@@ -63,7 +64,11 @@ def add_training_arguments(parser, default_lr):
     parser.add_argument("--hook", default="oktopk", choices=HOOKS,
                         help="OkTopk method of the hook; none for DDP's own allreduce; "
                              "bf16_compress or fp16_compress for DDP's hooks that send the "
-                             "values as 16-bit floats (default oktopk)")
+                             "values as 16-bit floats; powersgd for PyTorch's PowerSGD hook "
+                             "(rank --powersgd-rank, error feedback, warm start, dense for "
+                             "the first --start-iter steps) (default oktopk)")
+    parser.add_argument("--powersgd-rank", type=int, default=4,
+                        help="the rank of PowerSGD's approximation, >= 1 (default 4)")
     parser.add_argument("--wire", default="native", choices=tuple(WIRE_BYTES),
                         help="the values' type on an OkTopk hook's wire: native (the model's "
                              "own), bf16 or fp16 (a float32 model's values rounded to 16 bits "
@@ -92,7 +97,8 @@ def add_training_arguments(parser, default_lr):
                              "where the reduce sent the rank's entry (default off)")
     parser.add_argument("--start-iter", type=int, default=2,
                         help="steps made with DDP's dense allreduce before the hook's method "
-                             "starts (default 2: DDP rebuilds its buckets after step 1)")
+                             "(OkTopk's or PowerSGD) starts, >= 2 for powersgd (default 2: "
+                             "DDP rebuilds its buckets after step 1)")
     parser.add_argument("--whole-model", action="store_true",
                         help="one OkTopk handle over all buckets (global top-k selection)")
     parser.add_argument("--seed", type=int, default=1, help="initialisation and shuffling "
@@ -113,6 +119,11 @@ def check_training_arguments(parser, args, default_lr):
         parser.error(f"--weight-decay must be a finite number >= 0, not {args.weight_decay}")
     if args.start_iter < 0:
         parser.error(f"--start-iter must be >= 0, not {args.start_iter}")
+    if args.hook == "powersgd" and args.start_iter < 2:
+        parser.error(f"--hook powersgd needs --start-iter >= 2 (PowerSGD's error feedback and "
+                     f"warm start start after DDP's bucket rebuild), not {args.start_iter}")
+    if args.powersgd_rank < 1:
+        parser.error(f"--powersgd-rank must be >= 1, not {args.powersgd_rank}")
     if args.wire != "native" and args.hook not in OKTOPK_HOOKS:
         parser.error(f"--wire {args.wire} is for an OkTopk hook, not --hook {args.hook}")
 
@@ -124,10 +135,12 @@ def uses_momentum_correction(args):
 
 
 def register_hook(model, args, sparse_rows=None):
-    """Registers the hook the flags name on the DDP ``model``; returns OkTopk's hook state, or
-    None for DDP's own hooks."""
+    """Registers the hook the flags name on the DDP ``model``; returns OkTopk's hook state, a
+    PowerSGDCount, or None for DDP's other hooks."""
     import oktopk.torch as okt
 
+    if args.hook == "powersgd":
+        return _register_powersgd(model, args)
     if args.hook in DDP_HOOKS:
         _register_ddp_hook(model, args.hook)
         return None
@@ -198,6 +211,45 @@ def make_ddp(module):
         ddp_module._sync_module_states = original
 
 
+class PowerSGDCount:
+    """PowerSGD's state and the elements counted so far of those its hook allreduced (its P and
+    Q factors and the tensors it sends uncompressed: the state's own running count)."""
+
+    def __init__(self, state):
+        self.state = state
+        self.counted = 0
+
+    def elements_since_last(self):
+        total = self.state.compression_stats()[2]
+        elements, self.counted = total - self.counted, total
+        return elements
+
+
+def _register_powersgd(model, args):
+    """PyTorch's PowerSGD hook as its docs recommend it: error feedback and warm start on, DDP's
+    allreduce for the first --start-iter steps. Returns its PowerSGDCount."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+
+    state = powersgd.PowerSGDState(process_group=None,
+                                   matrix_approximation_rank=args.powersgd_rank,
+                                   start_powerSGD_iter=args.start_iter,
+                                   use_error_feedback=True, warm_start=True)
+    model.register_comm_hook(state, _one_bucket_at_a_time)
+    return PowerSGDCount(state)
+
+
+def _one_bucket_at_a_time(state, bucket):
+    """PowerSGD's hook, each bucket's allreduces done before the next bucket's start. Its
+    allreduces of a bucket are chained in callbacks, and with several buckets in flight gloo
+    meets them in another order on each rank (at P = 4: "op.preamble.length <= op.nbytes" and
+    an abort); NCCL orders them on one stream."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+
+    future = powersgd.powerSGD_hook(state, bucket)
+    future.wait()
+    return future
+
+
 def _bits(torch, tensor):
     """A contiguous tensor's elements as integers of the same width (a view: same storage)."""
     kinds = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -259,6 +311,9 @@ def describe_optimizer(args):
     """The optimizer and where its momentum lives, for the header line."""
     if args.optimizer == "adam":
         return f"Adam lr {args.lr} weight decay {args.weight_decay}"
+    if args.hook == "powersgd":
+        return (f"SGD lr {args.lr}, momentum {args.momentum} and weight decay "
+                f"{args.weight_decay} in the optimizer; PowerSGD rank {args.powersgd_rank}")
     where = (f"in the hook (momentum correction, masking {args.momentum_masking})"
              if uses_momentum_correction(args) else "in the optimizer")
     return (f"SGD lr {args.lr}, momentum {args.momentum} and weight decay {args.weight_decay} "
@@ -270,7 +325,9 @@ def bytes_sent(state, args, n, value_bytes, iteration):
     each: the OkTopk hook's own count for its sparse methods, else the dense ring's
     2 (P - 1) / P of the n values in the width they travel in: 2 bytes with DDP's compression
     hooks, the wire's with OkTopk's dense method, the model's with DDP's allreduce and in the
-    hook's warm-up."""
+    hook's warm-up. PowerSGD's: the ring's 2 (P - 1) / P of the elements it allreduced."""
+    if args.hook == "powersgd" and iteration >= args.start_iter:
+        return 2 * (size - 1) / size * value_bytes * state.elements_since_last()
     if args.hook in ("bf16_compress", "fp16_compress"):
         width = 2
     elif args.hook == "none" or iteration < args.start_iter:

@@ -10,7 +10,8 @@ gradient keeps only the rows of the words a step saw) on its own sequences of ea
 DDP averages the gradients over the ranks through the hook chosen with --hook: an OkTopk method
 (oktopk, topka, ... or dense, OkTopk's dense allreduce) through oktopk.torch.oktopk_hook, its
 values sent in the model's type or as --wire says; or none (DDP's own allreduce), or DDP's
-bf16_compress_hook or fp16_compress_hook. With --optimizer sgd and an OkTopk hook, the hook
+bf16_compress_hook or fp16_compress_hook, or powersgd (PyTorch's PowerSGD hook, rank
+--powersgd-rank, error feedback and warm start, the momentum in the optimizer). With --optimizer sgd and an OkTopk hook, the hook
 keeps the momentum (and weight decay) itself and reduces each rank's velocity
 (--momentum-correction on, the default; --momentum-masking on also clears a rank's velocity
 where the reduce sent the rank's entry); the optimizer is then plain SGD.

@@ -9,7 +9,8 @@ own shard of the training set; DDP averages the gradients over the ranks through
 chosen with --hook: an OkTopk method (oktopk, topka, ... or dense, OkTopk's dense allreduce)
 through oktopk.torch.oktopk_hook, its values sent in the model's type or as --wire says; or none
 (DDP's own allreduce), or DDP's bf16_compress_hook or fp16_compress_hook, the 16-bit dense
-baselines. With SGD and an OkTopk hook, momentum correction is on by default: the hook keeps
+baselines, or powersgd (PyTorch's PowerSGD hook, rank --powersgd-rank, error feedback and warm
+start, the momentum in the optimizer). With SGD and an OkTopk hook, momentum correction is on by default: the hook keeps
 each rank's velocity and averages velocities, and the optimizer is plain SGD
 (--momentum-correction off: SGD with momentum applies momentum to the averaged gradient;
 --momentum-masking on: the hook also clears a rank's velocity where the reduce sent the rank's

@@ -65,6 +65,15 @@ mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.4f", s / NR }'; }
 base=$(mean "${base_values[@]}") cand=$(mean "${cand_values[@]}")
 gap=$(awk -v b="$base" -v c="$cand" 'BEGIN { printf "%.4f", b - c }')
 echo "baseline mean $base, candidate mean $cand: the candidate is $gap below (allowed $tolerance)"
+if [ ${#seeds[@]} -gt 1 ]; then
+  # The spread of the per-seed gaps, from which a test's tolerance is derived.
+  paste -d ' ' <(printf '%s\n' "${base_values[@]}") <(printf '%s\n' "${cand_values[@]}") |
+    awk '{ d[NR] = $1 - $2; s += d[NR] }
+         END { m = s / NR; for (i = 1; i <= NR; i++) v += (d[i] - m) ^ 2
+               sd = sqrt(v / (NR - 1))
+               printf "per-seed gaps: standard deviation %.4f, standard error of the mean %.4f\n",
+                      sd, sd / sqrt(NR) }'
+fi
 if awk -v g="$gap" -v t="$tolerance" 'BEGIN { exit !(g <= t) }'; then
   echo "fidelity: within tolerance"
 else
