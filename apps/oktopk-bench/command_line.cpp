@@ -59,6 +59,9 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
                                            N(0, 1), shared equal on all ranks, 0 <= RHO <= 1
                            rows:R          embedding-like: rows of 64 entries, each row N(0, 1)
                                            with probability R (0 < R <= 1), else all zero
+                           levels:L        quantized: a random sign times one of the
+                                           magnitudes 1, 2, ..., L (1 <= L <= 65536; 1: all
+                                           magnitudes tie)
                            file:PATH       replay a gradient file: call t of rank r uses its
                                            gradient (t * P + r) mod count
                          Generated gradients depend only on (seed, rank, call), so every
@@ -182,12 +185,19 @@ Distribution parse_distribution(const std::string& text) {
     if (!(d.parameter > 0.0 && d.parameter <= 1.0)) {
       throw UsageError("--dist rows:R needs 0 < R <= 1, got " + value);
     }
+  } else if (name == "levels" && has_value) {
+    d.kind = DistKind::Levels;
+    d.parameter = parse_number<double>("--dist levels:L", value);
+    if (!(d.parameter >= 1.0 && d.parameter <= 65536.0 && d.parameter == std::floor(d.parameter))) {
+      throw UsageError("--dist levels:L needs an integer 1 <= L <= 65536, got " + value);
+    }
   } else if (name == "file" && has_value && !value.empty()) {
     d.kind = DistKind::File;
     d.path = value;
   } else {
-    throw UsageError("unknown --dist '" + text +
-                     "' (valid: normal laplace lognormal correlated:RHO rows:R file:PATH)");
+    throw UsageError(
+        "unknown --dist '" + text +
+        "' (valid: normal laplace lognormal correlated:RHO rows:R levels:L file:PATH)");
   }
   return d;
 }
@@ -337,7 +347,8 @@ Args parse(int argc, char* argv[]) {
     throw UsageError("--mpi-baseline times MPI_Allreduce, which has no " + a.dtype +
                      " type: use --dtype float32 or float64");
   }
-  if (a.shifted_draws && (a.dist.kind == DistKind::Rows || a.dist.kind == DistKind::File)) {
+  if (a.shifted_draws && (a.dist.kind == DistKind::Rows || a.dist.kind == DistKind::Levels ||
+                          a.dist.kind == DistKind::File)) {
     throw UsageError("--shifted-draws works with normal, laplace, lognormal and correlated:RHO");
   }
   if (!a.dump_path.empty() && !a.dist.path.empty()) {

@@ -15,11 +15,11 @@ namespace oktopk::bench {
 using oktopk::apps::parse_number;
 using oktopk::apps::UsageError;
 
-enum class DistKind { Normal, Laplace, Lognormal, Correlated, Rows, File };
+enum class DistKind { Normal, Laplace, Lognormal, Correlated, Rows, Levels, File };
 
 struct Distribution {
   DistKind kind = DistKind::Normal;
-  double parameter = 0.0;  // RHO or R
+  double parameter = 0.0;  // RHO, R or L
   std::string path;        // file:PATH
   std::string text = "normal";
 };

@@ -164,6 +164,12 @@ void GradientSource::generate(const Exec& exec, std::int64_t call, const Vector&
                     ? normal_at(own, i)
                     : 0.0;
             break;
+          case DistKind::Levels: {
+            const std::uint64_t h = splitmix64(own + j);
+            const auto level = static_cast<double>(1 + (h >> 1) % static_cast<std::uint64_t>(p));
+            x = (h & 1u) != 0 ? -level : level;
+            break;
+          }
           default:
             x = normal_at(own, i);
             break;

@@ -66,6 +66,9 @@ typedef struct oktopk_stats {
    * nodes, option node_size; the rest stayed inside this rank's node). */
   int64_t bytes_sent_between_nodes;
   int64_t bytes_received_between_nodes;
+  /* 1 if a top-k method selected nothing on any rank although some rank's input had a
+   * non-zero entry (the C++ ReduceStats::selected_nothing) */
+  int32_t selected_nothing;
 } oktopk_stats;
 
 /* One phase of a handle's last reduce call on this rank: its time and traffic, the traffic

@@ -27,12 +27,13 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 /// - a dense call (the Dense method, or a warm-up call; stats().dense): the SUM allreduce of
 ///   acc, divided by P;
 /// - TopkA, TopkDSA, GaussianK, OkTopk: every rank masks its acc with
-///   |acc| > stats().local_threshold (its own threshold); R = the SUM allreduce of the masked
-///   vectors; expected = R where |R| > stats().global_threshold (the same on all ranks; -Inf for
-///   methods without a global selection), else 0; then divided by P (a float division, as the
-///   methods do). OkTopk's exact global threshold is the (k+1)-th largest |R|, and the
-///   entries equal to it that complete the k are selected too: those lie on the threshold
-///   and are borderline (below);
+///   |acc| > stats().local_threshold (its own threshold; entries equal to an exact local
+///   threshold, of which the method takes the first in index order up to k, are borderline); R =
+///   the SUM allreduce of the masked vectors; expected = R where |R| > stats().global_threshold
+///   (the same on all ranks; -Inf for methods without a global selection), else 0; then divided by
+///   P (a float division, as the methods do). OkTopk's exact global threshold is the (k+1)-th
+///   largest |R|, and the entries equal to it that complete the k are selected too: those lie on
+///   the threshold and are borderline (below);
 /// - GTopk: every rank's leaf, its k largest (the entries with |acc| > local_threshold, then,
 ///   if fewer than k and local_threshold > 0, those equal to it in index order up to k), is
 ///   gathered to every rank and the tree is simulated on the host: in rounds s = 1, 2, 4, ...
@@ -85,6 +86,15 @@ inline constexpr double default_oracle_tolerance = 1e-5;
 ///   rel_tol·|expected| / 2 are set to NaN instead (they cannot be checked to rel_tol), which for
 ///   S2 is most of them.
 ///
+/// Entries on a threshold may go either way, but not all of them at once: a top-k method's
+/// rank must have contributed as many entries as its selection rule promises
+/// (stats().local_selected; with e the non-zeros of its acc and m = min(k, e): m for an exact
+/// local threshold, whose ties complete the k in index order; at least guard_low·m for
+/// Ok-Topk's reused threshold, gaussian_low·m for Gaussian-k's estimate, and one entry when m >
+/// 0). On a rank that contributed fewer, the first entries of `expected`, as many as it lacked,
+/// are +Inf, so that count_mismatches counts the shortfall (not checked in the hierarchical
+/// mode).
+///
 /// Throws std::invalid_argument (on every rank) if any rank passes Views whose length is not
 /// handle.size() (an empty `slack` is "not given"), std::logic_error if the handle has not
 /// reduced anything yet.
@@ -100,7 +110,8 @@ void expected_result(
 /// output on this rank) is not finite, or differs from rank 0's output (every rank must get
 /// the same result), or differs from `expected` (from expected_result) by more than
 /// max(rel_tol·max(|out|, |expected|), slack) + 1e-30. Entries where `expected` is NaN
-/// (borderline, see expected_result) are held to the first two rules only. `slack` is the
+/// (borderline, see expected_result) are held to the first two rules only; entries where it is
+/// +Inf (a selection's shortfall) are wrong whatever `out` holds. `slack` is the
 /// View expected_result filled, or empty for none.
 ///
 /// Returns the largest count over the ranks, so every rank gets the same number.

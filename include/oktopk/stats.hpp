@@ -51,6 +51,11 @@ struct ReduceStats {
   bool balanced = false;
   /// TopkDSA: the allgather carried the dense regions.
   bool dense_switch = false;
+  /// A top-k method (topka, topkdsa, gaussiank, oktopk, gtopk) selected nothing on any rank
+  /// although some rank's input had a non-zero entry: the output is all zero and the whole
+  /// input stays in the residual. The methods' tie rules (docs/algorithms.md) keep this from
+  /// happening; a training loop can check it. The same on every rank.
+  bool selected_nothing = false;
   /// Time and traffic by phase (selection, split_reduce, allgatherv, ...).
   std::map<std::string, PhaseStats> phases;
   /// Per segment of the handle's Layout, in its order: the output's non-zeros (one count per

@@ -932,6 +932,7 @@ int oktopk_get_stats(const oktopk_handle* handle, oktopk_stats* stats) {
     stats->dense = s.dense ? 1 : 0;
     stats->bytes_sent_between_nodes = traffic.bytes_sent_between_nodes;
     stats->bytes_received_between_nodes = traffic.bytes_received_between_nodes;
+    stats->selected_nothing = s.selected_nothing ? 1 : 0;
   });
 }
 

@@ -33,6 +33,7 @@ module oktopk
     real(c_float) :: local_threshold, global_threshold
     integer(c_int32_t) :: dense
     integer(c_int64_t) :: bytes_sent_between_nodes, bytes_received_between_nodes
+    integer(c_int32_t) :: selected_nothing
   end type oktopk_stats
 
   !> One phase of the last reduce call on this rank (the C struct oktopk_phase_stats); name is

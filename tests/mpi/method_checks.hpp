@@ -269,17 +269,19 @@ inline void check_common(Runner& runner, const Call& c) {
 // ---- the threshold oracle (spec §6.1-6.3) ---------------------------------------------------
 
 struct Oracle {
-  std::vector<char> mask;  // this rank's selection: |acc| > local_threshold
+  std::vector<char> mask;  // this rank's selection: |acc| > local_threshold, and ties (below)
   std::vector<float> R;    // Σ_i acc_i·mask_i (exact)
   std::vector<char> G;     // |R| > global_threshold, and the ties that complete k (below)
   std::int64_t local_count = 0;
   std::int64_t global_count = 0;  // entries of G
 };
 
-/// Collective. With `ties_complete_k` (Ok-Topk's exact global threshold, the (k+1)-th largest
-/// |R|), G also holds the first entries with |R| == global_threshold in index order, up to k
-/// in all, when that threshold is above 0.
-inline Oracle build_oracle(const Call& c, std::int64_t k = 0, bool ties_complete_k = false) {
+/// Collective. An exact local threshold (stats().local_threshold_exact, the (k+1)-th largest
+/// |acc|) also takes the first entries with |acc| == local_threshold in index order, up to k in
+/// all, when that threshold is finite and above 0. With `ties_complete_k` (Ok-Topk's exact
+/// global threshold, the (k+1)-th largest |R|), G likewise holds the first entries with |R| ==
+/// global_threshold, up to k in all.
+inline Oracle build_oracle(const Call& c, std::int64_t k, bool ties_complete_k = false) {
   Oracle o;
   const std::size_t n = c.acc.size();
   const float lt = c.stats.local_threshold;
@@ -292,6 +294,15 @@ inline Oracle build_oracle(const Call& c, std::int64_t k = 0, bool ties_complete
       o.mask[j] = 1;
       masked[j] = c.acc[j];
       ++o.local_count;
+    }
+  }
+  if (c.stats.local_threshold_exact && std::isfinite(lt) && lt > 0.0f) {
+    for (std::size_t j = 0; j < n && o.local_count < k; ++j) {
+      if (std::fabs(c.acc[j]) == lt) {
+        o.mask[j] = 1;
+        masked[j] = c.acc[j];
+        ++o.local_count;
+      }
     }
   }
   o.R = sum_over_ranks(masked);
@@ -498,6 +509,36 @@ inline void expect_ring_bytes(const Call& c, std::int64_t value_bytes) {
   EXPECT_LE(sent, chunks * (n / P + 1) * value_bytes);
 }
 
+/// Collective. A top-k method's rank contributes min(k, its non-zeros) entries at an exact
+/// local threshold, and at a reused or estimated one at least `fraction` of that (Ok-Topk:
+/// guard_low with guard_exact; Gaussian-k: gaussian_low) and one entry when there are any:
+/// ties at a threshold never leave it with nothing to send. `fraction` comes from the options,
+/// the counts from the host copy of acc, independently of the library's oracle.
+inline void expect_selection_count(Runner& runner, const Call& c) {
+  Handle& h = runner.handle();
+  const Algorithm a = h.algorithm();
+  const Options& o = h.options();
+  const std::int64_t wanted = std::min(h.k(), count_nonzero(c.acc));
+  double fraction = 1.0;
+  if (!c.stats.local_threshold_exact) {
+    if (a == Algorithm::GaussianK) fraction = o.gaussian_low;
+    if (a == Algorithm::OkTopk) fraction = o.guard_exact ? o.guard_low : 0.0;
+  }
+  const double needed = wanted > 0 ? std::max(fraction * static_cast<double>(wanted), 1.0) : 0.0;
+  EXPECT_GE(static_cast<double>(c.stats.local_selected), needed)
+      << "rank " << world_rank() << " selected " << c.stats.local_selected << " of " << wanted
+      << " eligible (k " << h.k() << ", local threshold " << describe(c.stats.local_threshold)
+      << (c.stats.local_threshold_exact ? ", exact)" : ", reused or estimated)");
+  EXPECT_FALSE(c.stats.selected_nothing);
+  if (a == Algorithm::TopkA || a == Algorithm::TopkDSA || a == Algorithm::GTopk ||
+      (c.stats.local_threshold_exact && a != Algorithm::S2Reducer)) {
+    // k >= n: the threshold is -Inf, and every entry, zeros too, is taken.
+    const auto n = static_cast<std::int64_t>(c.acc.size());
+    EXPECT_EQ(c.stats.local_selected, h.k() >= n ? n : wanted)
+        << "an exact local top-k takes min(k, non-zeros)";
+  }
+}
+
 /// What check_call found, for tests that look further.
 struct Checked {
   bool dense = false;
@@ -527,6 +568,9 @@ inline Checked check_call(Runner& runner, const Call& c) {
   } else if (a == Algorithm::S2Reducer) {
     check_s2(c, h.options());
   }
+  const bool top_k = a == Algorithm::TopkA || a == Algorithm::TopkDSA ||
+                     a == Algorithm::GaussianK || a == Algorithm::OkTopk || a == Algorithm::GTopk;
+  if (!result.dense && top_k) expect_selection_count(runner, c);
   if (!result.dense && exact_local_topk_every_call(a)) {
     EXPECT_TRUE(c.stats.local_threshold_exact);
     EXPECT_EQ(bits_of(c.stats.local_threshold), bits_of(kth_abs(c.acc, h.k())))

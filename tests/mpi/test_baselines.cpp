@@ -109,7 +109,7 @@ SparseList select_host(const std::vector<float>& x, float threshold) {
   return selected;
 }
 
-// gTopk's k largest of `list` (ascending indices) given the (k+1)-th largest magnitude: those
+// The k largest of `list` (ascending indices) given the (k+1)-th largest magnitude: those
 // above it, then, when fewer than k and it is above 0, those equal to it in index order.
 SparseList top_k_host(const SparseList& list, float threshold, std::int64_t k) {
   std::int64_t ties = 0;
@@ -131,9 +131,11 @@ SparseList top_k_host(const SparseList& list, float threshold, std::int64_t k) {
 }
 
 // The Gaussian-k threshold the method should end with: the library's normal fit (a kernel with
-// its own unit tests), then the correction loops of the specification, replayed on the host.
+// its own unit tests), then the correction loops of the specification, replayed on the host;
+// where the count at the last threshold is still outside [low·k, high·k], the exact top-k
+// threshold instead (*exact set).
 float gaussian_threshold_model(const Exec& exec, const std::vector<float>& acc, std::int64_t k,
-                               const oktopk::Options& options, float* estimate) {
+                               const oktopk::Options& options, float* estimate, bool* exact) {
   DeviceVector acc_d("test::acc", acc.size());
   auto host = Kokkos::create_mirror_view(acc_d);
   for (std::size_t i = 0; i < acc.size(); ++i) host(i) = acc[i];
@@ -152,7 +154,12 @@ float gaussian_threshold_model(const Exec& exec, const std::vector<float>& acc, 
       }
     }
   }
-  return threshold;
+  const auto count = static_cast<double>(select_host(acc, threshold).size());
+  const auto n = static_cast<std::int64_t>(acc.size());
+  *exact = k > 0 && k < n &&
+           (count < options.gaussian_low * static_cast<double>(k) ||
+            count > options.gaussian_high * static_cast<double>(k));
+  return *exact ? exact_threshold(acc, k) : threshold;
 }
 
 // Every rank's list on every rank, in rank order.
@@ -308,26 +315,34 @@ Observed run_and_check(Algorithm algorithm, std::int64_t n, double density, Patt
       }
     } else {
       const float threshold = stats.local_threshold;
+      bool exact = true;
       if (algorithm == Algorithm::TopkDSA) {
         EXPECT_TRUE(stats.local_threshold_exact);
         EXPECT_EQ(bits_of(threshold), bits_of(exact_threshold(acc, k)));
       } else {
         float estimate = 0.0f;
-        const float model = gaussian_threshold_model(exec, acc, k, handle->options(), &estimate);
+        const float model =
+            gaussian_threshold_model(exec, acc, k, handle->options(), &estimate, &exact);
         EXPECT_EQ(bits_of(threshold), bits_of(model));
+        EXPECT_EQ(stats.local_threshold_exact, exact);
         if (bits_of(model) != bits_of(estimate)) ++observed.corrected_calls;
       }
       EXPECT_EQ(bits_of(stats.global_threshold), bits_of(-inf));
+      // An exact threshold's ties complete the k, in index order.
+      SparseList candidates;
+      for (std::size_t i = 0; i < acc.size(); ++i) {
+        candidates.emplace_back(static_cast<std::int32_t>(i), acc[i]);
+      }
+      const SparseList taken =
+          exact ? top_k_host(candidates, threshold, k) : select_host(acc, threshold);
       std::vector<float> masked(g.size(), 0.0f);
       std::vector<char> chosen(g.size(), 0);
-      std::int64_t selected = 0;
-      for (std::size_t i = 0; i < g.size(); ++i) {
-        if (std::fabs(acc[i]) > threshold) {
-          masked[i] = acc[i];
-          chosen[i] = 1;
-          next_residual[i] = 0.0f;
-          ++selected;
-        }
+      const auto selected = static_cast<std::int64_t>(taken.size());
+      for (const auto& [i, v] : taken) {
+        const auto j = static_cast<std::size_t>(i);
+        masked[j] = v;
+        chosen[j] = 1;
+        next_residual[j] = 0.0f;
       }
       EXPECT_EQ(stats.local_selected, selected);
       std::vector<float> sum(g.size(), 0.0f);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Every method against its oracle (the Method suite), then TopkDSA's, gTopk's and S2's own
-// cases, and the ties that complete k at an exact threshold (gTopk, Ok-Topk).
+// Every method against its oracle (the Method suite, ties at every threshold among its cases),
+// then TopkDSA's, gTopk's and S2's own cases, and the ties that complete k at an exact
+// threshold (gTopk, Ok-Topk).
 #include "mpi/method_checks.hpp"
 
 #include <oktopk/make_sparse_allreduce.hpp>
@@ -284,6 +285,49 @@ TEST_P(Method, WarmupCallsAreDense) {
   }
 }
 
+/// Gradients whose magnitudes tie: every entry 1.0 on every rank (`levels` 1), or `levels`
+/// magnitudes 1 .. levels (in units of 2^-4) with random signs, different on every rank.
+std::vector<float> tied_gradient(int levels, std::int64_t call, std::int64_t n) {
+  std::vector<float> g(static_cast<std::size_t>(n), 1.0f);
+  if (levels == 1) return g;
+  for (std::int64_t j = 0; j < n; ++j) {
+    const auto u =
+        hash_key(43, static_cast<std::uint64_t>(levels), static_cast<std::uint64_t>(world_rank()),
+                 static_cast<std::uint64_t>(call), static_cast<std::uint64_t>(j));
+    const auto m = static_cast<float>(1 + static_cast<int>(u % static_cast<std::uint64_t>(levels)));
+    g[static_cast<std::size_t>(j)] = ((u >> 63) != 0 ? -m : m) * 0x1p-4f;
+  }
+  return g;
+}
+
+// Ties at every threshold a method meets, local and global, exact, reused and estimated, in
+// the input and, from the second call on, in the residual (an all-equal input leaves the
+// unsent entries tied at twice the value): every call keeps k entries. An identical all-equal
+// input on every rank makes every rank's k the first k indices, so the output has exactly k
+// non-zeros there.
+TEST_P(Method, KeepsKWhenMagnitudesTie) {
+  const Algorithm a = GetParam();
+  if (a == Algorithm::Dense || a == Algorithm::S2Reducer) GTEST_SKIP() << "no top-k selection";
+  for (const std::int64_t n : {1000, 10000}) {
+    for (const double density : {0.1, 0.01}) {
+      for (const int levels : {1, 2, 4, 16}) {
+        Runner runner(a, n, Options{}.set_density(density));
+        const std::int64_t k = runner.handle().k();
+        for (int call = 0; call < 6; ++call) {
+          SCOPED_TRACE("n " + std::to_string(n) + ", density " + std::to_string(density) +
+                       ", levels " + std::to_string(levels) + ", call " + std::to_string(call + 1));
+          const Call c = runner.reduce(tied_gradient(levels, call, n));
+          check_call(runner, c);
+          EXPECT_GT(count_nonzero(c.out), 0) << "nothing selected";
+          if (levels == 1) {
+            EXPECT_EQ(count_nonzero(c.out), k);
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---- method-specific behaviour --------------------------------------------------------------
 
 TEST(TopkDSA, SparseAndDenseSwitchBothMatchTheOracle) {
@@ -334,11 +378,9 @@ std::vector<float> tied_blocks(std::int64_t n, std::int64_t k, bool all_equal) {
 TEST(TiesAtAnExactThreshold, CompleteTheKLargestInIndexOrder) {
   const std::int64_t n = 400;  // room for 8 ranks' blocks of 2k = 32
   const Options options = Options{}.set_density(0.04).set_threshold_period(1);
-  // Ok-Topk's local selection is a threshold (strict), so only gTopk, whose local selection
-  // is its top k, is given ties inside a rank as well.
   for (const auto& [algorithm, all_equal] :
-       {std::pair{Algorithm::OkTopk, false}, std::pair{Algorithm::GTopk, false},
-        std::pair{Algorithm::GTopk, true}}) {
+       {std::pair{Algorithm::OkTopk, false}, std::pair{Algorithm::OkTopk, true},
+        std::pair{Algorithm::GTopk, false}, std::pair{Algorithm::GTopk, true}}) {
     SCOPED_TRACE(std::string(oktopk::to_string(algorithm)) + (all_equal ? ", all equal" : ""));
     Runner runner(algorithm, n, options);
     const std::int64_t k = runner.handle().k();

@@ -4,7 +4,7 @@ every rank, in place equals out of place, dense is the mean, errors are exceptio
 kind on every rank where the library agrees on them, and never a hang when one rank alone passes
 a bad array), torch tensors are reduced in place, states round-trip, and asynchronous calls on
 four handles at once, completed out of order, equal the same calls made blocking; sparse
-results are the entries of the dense ones.
+results are the entries of the dense ones; gradients whose magnitudes tie still keep k entries.
 
 Run: mpiexec -n P python3 -m mpi4py test_handle.py (PYTHONPATH: the build's python folder)."""
 
@@ -80,7 +80,7 @@ def test_method(method, n):
     keys = {"iteration", "k", "local_selected", "global_selected", "bytes_sent",
             "bytes_received", "messages_sent", "messages_received", "seconds",
             "local_threshold", "global_threshold", "dense", "bytes_sent_between_nodes",
-            "bytes_received_between_nodes", "phases", "segments"}
+            "bytes_received_between_nodes", "selected_nothing", "phases", "segments"}
     check(set(stats) == keys and stats["iteration"] == calls and stats["k"] == a.k
           and (size == 1 or stats["bytes_sent"] > 0) and stats["seconds"] >= 0
           and isinstance(stats["dense"], bool) and stats["dense"] == (method == "dense")
@@ -108,6 +108,37 @@ def test_method(method, n):
 
 ROWS, WIDTH, DENSE = 30, 40, 801
 LAYOUT = [("rows", ROWS * WIDTH, WIDTH, "embedding"), ("dense", DENSE)]
+
+
+TOP_K_METHODS = ("topka", "topkdsa", "gtopk", "gaussiank", "oktopk")
+
+
+def test_ties():
+    """Gradients whose magnitudes tie: all ones on every rank, and values drawn from
+    {-2, -1, 1, 2} per rank. Every call of a top-k method keeps entries from the first call on
+    (all ones: exactly k, the first k indices on every rank), and stats() never reports an
+    empty selection."""
+    for method in TOP_K_METHODS:
+        for n, density, dtype in ((1000, 0.1, np.float32), (10000, 0.01, np.float64)):
+            k = math.floor(density * n)
+            for inputs in ("ones", "levels"):
+                h = oktopk.Handle(comm, method, n, density=density, dtype=dtype.__name__)
+                counts = []
+                for call in range(6):
+                    if inputs == "ones":
+                        grad = np.ones(n, dtype=dtype)
+                    else:
+                        draw = np.random.default_rng(1000 * rank + call)
+                        grad = draw.choice(np.array([-2, -1, 1, 2], dtype=dtype), n)
+                    out = h.reduce(grad)
+                    counts.append(int(np.count_nonzero(out)))
+                    stats = h.stats()
+                    check(not stats["selected_nothing"] and stats["local_selected"] > 0,
+                          f"{method} n={n} {inputs} call {call}: stats {stats}")
+                wanted = all(c == k for c in counts) if inputs == "ones" else min(counts) > 0
+                check(wanted, f"{method} n={n} density={density} {inputs}: non-zeros per call "
+                              f"{counts} (k = {k})")
+                h.close()
 
 
 def fused_gradient(r, call):
@@ -619,6 +650,7 @@ def main():
         test_method(method, 5000)
     for method in oktopk.ALGORITHMS:
         test_layout(method)
+    test_ties()
     test_layout_errors()
     test_node_traffic()
     test_arguments()

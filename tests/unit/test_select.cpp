@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// count_above, select_above, select_above_and_ties (and impl::select_pairs_above, and
-// impl::compact_in_order, their GPU form), select_above_counted (after
-// impl::accumulate_counting) and select_above_by_region against host references, per space.
+// count_above, select_above, select_above_and_ties (and impl::select_pairs_above,
+// impl::tied_end_of, which tells what it took, and impl::compact_in_order, their GPU form),
+// select_above_counted (after impl::accumulate_counting) and select_above_by_region against
+// host references, per space.
 #include "exec_spaces.hpp"
 #include "host_reference.hpp"
 #include "test_data.hpp"
@@ -177,6 +178,16 @@ TYPED_TEST(Select, SelectAboveAndTiesMatchesReference) {
               oktopk::select_above_and_ties(exec, x_view, t, ties, short_indices, short_values),
               count);
           expect_first_entries(exec, short_indices, short_values, expected, half);
+          // What the selection took, told apart by impl::LocalSelection from tied_end_of.
+          const oktopk::impl::LocalSelection took{
+              t, oktopk::impl::tied_end_of(exec, indices, values, count, t)};
+          std::vector<char> selected(x.size(), 0);
+          for (const index_type i : expected.indices) selected[static_cast<std::size_t>(i)] = 1;
+          std::int64_t misjudged = 0;
+          for (std::size_t i = 0; i < x.size(); ++i) {
+            misjudged += took.took(x[i], static_cast<std::int64_t>(i)) != (selected[i] != 0);
+          }
+          EXPECT_EQ(misjudged, 0) << "tied_end " << took.tied_end;
           expected.indices.resize(capacity, index_sentinel);
           expected.values.resize(capacity, value_sentinel);
           EXPECT_TRUE(same_entries(to_vector(exec, indices), expected.indices));

@@ -604,7 +604,9 @@ class Handle:
         iteration, k, local_selected, global_selected, bytes_sent, bytes_received,
         messages_sent, messages_received, seconds, local_threshold, global_threshold, dense,
         bytes_sent_between_nodes and bytes_received_between_nodes (of the bytes, those to and
-        from ranks on other nodes: the handle's nodes, option node_size), phases: {phase name:
+        from ranks on other nodes: the handle's nodes, option node_size), selected_nothing
+        (a top-k method selected nothing on any rank although some rank's input had a non-zero
+        entry), phases: {phase name:
         dict of seconds, bytes_sent, bytes_received, messages_sent, messages_received,
         bytes_sent_between_nodes, bytes_received_between_nodes} (they sum to the call's), and
         segments: per segment of the layout (none without one), a dict of name, kind

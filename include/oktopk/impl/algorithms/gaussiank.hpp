@@ -18,7 +18,8 @@
 namespace oktopk::impl {
 
 /// Every selected entry reaches the result, so the residual keeps exactly what was not
-/// selected. Ranks select about k entries each, so the result holds up to about P·k.
+/// selected. Ranks select between gaussian_low·k and gaussian_high·k entries each (or exactly
+/// k, by the exact fallback), so the result holds up to about P·k.
 template <class ExecSpace, class Value>
 class GaussianK final : public MethodBase<ExecSpace, Value> {
   using Base = MethodBase<ExecSpace, Value>;
@@ -61,9 +62,20 @@ class GaussianK final : public MethodBase<ExecSpace, Value> {
           }
         }
       }
-      stats.local_threshold = threshold;
-      stats.local_threshold_exact = false;
       selected = this->select_into(exec, acc, threshold, indices_, values_);
+      // No scaling of the estimate separates magnitudes that tie at it (a constant or
+      // quantized gradient): a count still outside [low·k, high·k] takes the exact top-k
+      // instead, ties in index order, as TopkA selects.
+      const auto count = static_cast<double>(selected);
+      const bool exact = k > 0 && k < this->n_ &&
+                         (count < options.gaussian_low * static_cast<double>(k) ||
+                          count > options.gaussian_high * static_cast<double>(k));
+      if (exact) {
+        threshold = this->topk_threshold(exec, acc, k);
+        selected = this->select_top_k_into(exec, acc, threshold, k, indices_, values_);
+      }
+      stats.local_threshold = threshold;
+      stats.local_threshold_exact = exact;
     }
     stats.local_selected = selected;
     stats.global_threshold = -std::numeric_limits<float>::infinity();

@@ -179,6 +179,21 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
   std::int64_t select_top_k_into(const ExecSpace& exec, const real_vector_type& x, float threshold,
                                  std::int64_t k, index_vector_type& indices, Values& values);
 
+  /// Collective, after a top-k method's step: where no rank selected anything (global_selected
+  /// is 0 on every rank) although k > 0, sets stats_.selected_nothing if some rank's acc held a
+  /// non-zero entry. One count and one allreduce, on such calls only.
+  void report_empty_selection(const ExecSpace& exec) {
+    const Algorithm a = this->algorithm_;
+    const bool top_k = a == Algorithm::TopkA || a == Algorithm::TopkDSA ||
+                       a == Algorithm::GaussianK || a == Algorithm::OkTopk || a == Algorithm::GTopk;
+    if (!top_k || this->k_ == 0 || this->stats_.global_selected != 0) return;
+    auto timer = phase(exec, "check");
+    // Nothing was sent, so acc_ still holds every entry of the call's input.
+    std::int64_t nonzero = count_above(exec, acc_, 0.0f);
+    this->comm_.allreduce_in_place(&nonzero, 1, MPI_MAX);
+    this->stats_.selected_nothing = nonzero > 0;
+  }
+
   /// A phase factory for the shared collectives: timed(name) opens phase(exec, name).
   auto timed(const ExecSpace& exec) {
     return [this, exec](const char* name) { return phase(exec, name); };
@@ -328,6 +343,7 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
       } else {
         reduce_step(exec, acc_, out);
       }
+      report_empty_selection(exec);
       if (value_wire<Value>(this->options_) != Wire::Native) {
         auto timer = phase(exec, "check");
         const std::int64_t mine = wire_overflows();

@@ -174,12 +174,12 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
 
   void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
                    const vector_type& out) override {
-    const float selected_above = select_and_gather(exec, acc);
+    const LocalSelection selected = select_and_gather(exec, acc);
     // The dense average and the error feedback together: out is written once, and acc is
     // cleared where the result carries an entry this rank selected (§2.8).
     auto timer = this->phase(exec, "output");
     write_average_clearing(exec, gather_.indices, gather_.values, gather_.total, out,
-                           static_cast<float>(this->comm_.size()), acc, selected_above, wire_);
+                           static_cast<float>(this->comm_.size()), acc, selected, wire_);
     add_wire_error(exec, acc, global_indices_, global_values_, global_selected_, wire_);
   }
 
@@ -188,12 +188,12 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
   /// touches the other n - k entries.
   void reduce_step_sparse(const ExecSpace& exec, const real_vector_type& acc,
                           typename Base::sparse_result_type& result) override {
-    const float selected_above = select_and_gather(exec, acc);
+    const LocalSelection selected = select_and_gather(exec, acc);
     auto timer = this->phase(exec, "output");
     this->size_result(exec, result, gather_.total);
     copy_average_clearing(exec, gather_.indices, gather_.values, gather_.total, result.indices,
-                          result.values, static_cast<float>(this->comm_.size()), acc,
-                          selected_above, wire_);
+                          result.values, static_cast<float>(this->comm_.size()), acc, selected,
+                          wire_);
     add_wire_error(exec, acc, global_indices_, global_values_, global_selected_, wire_);
   }
 
@@ -202,10 +202,10 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
  private:
   /// Everything of a call up to the output: the thresholds, the split and reduce of the
   /// regions, the global selection and the gather of its entries into gather_ (indices
-  /// ascending). Returns the threshold of this call's local selection, above which the
-  /// output phase clears acc. On a narrower wire, the output phase then adds to acc the
+  /// ascending). Returns what this call's local selection took, which the output phase
+  /// clears in acc. On a narrower wire, the output phase then adds to acc the
   /// rounding errors of the sums this rank sent (global_values_, which stay unrounded).
-  float select_and_gather(const ExecSpace& exec, const real_vector_type& acc) {
+  LocalSelection select_and_gather(const ExecSpace& exec, const real_vector_type& acc) {
     const Options& o = this->options_;
     split_.overflowed = gather_.overflowed = 0;
     auto& stats = this->stats_;
@@ -240,8 +240,9 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     // the next call, and the output phase clears what was selected at this one.
     const float selected_above = local_threshold_;
     // Chunk counts at this threshold, and the candidates above it, when the accumulate pass
-    // or the guard counted it (host spaces).
-    split_and_reduce(exec, this->comm_, acc, local_threshold_,
+    // or the guard counted it (host spaces). An exact threshold is the (k+1)-th largest |acc|:
+    // where magnitudes tie with it, the first ties in index order complete the k.
+    split_and_reduce(exec, this->comm_, acc, local_threshold_, local_exact ? k : 0,
                      this->accumulated_.known_above(local_threshold_), offsets_, offsets_device_,
                      o.throttle, split_, this->timed(exec));
     stats.local_selected = split_.selected;
@@ -299,7 +300,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     if (!global_exact && !o.guard_ladder) {
       nudge(global_threshold_, gather_.total, o.global_low, o.global_high, o.global_step);
     }
-    return selected_above;
+    return LocalSelection{selected_above, split_.tied_end};
   }
 
   /// Reused thresholds drift with the gradient: keep the count passing in range (guard_walk).
@@ -311,7 +312,8 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     // here, per chunk too, so the split's selection still reads acc once.
     auto passing = [&](float t) { return this->accumulated_.count_above(exec, acc, t); };
     local_threshold_ = guard_walk(local_threshold_, o, this->k_, passing);
-    return !o.guard_exact || in_guard_range(passing(local_threshold_));
+    const std::int64_t count = passing(local_threshold_);
+    return count > 0 && (!o.guard_exact || in_guard_range(count));
   }
 
   /// The ladder guard on the local threshold: its levels' counts come from the accumulate
@@ -334,7 +336,8 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     }
     const auto pick = ThresholdLadder::pick(levels, counts, this->k_, o.guard_low, o.guard_factor);
     local_ladder_.learn(levels, counts, this->k_);
-    if (o.guard_exact && !pick.in_range) return false;
+    // A level that passes nothing (magnitudes tied between levels) is never kept.
+    if ((o.guard_exact && !pick.in_range) || counts[pick.level] == 0) return false;
     local_threshold_ = levels.threshold[pick.level];
     return true;
   }
@@ -379,7 +382,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     }
     const auto pick = ThresholdLadder::pick(levels, totals, this->k_, o.guard_low, o.guard_factor);
     global_ladder_.learn(levels, totals, this->k_);
-    if (o.guard_exact && !pick.in_range) return false;
+    if ((o.guard_exact && !pick.in_range) || totals[pick.level] == 0) return false;
     global_threshold_ = levels.threshold[pick.level];
     global_level_ = pick.level;
     gather_.counts.assign(P, 0);
@@ -421,7 +424,8 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
       return std::int64_t{0};
     };
     global_threshold_ = guard_walk(global_threshold_, o, this->k_, passing);
-    return !o.guard_exact || in_guard_range(passing(global_threshold_));
+    const std::int64_t count = passing(global_threshold_);
+    return count > 0 && (!o.guard_exact || in_guard_range(count));
   }
 
   /// Moves a reused threshold so that the next count comes closer to [low·k, high·k].

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// TopkA: each rank's exact top-k, allgathered as (index, value) pairs and summed.
+// TopkA: each rank's exact top-k (ties in index order), allgathered as (index, value) pairs and
+// summed.
 #pragma once
 
 #include <oktopk/pack.hpp>
@@ -34,7 +35,8 @@ class TopkAllgather final : public MethodBase<ExecSpace, Value> {
       auto timer = this->phase(exec, "select");
       stats.local_threshold = this->topk_threshold(exec, acc, this->k_);
       stats.local_threshold_exact = true;
-      selected = this->select_into(exec, acc, stats.local_threshold, indices_, values_);
+      selected =
+          this->select_top_k_into(exec, acc, stats.local_threshold, this->k_, indices_, values_);
     }
     stats.local_selected = selected;
     sparse_allgatherv(exec, this->comm_, indices_, values_, selected, Balancing::Off, 1.0, gather_,

@@ -63,8 +63,9 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
       stats.local_threshold_exact = true;
     }
     stats.global_threshold = -std::numeric_limits<float>::infinity();
-    split_and_reduce(exec, comm, acc, stats.local_threshold, {}, offsets_, offsets_device_,
-                     this->options_.throttle, state_, this->timed(exec));
+    // An exact top-k: where magnitudes tie at the threshold, the first ties complete the k.
+    split_and_reduce(exec, comm, acc, stats.local_threshold, this->k_, {}, offsets_,
+                     offsets_device_, this->options_.throttle, state_, this->timed(exec));
     stats.local_selected = state_.selected;
     {
       auto timer = this->phase(exec, "residual");

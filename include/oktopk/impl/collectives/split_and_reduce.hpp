@@ -17,6 +17,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -46,8 +47,10 @@ struct SplitReduce {
   /// repartition, and a new allocation of n/P floats then cost more than the call's passes.
   Kokkos::View<Real*, Memory> region{"oktopk::SplitReduce::region", 0};
   Kokkos::View<Real*, Memory> region_storage{"oktopk::SplitReduce::region", 0};
-  /// Entries this rank selected (the sum of send_counts).
+  /// Entries this rank selected (the sum of send_counts), and what they were
+  /// (LocalSelection::took): above the threshold, and the ties below tied_end.
   std::int64_t selected = 0;
+  std::int64_t tied_end = 0;
   /// The type the values travel in (value_wire(); the method sets it). For a wire narrower
   /// than Real, the values go as 16-bit words, and send_values holds them rounded as sent.
   Wire wire = Wire::Native;
@@ -75,7 +78,9 @@ void prefix_offsets(const ExecSpace& exec, const Counts& counts, const Offsets& 
       });
 }
 
-/// \brief Collective. Selects {i : |acc(i)| > threshold}, splits it by the regions
+/// \brief Collective. Selects {i : |acc(i)| > threshold} (and, where fewer than `fill_to` are
+/// and the threshold is finite and above 0, the first entries equal to it in index order up to
+/// `fill_to` in all: an exact top-k's ties), splits it by the regions
 /// [offsets[r], offsets[r+1]) (host `offsets`, device `offsets_device`, P + 1 entries), and
 /// reduces region r on rank r into `state.region`: the rank's own part first, then the others
 /// in the order of the rotation below, so the sum is the same on every run.
@@ -89,7 +94,8 @@ void prefix_offsets(const ExecSpace& exec, const Counts& counts, const Offsets& 
 template <class ExecSpace, class Real, class Acc, class Timed>
 void split_and_reduce(
     const ExecSpace& exec, const Communicator& comm, const Acc& acc, float threshold,
-    const KnownAbove<ExecSpace, Real>& known, const std::vector<std::int64_t>& offsets,
+    std::int64_t fill_to, const KnownAbove<ExecSpace, Real>& known,
+    const std::vector<std::int64_t>& offsets,
     const Kokkos::View<count_type*, typename ExecSpace::memory_space>& offsets_device, int throttle,
     SplitReduce<ExecSpace, Real>& state, Timed&& timed) {
   const int P = comm.size();
@@ -104,19 +110,31 @@ void split_and_reduce(
   }
   {
     auto timer = timed("select");
-    auto select = [&] {
-      const std::int64_t total =
-          select_known(exec, known, acc, threshold, state.send_indices, state.send_values);
-      split_by_region(exec, offsets_device, state.send_indices, state.send_values, total,
-                      state.send_counts_device);
-      return total;
+    const auto grown = [&](std::int64_t count) {
+      if (count <= static_cast<std::int64_t>(state.send_indices.extent(0))) return false;
+      ensure_capacity(exec, state.send_indices, count);
+      ensure_capacity(exec, state.send_values, count);
+      return true;
     };
-    std::int64_t selected = select();
-    if (selected > static_cast<std::int64_t>(state.send_indices.extent(0))) {
-      ensure_capacity(exec, state.send_indices, selected);
-      ensure_capacity(exec, state.send_values, selected);
-      selected = select();
+    std::int64_t selected =
+        select_known(exec, known, acc, threshold, state.send_indices, state.send_values);
+    if (grown(selected)) {
+      selected = select_known(exec, known, acc, threshold, state.send_indices, state.send_values);
     }
+    state.tied_end = 0;
+    if (selected < fill_to && threshold > 0.0f && std::isfinite(threshold)) {
+      const std::int64_t ties = fill_to - selected;
+      selected =
+          select_above_and_ties(exec, acc, threshold, ties, state.send_indices, state.send_values);
+      if (grown(selected)) {
+        selected = select_above_and_ties(exec, acc, threshold, ties, state.send_indices,
+                                         state.send_values);
+      }
+      state.tied_end =
+          tied_end_of(exec, state.send_indices, state.send_values, selected, threshold);
+    }
+    split_by_region(exec, offsets_device, state.send_indices, state.send_values, selected,
+                    state.send_counts_device);
     state.selected = selected;
     prefix_offsets(exec, state.send_counts_device, state.send_offsets_device);
     Kokkos::deep_copy(exec, state.send_counts_host, state.send_counts_device);

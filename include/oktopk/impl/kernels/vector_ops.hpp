@@ -313,12 +313,41 @@ void scatter_divided(const ExecSpace& exec, const Idx& indices, const Val& value
       });
 }
 
+/// \brief Which entries a rank's local selection took: those with |acc| > threshold, and those
+/// equal to it below index tied_end (the ties that completed its k, taken in index order; 0
+/// when none were).
+struct LocalSelection {
+  float threshold = 0.0f;
+  std::int64_t tied_end = 0;
+
+  template <class Real>
+  KOKKOS_INLINE_FUNCTION bool took(Real a, std::int64_t i) const {
+    const float m = magnitude(a);
+    return m > threshold || (m == threshold && i < tied_end);
+  }
+};
+
+/// One past the largest index(j), j < count, whose |value(j)| equals `threshold`; 0 if none:
+/// the tied_end of a selection that took ties in index order.
+template <class ExecSpace, class Idx, class Val>
+std::int64_t tied_end_of(const ExecSpace& exec, const Idx& indices, const Val& values,
+                         std::int64_t count, float threshold) {
+  std::int64_t end = 0;
+  Kokkos::parallel_reduce(
+      "oktopk::tied_end", RangeOf<ExecSpace>(exec, 0, count),
+      KOKKOS_LAMBDA(std::int64_t j, std::int64_t & last) {
+        const std::int64_t past = static_cast<std::int64_t>(indices(j)) + 1;
+        if (magnitude(values(j)) == threshold && past > last) last = past;
+      },
+      Kokkos::Max<std::int64_t>(end));
+  return end;
+}
+
 /// \brief A sparse result written as a dense average, with its error feedback in the same pass:
 /// out = 0 except out(indices(j)) = values(j) / divisor for j < count, and at those positions
-/// acc(i) = 0 where |acc(i)| > cleared_above, i.e. where this rank selected the entry (strict,
-/// as the selection is), so the residual keeps what the result did not carry; with a narrower
-/// `wire`, acc(i) keeps the rounding error of what this rank sent, acc(i) - wire_rounded(acc(i)).
-/// Indices rise strictly.
+/// acc(i) = 0 where `selected` took acc(i), i.e. where this rank selected the entry, so the
+/// residual keeps what the result did not carry; with a narrower `wire`, acc(i) keeps the
+/// rounding error of what this rank sent, acc(i) - wire_rounded(acc(i)). Indices rise strictly.
 ///
 /// On the host, out is written once, in order, by chunks: each chunk is zeroed and then filled
 /// from its run of indices (a binary search for the run's start), where a zeroing pass and a
@@ -326,7 +355,7 @@ void scatter_divided(const ExecSpace& exec, const Idx& indices, const Val& value
 template <class ExecSpace, class Idx, class Val, class Out, class Acc>
 void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val& values,
                             std::int64_t count, const Out& out, float divisor, const Acc& acc,
-                            float cleared_above, Wire wire) {
+                            LocalSelection selected, Wire wire) {
   using Stored = typename Out::non_const_value_type;
   if constexpr (runs_on_host_v<ExecSpace>) {
     const auto n = static_cast<std::int64_t>(out.extent(0));
@@ -341,7 +370,7 @@ void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val
                ++j) {
             const std::int64_t i = indices(j);
             out(i) = value_cast<Stored>(to_arithmetic(values(j)) / divisor);
-            if (magnitude(acc(i)) > cleared_above) acc(i) -= wire_rounded(acc(i), wire);
+            if (selected.took(acc(i), i)) acc(i) -= wire_rounded(acc(i), wire);
           }
         });
   } else {
@@ -351,19 +380,19 @@ void write_average_clearing(const ExecSpace& exec, const Idx& indices, const Val
         KOKKOS_LAMBDA(std::int64_t j) {
           const std::int64_t i = indices(j);
           out(i) = value_cast<Stored>(to_arithmetic(values(j)) / divisor);
-          if (magnitude(acc(i)) > cleared_above) acc(i) -= wire_rounded(acc(i), wire);
+          if (selected.took(acc(i), i)) acc(i) -= wire_rounded(acc(i), wire);
         });
   }
 }
 
 /// \brief A sparse result written as it is, with its error feedback: out_indices(j) =
 /// indices(j) and out_values(j) = values(j) / divisor for j < count, and acc(indices(j)) = 0
-/// (or its rounding error on `wire`) where |acc| > cleared_above, as write_average_clearing
+/// (or its rounding error on `wire`) where `selected` took acc, as write_average_clearing
 /// does, without touching the other n - count entries of anything.
 template <class ExecSpace, class Idx, class Val, class OutIdx, class OutVal, class Acc>
 void copy_average_clearing(const ExecSpace& exec, const Idx& indices, const Val& values,
                            std::int64_t count, const OutIdx& out_indices, const OutVal& out_values,
-                           float divisor, const Acc& acc, float cleared_above, Wire wire) {
+                           float divisor, const Acc& acc, LocalSelection selected, Wire wire) {
   using Stored = typename OutVal::non_const_value_type;
   Kokkos::parallel_for(
       "oktopk::copy_average_clearing", RangeOf<ExecSpace>(exec, 0, count),
@@ -371,7 +400,7 @@ void copy_average_clearing(const ExecSpace& exec, const Idx& indices, const Val&
         const auto i = indices(j);
         out_indices(j) = i;
         out_values(j) = value_cast<Stored>(to_arithmetic(values(j)) / divisor);
-        if (magnitude(acc(i)) > cleared_above) acc(i) -= wire_rounded(acc(i), wire);
+        if (selected.took(acc(i), i)) acc(i) -= wire_rounded(acc(i), wire);
       });
 }
 
