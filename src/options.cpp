@@ -83,6 +83,8 @@ std::ostream& operator<<(std::ostream& os, DenseAlgorithm algorithm) {
       return os << "mpi";
     case DenseAlgorithm::Ring:
       return os << "ring";
+    case DenseAlgorithm::Auto:
+      return os << "auto";
   }
   return os << "invalid";
 }
@@ -101,8 +103,9 @@ DenseAlgorithm dense_allreduce_from_string(const char* name) {
   const std::string text = name == nullptr ? "" : name;
   if (text == "mpi") return DenseAlgorithm::Mpi;
   if (text == "ring") return DenseAlgorithm::Ring;
+  if (text == "auto") return DenseAlgorithm::Auto;
   throw std::invalid_argument("oktopk::dense_allreduce_from_string: unknown dense allreduce '" +
-                              text + "' (valid: mpi ring)");
+                              text + "' (valid: auto mpi ring)");
 }
 
 std::ostream& operator<<(std::ostream& os, Wire wire) {
@@ -186,7 +189,7 @@ Setter setter(Field Options::*field) {
       try {
         o.*field = dense_allreduce_from_string(std::string(value).c_str());
       } catch (const std::invalid_argument&) {
-        bad_value(key, value, "mpi or ring");
+        bad_value(key, value, "auto, mpi or ring");
       }
     } else if constexpr (std::is_same_v<Field, Wire>) {
       try {
@@ -278,7 +281,9 @@ void Options::validate() const {
                  "density must be in [0, 1], got " << density);
   OKTOPK_REQUIRE(warmup_iterations >= 0, std::invalid_argument, where,
                  "warmup_iterations must be >= 0, got " << warmup_iterations);
-  OKTOPK_REQUIRE(dense_allreduce == DenseAlgorithm::Mpi || dense_allreduce == DenseAlgorithm::Ring,
+  OKTOPK_REQUIRE(dense_allreduce == DenseAlgorithm::Mpi ||
+                     dense_allreduce == DenseAlgorithm::Ring ||
+                     dense_allreduce == DenseAlgorithm::Auto,
                  std::invalid_argument, where, "dense_allreduce is not a DenseAlgorithm value");
   OKTOPK_REQUIRE(wire == Wire::Native || wire == Wire::Float32 || wire == Wire::BFloat16 ||
                      wire == Wire::Float16,
@@ -336,9 +341,9 @@ std::ostream& operator<<(std::ostream& os, const Options& o) {
             << o.seed
             // Only when it is not the default, so that the digest of options that leave it
             // alone, and so every checkpoint written before the field existed, stays the same.
-            << (o.dense_allreduce == DenseAlgorithm::Mpi ? "" : " dense_allreduce=")
-            << (o.dense_allreduce == DenseAlgorithm::Mpi ? std::string()
-                                                         : to_text(o.dense_allreduce))
+            << (o.dense_allreduce == DenseAlgorithm::Auto ? "" : " dense_allreduce=")
+            << (o.dense_allreduce == DenseAlgorithm::Auto ? std::string()
+                                                          : to_text(o.dense_allreduce))
             << (o.wire == Wire::Native ? "" : " wire=")
             << (o.wire == Wire::Native ? std::string() : to_text(o.wire))
             << (o.node_size == 0 ? "" : " node_size=")

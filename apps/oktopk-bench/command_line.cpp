@@ -112,8 +112,9 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
 Method options (oktopk::Options, defaults are the library's):
   --dense-warmup N       the first N calls of each handle are dense allreduces ()"
      << d.warmup_iterations << R"()
-  --dense-allreduce A    dense allreduces (method dense, warm-up calls): mpi (MPI_Allreduce)
-                         or ring (OkTopk's, the division fused in) ()"
+  --dense-allreduce A    dense allreduces (method dense, warm-up calls): mpi (MPI_Allreduce),
+                         ring (OkTopk's, the division fused in) or auto (the ring on a CPU
+                         where n / P >= 2^14, else mpi) ()"
      << d.dense_allreduce << R"()
   --wire W               the values' type on the wire: native (the gradient's, float), fp32,
                          bf16 or fp16; bf16 and fp16 round every value sent and sum in

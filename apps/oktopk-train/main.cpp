@@ -364,7 +364,7 @@ Settings parse(int argc, char* argv[]) {
     }
     if (!s.dump_path.empty())
       throw UsageError("--overlap on cannot be combined with --dump-gradients");
-    if (options.dense_allreduce != oktopk::DenseAlgorithm::Mpi || options.hierarchical) {
+    if (options.dense_allreduce == oktopk::DenseAlgorithm::Ring || options.hierarchical) {
       throw UsageError(
           "--overlap on sums with MPI_Iallreduce: the dense_allreduce and hierarchical options "
           "do not apply");

@@ -19,11 +19,19 @@ enum class Balancing {
 /// \brief How dense allreduces (method dense, and every method's warm-up calls) sum the ranks'
 /// gradients (Options::dense_allreduce).
 enum class DenseAlgorithm {
-  Mpi,  ///< MPI_Allreduce (the MPI library's own algorithm choice)
-  Ring  ///< OkTopk's ring: a reduce-scatter, then an allgather, P - 1 steps each; the division
-        ///< by P and the finiteness check ride on the last reduce step. For networks where
-        ///< MPI's default algorithm is poor; on GPUs each step waits for the device.
+  Mpi,   ///< MPI_Allreduce (the MPI library's own algorithm choice), then a division pass
+  Ring,  ///< OkTopk's ring: a reduce-scatter, then an allgather, P - 1 steps each; the division
+         ///< by P and the finiteness check ride on the last reduce step, so the output is
+         ///< written once. For large vectors, and networks where MPI's default algorithm is
+         ///< poor; on GPUs each step waits for the device.
+  Auto   ///< the ring on host execution spaces where each rank's chunk, n / P values, holds at
+         ///< least dense_ring_min_chunk of them (bandwidth rules there), else MPI_Allreduce
 };
+
+/// The smallest chunk (values per rank, n / P) for which DenseAlgorithm::Auto takes the ring:
+/// below it the ring's 2 (P - 1) messages cost more than MPI_Allreduce's own algorithm
+/// (docs/benchmarks.md, "The default dense path against a bare MPI_Allreduce").
+inline constexpr std::int64_t dense_ring_min_chunk = std::int64_t{1} << 14;
 
 /// \brief The type of the values a call sends (Options::wire). Indices stay 32-bit.
 enum class Wire {
@@ -43,7 +51,7 @@ struct Options {
   /// Seed of every pseudo-random choice (sampling, S2's hashes); must match across ranks.
   std::uint64_t seed = 42;
   /// The algorithm of dense allreduces.
-  DenseAlgorithm dense_allreduce = DenseAlgorithm::Mpi;
+  DenseAlgorithm dense_allreduce = DenseAlgorithm::Auto;
   /// The type of the values on the wire: native (the gradient's own), or one narrower than
   /// the arithmetic type, bf16 or fp16 for float gradients and fp32 for double ones; a 16-bit
   /// gradient always travels as itself. A narrower wire rounds each value to it when sending;
@@ -213,8 +221,8 @@ struct Options {
 
   /// \brief Sets the field named `key` (a field name above: "density", "balancing",
   /// "s2_error_feedback", ...) from text: numbers as C writes them, balancing as off, on or
-  /// adaptive, dense_allreduce as mpi or ring, booleans as on, off, true, false, 1 or 0. Range
-  /// checks are validate()'s. Wire as native, fp32, bf16 or fp16. Throws
+  /// adaptive, dense_allreduce as auto, mpi or ring, booleans as on, off, true, false, 1 or 0.
+  /// Range checks are validate()'s. Wire as native, fp32, bf16 or fp16. Throws
   /// std::invalid_argument("oktopk::Options::set: ...") for an unknown key (the message lists the
   /// valid ones) or a value that is not a number of the field's type.
   Options& set(std::string_view key, std::string_view value);
@@ -237,7 +245,7 @@ std::ostream& operator<<(std::ostream& os, const Options& options);
 
 /// "off", "on" or "adaptive"; std::invalid_argument otherwise.
 Balancing balancing_from_string(const char* name);
-/// "mpi" or "ring"; std::invalid_argument otherwise.
+/// "auto", "mpi" or "ring"; std::invalid_argument otherwise.
 DenseAlgorithm dense_allreduce_from_string(const char* name);
 /// "native", "fp32", "bf16" or "fp16"; std::invalid_argument otherwise.
 Wire wire_from_string(const char* name);

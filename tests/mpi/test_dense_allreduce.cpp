@@ -2,6 +2,8 @@
 // The dense allreduce: the ring against MPI_Allreduce, and non-finite averages on either.
 #include "mpi/method_checks.hpp"
 
+#include <oktopk/impl/collectives/ring_allreduce.hpp>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,14 +21,18 @@ using oktopk::Algorithm;
 using oktopk::Options;
 
 Options ring_options() { return Options{}.set_dense_allreduce(oktopk::DenseAlgorithm::Ring); }
+Options mpi_options() { return Options{}.set_dense_allreduce(oktopk::DenseAlgorithm::Mpi); }
 
 TEST(DenseRing, MatchesMpiAllreduceBitForBitAtEverySize) {
   const int P = world_size();
-  // Empty, one entry, fewer entries than ranks, chunks of unequal length, many entries.
-  for (const std::int64_t n : std::vector<std::int64_t>{0, 1, std::max(1, P - 1), P + 1, 3001}) {
+  // Empty, one entry, fewer entries than ranks, chunks of unequal length, many entries, and
+  // chunks of several segments (oktopk::impl::ring_segment_values), the last one partial.
+  const std::int64_t segmented = P * 2 * oktopk::impl::ring_segment_values + 2 * P + 1;
+  for (const std::int64_t n :
+       std::vector<std::int64_t>{0, 1, std::max(1, P - 1), P + 1, 3001, segmented}) {
     SCOPED_TRACE("n = " + std::to_string(n));
     Runner ring(Algorithm::Dense, n, ring_options());
-    Runner mpi(Algorithm::Dense, n, Options{});
+    Runner mpi(Algorithm::Dense, n, mpi_options());
     for (const Dist d : {Dist::Uniform, Dist::Heavy, Dist::Wide}) {
       SCOPED_TRACE(name_of(d));
       const auto grad = make_gradient(d, 11, world_rank(), ring.calls(), n);
@@ -72,7 +78,7 @@ TEST(DenseRing, SumsOrdinaryFloatsWithinTheOrderBoundOfMpi) {
   const int P = world_size();
   const std::int64_t n = 4099;
   Runner ring(Algorithm::Dense, n, ring_options());
-  Runner mpi(Algorithm::Dense, n, Options{});
+  Runner mpi(Algorithm::Dense, n, mpi_options());
   std::vector<float> grad(static_cast<std::size_t>(n));
   std::uint32_t state = 2463534242u + static_cast<std::uint32_t>(world_rank()) * 7919u;
   for (auto& g : grad) {
@@ -165,7 +171,38 @@ TEST(DenseRing, NonFiniteAverageThrowsOnEveryRankAndChangesNothing) {
 }
 
 TEST(DenseMpi, NonFiniteAverageThrowsOnEveryRankAndChangesNothing) {
-  expect_dense_rejects_nonfinite(Options{});
+  expect_dense_rejects_nonfinite(mpi_options());
+}
+
+/// The point-to-point messages the dense allreduce of one call sent: the ring's (an
+/// MPI_Allreduce sends none that the communicator sees).
+std::int64_t ring_sends(std::int64_t n, const Options& options) {
+  Runner runner(Algorithm::Dense, n, options);
+  oktopk::Communicator log = runner.handle().communicator();  // shares the handle's counters
+  log.set_message_log(true);
+  const Call c = runner.reduce(make_gradient(Dist::Uniform, 23, world_rank(), 0, n));
+  std::int64_t sends = 0;
+  for (const auto& message : log.message_log()) {
+    if (message.phase == "dense_allreduce" && std::string(message.operation) == "send") ++sends;
+  }
+  log.set_message_log(false);  // and forgets the log
+  check_call(runner, c);
+  return sends;
+}
+
+// The default (auto) runs the ring on the host where a rank's chunk holds at least
+// dense_ring_min_chunk values, and MPI_Allreduce below; an explicit choice is kept.
+TEST(DenseAuto, TakesTheRingForLargeChunksAndMpiBelow) {
+  const int P = world_size();
+  EXPECT_EQ(Options{}.dense_allreduce, oktopk::DenseAlgorithm::Auto);
+  const std::int64_t large = P * oktopk::dense_ring_min_chunk;
+  const std::int64_t small = P * oktopk::dense_ring_min_chunk - 1;
+  const bool ring_expected = oktopk::impl::runs_on_host_v<Exec> && P > 1;
+  EXPECT_EQ(ring_sends(large, Options{}) > 0, ring_expected)
+      << "a chunk of dense_ring_min_chunk values";
+  EXPECT_EQ(ring_sends(small, Options{}), 0) << "a chunk one value short of dense_ring_min_chunk";
+  EXPECT_EQ(ring_sends(large, mpi_options()), 0);
+  EXPECT_EQ(ring_sends(small, ring_options()) > 0, P > 1);
 }
 
 }  // namespace

@@ -166,33 +166,38 @@ void check_rounded_float_handle(Algorithm a) {
   }
 }
 
+/// Collective. One call of `h` on `grad` into `out`, and the entries of out that the oracle
+/// finds wrong (count_mismatches, with the slack); `expected` receives the oracle's result.
+template <class V>
+std::int64_t reduce_against_oracle(
+    oktopk::SparseAllreduce<Exec, V>& h, const std::vector<V>& grad,
+    const typename oktopk::SparseAllreduce<Exec, V>::vector_type& out,
+    const typename oktopk::SparseAllreduce<Exec, V>::residual_vector_type& expected) {
+  Exec exec;
+  const std::vector<float> residual_before = to_host(h.residual());
+  std::vector<float> acc(grad.size());
+  for (std::size_t j = 0; j < grad.size(); ++j) {
+    acc[j] = residual_before[j] + oktopk::to_float(grad[j]);
+  }
+  h.reduce(exec, to_device(grad, "test::grad"), out);
+  typename oktopk::SparseAllreduce<Exec, V>::residual_vector_type slack("test::slack", grad.size());
+  oktopk::expected_result(exec, h, to_device(acc, "test::acc"), expected,
+                          oktopk::default_oracle_tolerance, slack);
+  return oktopk::count_mismatches(exec, h, expected, out, oktopk::default_oracle_tolerance, slack);
+}
+
 // Every call, the dense warm-up among them, matches the oracle on every rank, within what the
 // 16-bit output's rounding adds (count_mismatches allows for it). The residual keeps the
 // roundings' errors, which OutputIsTheFloatHandlesRoundedOnce checks against a float handle on
 // the 16-bit wire, and test_sparse_wire.cpp against the inputs.
 template <class V>
 void check_oracle(Algorithm a) {
-  Exec exec;
   const auto h = make_half<V>(a);
   using Handle = oktopk::SparseAllreduce<Exec, V>;
   for (std::int64_t call = 1; call <= 4; ++call) {
-    const std::vector<V> grad = gradient<V>(world_rank(), call, kN);
-    const std::vector<float> residual_before = to_host(h->residual());
-    std::vector<float> acc(grad.size());
-    for (std::size_t j = 0; j < grad.size(); ++j) {
-      acc[j] = residual_before[j] + oktopk::to_float(grad[j]);
-    }
     typename Handle::vector_type out("test::out", kN);
-    h->reduce(exec, to_device(grad, "test::grad"), out);
-
-    const typename Handle::residual_vector_type acc_device = to_device(acc, "test::acc");
     typename Handle::residual_vector_type expected("test::expected", kN);
-    typename Handle::residual_vector_type slack("test::slack", kN);
-    oktopk::expected_result(exec, *h, acc_device, expected, oktopk::default_oracle_tolerance,
-                            slack);
-    EXPECT_EQ(
-        oktopk::count_mismatches(exec, *h, expected, out, oktopk::default_oracle_tolerance, slack),
-        0)
+    EXPECT_EQ(reduce_against_oracle(*h, gradient<V>(world_rank(), call, kN), out, expected), 0)
         << type_name<V> << " call " << call;
 
     // The check must be able to fail: most non-zero outputs are decided by the oracle.
@@ -216,7 +221,6 @@ void check_oracle(Algorithm a) {
 template <class V>
 void check_ties(Algorithm a) {
   if (a == Algorithm::Dense || a == Algorithm::S2Reducer) GTEST_SKIP() << "no top-k selection";
-  Exec exec;
   using Handle = oktopk::SparseAllreduce<Exec, V>;
   for (const int levels : {1, 2, 4, 16}) {
     const auto h = make_half<V>(a, 0);
@@ -231,21 +235,9 @@ void check_ties(Algorithm a) {
         const auto m = static_cast<float>(1 + u % static_cast<std::uint64_t>(levels));
         grad[static_cast<std::size_t>(j)] = oktopk::round_to<V>((u >> 63) != 0 ? -m : m);
       }
-      const std::vector<float> residual_before = to_host(h->residual());
-      std::vector<float> acc(grad.size());
-      for (std::size_t j = 0; j < grad.size(); ++j) {
-        acc[j] = residual_before[j] + oktopk::to_float(grad[j]);
-      }
       typename Handle::vector_type out("test::out", kN);
-      h->reduce(exec, to_device(grad, "test::grad"), out);
-      const typename Handle::residual_vector_type acc_device = to_device(acc, "test::acc");
       typename Handle::residual_vector_type expected("test::expected", kN);
-      typename Handle::residual_vector_type slack("test::slack", kN);
-      oktopk::expected_result(exec, *h, acc_device, expected, oktopk::default_oracle_tolerance,
-                              slack);
-      EXPECT_EQ(oktopk::count_mismatches(exec, *h, expected, out, oktopk::default_oracle_tolerance,
-                                         slack),
-                0);
+      EXPECT_EQ(reduce_against_oracle(*h, grad, out, expected), 0);
       const oktopk::ReduceStats& stats = h->stats();
       EXPECT_FALSE(stats.selected_nothing);
       EXPECT_GT(stats.global_selected, 0);

@@ -57,7 +57,8 @@ std::string printed(const Options& o) {
 }
 
 TEST(DenseAllreduceNames, RoundTrip) {
-  for (const auto d : {oktopk::DenseAlgorithm::Mpi, oktopk::DenseAlgorithm::Ring}) {
+  for (const auto d :
+       {oktopk::DenseAlgorithm::Mpi, oktopk::DenseAlgorithm::Ring, oktopk::DenseAlgorithm::Auto}) {
     std::ostringstream os;
     os << d;
     EXPECT_EQ(oktopk::dense_allreduce_from_string(os.str().c_str()), d);

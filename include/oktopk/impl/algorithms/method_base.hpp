@@ -316,8 +316,10 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
                                              : dense_step(exec, grad, out, true);
       auto timer = phase(exec, "check");
       // MPI_Allreduce leaves every rank the whole average, the ring each rank its own chunk.
-      this->comm_.allreduce_in_place(&nonfinite_averages, 1,
-                                     dense_on_ring<Value>(this->options_) ? MPI_SUM : MPI_MAX);
+      this->comm_.allreduce_in_place(
+          &nonfinite_averages, 1,
+          dense_on_ring<Value, ExecSpace>(this->options_, this->n_, this->comm_.size()) ? MPI_SUM
+                                                                                        : MPI_MAX);
       if (sparse != nullptr && nonfinite_averages == 0) {
         auto output = phase(exec, "output");
         compact_nonzeros(exec, acc_, *sparse);
@@ -472,7 +474,7 @@ template <class ExecSpace, class Value>
 template <class In, class Out>
 std::int64_t MethodBase<ExecSpace, Value>::dense_average(const ExecSpace& exec, const In& in,
                                                          const Out& out, bool count_nonfinite) {
-  if (dense_on_ring<Value>(this->options_)) {
+  if (dense_on_ring<Value, ExecSpace>(this->options_, this->n_, this->comm_.size())) {
     // The ring's count rides on a pass it makes anyway.
     std::int64_t nonfinite = 0;
     // A 16-bit wire carries float and 16-bit gradients only, whose arithmetic is float, and

@@ -20,18 +20,33 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 namespace oktopk::impl {
 
-/// Whether a handle for Value gradients runs its dense allreduces on the ring: when asked to,
-/// and with a wire narrower than the arithmetic type, since MPI has no 16-bit floating type to
-/// sum and its float sums of double gradients would not be formed in double.
-template <class Value>
-bool dense_on_ring(const Options& options) {
-  return options.dense_allreduce == DenseAlgorithm::Ring ||
-         value_wire<Value>(options) != Wire::Native;
+/// The values of one message of the ring's reduce-scatter: 2^15 (128 KiB of floats), so that
+/// the segment just received is still in cache when it is added.
+inline constexpr std::int64_t ring_segment_values = std::int64_t{1} << 15;
+
+/// Whether a handle for Value gradients of length n on P ranks, running on ExecSpace, makes
+/// its dense allreduces on the ring: when asked to (Ring, or Auto on a host space with chunks
+/// of at least dense_ring_min_chunk values), and with a wire narrower than the arithmetic type,
+/// since MPI has no 16-bit floating type to sum and its float sums of double gradients would
+/// not be formed in double.
+template <class Value, class ExecSpace>
+bool dense_on_ring(const Options& options, std::int64_t n, int P) {
+  if (value_wire<Value>(options) != Wire::Native) return true;
+  switch (options.dense_allreduce) {
+    case DenseAlgorithm::Ring:
+      return true;
+    case DenseAlgorithm::Auto:
+      return runs_on_host_v<ExecSpace> && P > 1 && n / P >= dense_ring_min_chunk;
+    default:
+      return false;
+  }
 }
 
 /// Whether a ring whose messages carry W rounds the values of type Value it sends: W is
@@ -254,6 +269,11 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
   };
   constexpr int reduce_tag = 11;
   constexpr int gather_tag = 12;
+  // A chunk travels in segments, each its own message, and each is added as it arrives, while
+  // it is still in cache and while later segments travel.
+  const auto segments = [](std::int64_t count) {
+    return (count + ring_segment_values - 1) / ring_segment_values;
+  };
   std::int64_t nonfinite = 0;
   for (int s = 0; s < P - 1; ++s) {
     const auto sent = chunk(me - s);
@@ -273,25 +293,40 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
     } else {
       send = mpi_send_view(exec, Kokkos::subview(out, sent));
     }
-    Communicator::Requests requests;
-    // Both neighbours know every chunk's length, so empty chunks (n < P) need no message.
-    if (got_count > 0) comm.irecv(receive.data(), got_count, left, reduce_tag, requests);
-    if (sent_count > 0) comm.isend(send.data(), sent_count, right, reduce_tag, requests);
-    OKTOPK_FAULT_POINT(comm, "posted");
-    requests.wait_all();
-    mpi_received(exec, receive, received, 0, got_count);
-    if (s < P - 2) {
-      if constexpr (narrow) {
-        ring_add<W>(exec, in, wire, received, got.first, got_count);
-      } else {
-        ring_add<W>(exec, in, out, received, got.first, got_count);
-      }
-    } else if constexpr (narrow) {
-      nonfinite =
-          ring_add_average_rounded(exec, in, out, received, wire, got.first, got_count, divisor);
-    } else {
-      nonfinite = ring_add_average(exec, in, out, received, got.first, got_count, divisor);
+    // Both neighbours know every chunk's length, so empty chunks (n < P) need no message, and
+    // both cut it into the same segments, which MPI delivers in order.
+    std::vector<Communicator::Requests> arrivals(static_cast<std::size_t>(segments(got_count)));
+    for (std::size_t j = 0; j < arrivals.size(); ++j) {
+      const std::int64_t at = static_cast<std::int64_t>(j) * ring_segment_values;
+      comm.irecv(receive.data() + at, std::min(ring_segment_values, got_count - at), left,
+                 reduce_tag, arrivals[j]);
     }
+    Communicator::Requests departures;
+    for (std::int64_t at = 0; at < sent_count; at += ring_segment_values) {
+      comm.isend(send.data() + at, std::min(ring_segment_values, sent_count - at), right,
+                 reduce_tag, departures);
+    }
+    OKTOPK_FAULT_POINT(comm, "posted");
+    for (std::size_t j = 0; j < arrivals.size(); ++j) {
+      const std::int64_t at = static_cast<std::int64_t>(j) * ring_segment_values;
+      const std::int64_t count = std::min(ring_segment_values, got_count - at);
+      arrivals[j].wait_all();
+      mpi_received(exec, receive, received, at, at + count);
+      const auto part = Kokkos::subview(received, Kokkos::make_pair(at, at + count));
+      const std::int64_t begin = got.first + at;
+      if (s < P - 2) {
+        if constexpr (narrow) {
+          ring_add<W>(exec, in, wire, part, begin, count);
+        } else {
+          ring_add<W>(exec, in, out, part, begin, count);
+        }
+      } else if constexpr (narrow) {
+        nonfinite += ring_add_average_rounded(exec, in, out, part, wire, begin, count, divisor);
+      } else {
+        nonfinite += ring_add_average(exec, in, out, part, begin, count, divisor);
+      }
+    }
+    departures.wait_all();
   }
   // The allgather moves finished averages: out's own for a wire of the arithmetic type, else
   // their rounded copies in `wire`, widened into out as they arrive.

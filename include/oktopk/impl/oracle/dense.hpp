@@ -37,7 +37,8 @@ void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Valu
   divide(exec, expected, expected, static_cast<float>(P));
   const Wire wire = value_wire<Value>(handle.options());
   const bool narrow_wire = wire != Wire::Native;
-  if (!narrow_wire && !(dense_on_ring<Value>(handle.options()) && P > 2)) {
+  if (!narrow_wire &&
+      !(dense_on_ring<Value, ExecSpace>(handle.options(), handle.size(), P) && P > 2)) {
     Kokkos::deep_copy(exec, bound, 0.0f);
     return;
   }
