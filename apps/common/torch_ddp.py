@@ -196,7 +196,7 @@ def make_ddp(module):
             for name, tensor in named:
                 if name in params_and_buffers_to_ignore:
                     continue
-                staged = tensor.detach().contiguous()
+                staged = tensor.detach().cpu().contiguous()  # MPI reads host memory here
                 comm.Bcast(_bits(torch, staged).numpy(), root=src)
                 if staged.data_ptr() != tensor.data_ptr():
                     tensor.copy_(staged)
@@ -346,7 +346,7 @@ def check_replicas(model):
     digest = hashlib.sha256()
     with torch.no_grad():
         for parameter in model.parameters():
-            digest.update(_bits(torch, parameter.detach().contiguous()).numpy().tobytes())
+            digest.update(_bits(torch, parameter.detach().cpu().contiguous()).numpy().tobytes())
     digests = comm.allgather(digest.hexdigest())
     if len(set(digests)) != 1:
         raise ReplicaError(f"the ranks' parameters differ at the end: digests {digests}")

@@ -77,6 +77,10 @@ def parse_arguments(argv):
     parser.add_argument("--val-seqs", type=int, default=256,
                         help="held-out sequences the validation loss is taken over "
                              "(default 256)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="where the model and its gradients live: cpu, or cuda (rank r on "
+                             "GPU r mod the GPUs torch sees, so ranks may share one; the hook "
+                             "then needs OkTopk built for CUDA) (default cpu)")
     parser.add_argument("--log-every", type=int, default=25,
                         help="steps per progress line (default 25)")
     parser.add_argument("--data", default=DEFAULT_DATA,
@@ -180,14 +184,15 @@ def make_model(torch, vocab, d_model, heads, seq_len):
     return LanguageModel()
 
 
-def validation_loss(torch, model, tokens, starts, length):
+def validation_loss(torch, model, tokens, starts, length, device):
     """Mean loss per token over the held-out windows at ``starts``, each rank taking a shard
     (the models are identical)."""
     shard = starts[rank * len(starts) // size:(rank + 1) * len(starts) // size]
     total = 0.0
     with torch.no_grad():
         for first in range(0, len(shard), 64):
-            x, y = sequences(torch, tokens, shard[first:first + 64], length)
+            x, y = (t.to(device) for t in sequences(torch, tokens, shard[first:first + 64],
+                                                     length))
             logits = model(x)
             total += float(torch.nn.functional.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum"))
@@ -214,10 +219,18 @@ def train(args):
 
     torch.set_num_threads(1)  # ranks share the cores
     torch.manual_seed(args.seed)
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda, but torch sees no GPU")
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)  # before the hook's first handle: OkTopk's GPU is this
+    else:
+        device = torch.device("cpu")
     directory = common.init_process_group("oktopk_lm_")
     # An exception from here on may be this rank's alone: common.run ends the job, so there
     # is no cleanup to make on the way out (a barrier would wait for peers that never come).
-    net = make_model(torch, vocab, args.d_model, args.heads, args.seq_len)
+    net = make_model(torch, vocab, args.d_model, args.heads, args.seq_len).to(device)
+    net.mask = net.mask.to(device)  # not a buffer: to() leaves it
     model = common.make_ddp(net)
     n = sum(p.numel() for p in model.parameters())
     state = common.register_hook(
@@ -228,8 +241,8 @@ def train(args):
     if rank == 0:
         print(f"# {args.hook} on {size} ranks: {n} parameters ({vocab} x {args.d_model} token "
               f"embedding), {len(train_tokens)} training and {len(val_tokens)} held-out "
-              f"tokens, {args.batch} sequences of {args.seq_len} tokens per rank per step; "
-              f"{common.describe_optimizer(args)}", flush=True)
+              f"tokens, {args.batch} sequences of {args.seq_len} tokens per rank per step "
+              f"on {device.type}; {common.describe_optimizer(args)}", flush=True)
         print(" step  train_loss  seconds  bytes_per_step", flush=True)
     losses = []
     bytes_total = 0.0
@@ -245,7 +258,7 @@ def train(args):
             taken = 0
         mine = order[taken + rank * args.batch:taken + (rank + 1) * args.batch]
         taken += per_step
-        x, y = sequences(torch, train_tokens, mine, args.seq_len)
+        x, y = (t.to(device) for t in sequences(torch, train_tokens, mine, args.seq_len))
         optimizer.zero_grad()
         logits = model(x)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
@@ -272,7 +285,7 @@ def train(args):
     train_loss_last = comm.allreduce(sum(last)) / (size * len(last))
     bytes_per_step = comm.allreduce(bytes_total) / (size * args.steps)
     model.eval()
-    val_loss = validation_loss(torch, net, val_tokens, val_starts, args.seq_len)
+    val_loss = validation_loss(torch, net, val_tokens, val_starts, args.seq_len, device)
     common.check_replicas(net)
     if rank == 0:
         print(f"(parameters identical on all {size} ranks)", flush=True)
