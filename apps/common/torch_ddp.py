@@ -88,13 +88,16 @@ def add_training_arguments(parser, default_lr):
     parser.add_argument("--weight-decay", type=float, default=0.0,
                         help="L2 weight decay, >= 0 (default 0)")
     parser.add_argument("--momentum-correction", default="on", choices=("on", "off"),
-                        help="with sgd and a hook: on, the hook keeps each rank's velocity "
-                             "(momentum and weight decay) and averages velocities (the "
-                             "optimizer is plain SGD); off, momentum is applied to the "
-                             "averaged gradient (default on)")
-    parser.add_argument("--momentum-masking", default="off", choices=("on", "off"),
-                        help="with momentum correction: on, the hook clears a rank's velocity "
-                             "where the reduce sent the rank's entry (default off)")
+                        help="with sgd and an OkTopk hook: on, the hook's state takes the "
+                             "optimizer's momentum and weight decay over, keeps each rank's "
+                             "velocity and averages velocities; off, the optimizer applies "
+                             "momentum to the averaged gradient (default on)")
+    parser.add_argument("--momentum-masking", default="auto",
+                        choices=("auto", "held", "sent", "off"),
+                        help="with momentum correction, the velocity entries the hook clears "
+                             "after a reduce: held, those sent after the residual held them "
+                             "back; sent, every entry the rank sent (DGC's rule); off, none; "
+                             "auto, held at densities up to 0.01, off above (default auto)")
     parser.add_argument("--start-iter", type=int, default=2,
                         help="steps made with DDP's dense allreduce before the hook's method "
                              "(OkTopk's or PowerSGD) starts, >= 2 for powersgd (default 2: "
@@ -134,9 +137,9 @@ def uses_momentum_correction(args):
             and args.momentum_correction == "on")
 
 
-def register_hook(model, args, sparse_rows=None):
-    """Registers the hook the flags name on the DDP ``model``; returns OkTopk's hook state, a
-    PowerSGDCount, or None for DDP's other hooks."""
+def register_hook(model, optimizer, args, sparse_rows=None):
+    """Registers the hook the flags name on the DDP ``model`` trained by ``optimizer``;
+    returns OkTopk's hook state, a PowerSGDCount, or None for DDP's other hooks."""
     import oktopk.torch as okt
 
     if args.hook == "powersgd":
@@ -146,8 +149,7 @@ def register_hook(model, args, sparse_rows=None):
         return None
     settings = {}
     if uses_momentum_correction(args):
-        settings.update(momentum=args.momentum, weight_decay=args.weight_decay,
-                        momentum_masking=args.momentum_masking == "on")
+        settings.update(optimizer=optimizer, momentum_masking=args.momentum_masking)
     if sparse_rows is not None:
         settings.update(sparse_rows=sparse_rows)
     if args.wire != "native":
@@ -298,11 +300,10 @@ def _bfloat16_mean_through_float32(compress, bucket):
 
 
 def make_optimizer(torch, parameters, args):
-    """Plain SGD when the hook applies momentum and weight decay, else the chosen optimizer."""
+    """The optimizer the flags name (with momentum correction, register_hook hands its
+    momentum and weight decay to the hook)."""
     if args.optimizer == "adam":
         return torch.optim.Adam(parameters, lr=args.lr, weight_decay=args.weight_decay)
-    if uses_momentum_correction(args):
-        return torch.optim.SGD(parameters, lr=args.lr)
     return torch.optim.SGD(parameters, lr=args.lr, momentum=args.momentum,
                            weight_decay=args.weight_decay)
 

@@ -11,10 +11,12 @@ DDP averages the gradients over the ranks through the hook chosen with --hook: a
 (oktopk, topka, ... or dense, OkTopk's dense allreduce) through oktopk.torch.oktopk_hook, its
 values sent in the model's type or as --wire says; or none (DDP's own allreduce), or DDP's
 bf16_compress_hook or fp16_compress_hook, or powersgd (PyTorch's PowerSGD hook, rank
---powersgd-rank, error feedback and warm start, the momentum in the optimizer). With --optimizer sgd and an OkTopk hook, the hook
-keeps the momentum (and weight decay) itself and reduces each rank's velocity
-(--momentum-correction on, the default; --momentum-masking on also clears a rank's velocity
-where the reduce sent the rank's entry); the optimizer is then plain SGD.
+--powersgd-rank, error feedback and warm start, the momentum in the optimizer). With
+--optimizer sgd and an OkTopk hook, the hook's state takes the optimizer's momentum and weight
+decay over and reduces each rank's velocity (--momentum-correction on, the default), and at
+densities up to 0.01 clears the velocity of the entries a reduce released from the residual
+(--momentum-masking: auto, the default; held, always so; sent, of every entry the rank sent;
+off).
 
 The text is scripts/kjv-corpus.sh's: one verse a line, led by its reference ("Ge1:1 In the
 beginning ..."), which is dropped. Words are lowercased runs of letters (an apostrophe between
@@ -233,9 +235,9 @@ def train(args):
     net.mask = net.mask.to(device)  # not a buffer: to() leaves it
     model = common.make_ddp(net)
     n = sum(p.numel() for p in model.parameters())
-    state = common.register_hook(
-        model, args, okt.embedding_weights(net) if args.sparse_rows == "on" else None)
     optimizer = common.make_optimizer(torch, model.parameters(), args)
+    state = common.register_hook(
+        model, optimizer, args, okt.embedding_weights(net) if args.sparse_rows == "on" else None)
     value_bytes = next(net.parameters()).element_size()
     shuffle = np.random.default_rng(args.seed)
     if rank == 0:

@@ -10,13 +10,15 @@ chosen with --hook: an OkTopk method (oktopk, topka, ... or dense, OkTopk's dens
 through oktopk.torch.oktopk_hook, its values sent in the model's type or as --wire says; or none
 (DDP's own allreduce), or DDP's bf16_compress_hook or fp16_compress_hook, the 16-bit dense
 baselines, or powersgd (PyTorch's PowerSGD hook, rank --powersgd-rank, error feedback and warm
-start, the momentum in the optimizer). With SGD and an OkTopk hook, momentum correction is on by default: the hook keeps
-each rank's velocity and averages velocities, and the optimizer is plain SGD
-(--momentum-correction off: SGD with momentum applies momentum to the averaged gradient;
---momentum-masking on: the hook also clears a rank's velocity where the reduce sent the rank's
-entry). Rank 0 prints one line per epoch (test accuracy, seconds, bytes sent per rank per step),
-checks at the end that the ranks' parameters are the same bits, and prints a final line
-"final test_acc=0.XXXX bytes_per_step=N".
+start, the momentum in the optimizer). With SGD and an OkTopk hook, momentum correction is
+on by default: the hook's state takes the optimizer's momentum and weight decay over, keeps
+each rank's velocity and averages velocities, and at densities up to 0.01 clears the
+velocity of the entries a reduce released from the residual (--momentum-masking: auto, the
+default; held, always so; sent, of every entry the rank sent; off). --momentum-correction off
+leaves the momentum to the optimizer, which applies it to the averaged gradient. Rank 0 prints
+one line per epoch (test accuracy, seconds, bytes sent per rank per step), checks at the end
+that the ranks' parameters are the same bits, and prints a final line "final test_acc=0.XXXX
+bytes_per_step=N".
 
 gloo in PyTorch 1.13 can neither broadcast nor sum bfloat16: with such a backend, DDP's
 broadcast of a bfloat16 model goes through MPI as bit patterns, and a bfloat16 mean of DDP's
@@ -141,8 +143,8 @@ def train(args):
     dtype = getattr(torch, args.dtype)
     model = common.make_ddp(make_model(torch).to(dtype))
     n = sum(p.numel() for p in model.parameters())
-    state = common.register_hook(model, args)
     optimizer = common.make_optimizer(torch, model.parameters(), args)
+    state = common.register_hook(model, optimizer, args)
     value_bytes = next(model.parameters()).element_size()
     shuffle = np.random.default_rng(args.seed)
     if rank == 0:

@@ -372,12 +372,11 @@ def test_start_iter():
           "start_iter >= 2: no rebuild warning")
 
 
-def test_checkpoint(algorithm, whole_model=False, start_iter=0, momentum=0.0, masking=False,
+def test_checkpoint(algorithm, whole_model=False, start_iter=0, momentum=0.0, masking="held",
                     dtype=torch.float32):
     """dtype: the model's, or "mixed" (a bfloat16 layer among float32 ones)."""
     name = (f"checkpoint {algorithm}{' whole_model' if whole_model else ''} "
-            f"start_iter={start_iter} momentum={momentum}{' masking' if masking else ''} "
-            f"{dtype}")
+            f"start_iter={start_iter} momentum={momentum} masking {masking} {dtype}")
     settings = dict(algorithm=algorithm, density=0.05, whole_model=whole_model,
                     start_iter=start_iter, threshold_period=2, momentum=momentum,
                     weight_decay=1e-3 if momentum else 0.0, momentum_masking=masking)
@@ -524,9 +523,17 @@ def test_momentum_correction_dense():
     check(not hooked.state._masks_momentum, "dense averages are not masked")
 
 
-def test_momentum_correction_sparse(whole_model=False, masking=True):
-    name = (f"momentum correction oktopk{' whole_model' if whole_model else ''}"
-            f"{'' if masking else ' no masking'}")
+def _sent_and_velocities(state):
+    """Per handle of ``state``: (where its residual is zero, the velocities of its parameters
+    in its layout, the layout)."""
+    for slot in state._slots.values():
+        sent = torch.from_numpy(slot.handle.residual() == 0)
+        velocities = torch.cat([state._velocities[i].reshape(-1) for i in slot.layout])
+        yield sent, velocities, slot.layout
+
+
+def test_momentum_correction_sparse(whole_model=False, masking="held"):
+    name = f"momentum correction oktopk{' whole_model' if whole_model else ''} masking {masking}"
     decay = 1e-3
     state = okt.OkTopkHookState(algorithm="oktopk", density=0.05, start_iter=0,
                                 whole_model=whole_model, momentum=MOMENTUM,
@@ -536,37 +543,151 @@ def test_momentum_correction_sparse(whole_model=False, masking=True):
     expected = local_gradients(reference, 0, decay)
     identical, _ = train(run, 1)
     # Iteration 0 is sparse (one bucket, one handle): the velocity is the rank's own gradient
-    # plus weight decay, cleared where the reduce sent this rank's entry (the residual is 0).
+    # plus weight decay, under "sent" cleared where the reduce sent this rank's entry (the
+    # residual is 0); under "held" nothing was held back before, so nothing is cleared.
     first = {id(v): v for v in state._velocities.values()}
-    (slot,) = state._slots.values()
-    sent = torch.from_numpy(slot.handle.residual() == 0)
-    velocities = torch.cat([state._velocities[i].reshape(-1) for i in slot.layout])
+    ((sent, velocities, layout),) = _sent_and_velocities(state)
     by_index = {state._param_index[p.data_ptr()][0]: g for p, g in
                 zip(run.model.parameters(), expected)}
-    local = torch.cat([by_index[i].reshape(-1) for i in slot.layout])
-    if masking:
+    local = torch.cat([by_index[i].reshape(-1) for i in layout])
+    if masking == "sent":
         local = torch.where(sent, torch.zeros_like(local), local)
     check(torch.allclose(velocities, local, rtol=1e-5, atol=1e-7) and bool(sent.any()),
           f"{name}: the first velocity is the local gradient plus weight decay"
-          f"{', cleared where this rank sent' if masking else ''}")
-    more_identical, _ = train(run, 4, first=1)
-    check(identical and more_identical, f"{name}: identical on every rank after each step")
+          f"{', cleared where this rank sent' if masking == 'sent' else ''}")
+    more_identical, _ = train(run, 3, first=1)
+    held_before = {i: h.clone() for i, h in state._held.items()}
+    last_identical, _ = train(run, 1, first=4)
+    check(identical and more_identical and last_identical,
+          f"{name}: identical on every rank after each step")
     n_parameters = len(list(run.model.parameters()))
     check(len(state._velocities) == n_parameters
           and all(id(v) in first for v in state._velocities.values()),
           f"{name}: one velocity per parameter, the same tensors after DDP's bucket rebuild")
-    # After the last step: zero exactly where each handle sent this rank's entry.
+    # After the last step: zero where each handle sent this rank's entry (under "held": of
+    # those its residual held back the step before), kept elsewhere.
     cleared = kept = True
-    for slot in state._slots.values():
-        sent = torch.from_numpy(slot.handle.residual() == 0)
-        velocities = torch.cat([state._velocities[i].reshape(-1) for i in slot.layout])
-        cleared &= bool((velocities[sent] == 0).all()) and bool(sent.any())
+    kept_where_sent_again = False  # somewhere: a small bucket may have no such entry
+    for sent, velocities, layout in _sent_and_velocities(state):
+        if masking == "held":
+            held = torch.cat([held_before[i] for i in layout])
+            now = torch.cat([state._held[i] for i in layout])
+            check(torch.equal(now, ~sent), f"{name}: held is where the residual is not zero")
+            released, again = sent & held, sent & ~held
+            cleared &= bool((velocities[released] == 0).all()) and bool(released.any())
+            kept_where_sent_again |= bool((velocities[again] != 0).any())
+        else:
+            cleared &= bool((velocities[sent] == 0).all()) and bool(sent.any())
         kept &= bool((velocities[~sent] != 0).any())
-    if masking:
+    if masking == "held":
+        check(cleared and kept and kept_where_sent_again,
+              f"{name}: velocities cleared where this rank sent entries held back before, "
+              "kept where it sent them on the step before too and where it holds them back")
+    elif masking == "sent":
         check(cleared and kept, f"{name}: velocities cleared where this rank sent, kept elsewhere")
     else:
         check(not cleared and kept,
               f"{name}: without masking the velocities stay where this rank sent")
+        check(not state._held, f"{name}: without masking nothing is tracked")
+
+
+def _two_groups(module):
+    """SGD over ``module`` with momentum, weights decayed by 1e-3, biases not."""
+    weights = [p for p in module.parameters() if p.dim() > 1]
+    biases = [p for p in module.parameters() if p.dim() <= 1]
+    return torch.optim.SGD([{"params": weights, "weight_decay": 1e-3},
+                            {"params": biases, "weight_decay": 0.0}], lr=LR, momentum=MOMENTUM)
+
+
+def test_optimizer_taken_over():
+    """Given an SGD with momentum and weight decay, the state takes them over (the optimizer is
+    left with neither) and, with a dense average, training makes the optimizer's own update."""
+    plain = Run(weight_decay=1e-3)
+    module = make_model(0)
+    model = DDP(module, bucket_cap_mb=BUCKET_CAP_MB)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM,
+                                weight_decay=1e-3)
+    state = okt.OkTopkHookState(algorithm="dense", optimizer=optimizer)
+    check(state.momentum == MOMENTUM and state.weight_decay == 1e-3,
+          f"the state took momentum {state.momentum} and weight decay {state.weight_decay}")
+    (group,) = optimizer.param_groups
+    check(group["momentum"] == 0.0 and group["weight_decay"] == 0.0,
+          "the optimizer is left with momentum 0 and weight decay 0")
+    model.register_comm_hook(state, okt.oktopk_hook)
+    close = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for s in range(6):
+            plain.step(s)
+            x, y = batch(s)
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            close &= all(torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+                         for a, b in zip(plain.model.parameters(), model.parameters()))
+    check(close, "optimizer taken over, dense average: the update of SGD with momentum")
+    adam = torch.optim.Adam(make_model(0).parameters(), lr=1e-3, weight_decay=1e-4)
+    untouched = okt.OkTopkHookState(algorithm="oktopk", optimizer=adam)
+    check(untouched.momentum == 0.0 and untouched.weight_decay == 0.0
+          and adam.param_groups[0]["weight_decay"] == 1e-4,
+          "Adam is left as it is, and the hook reduces gradients")
+
+
+def test_optimizer_groups():
+    """Parameter groups with their own weight decays: each parameter's velocity takes its
+    group's, as SGD's own update does."""
+    results = []
+    for through_hook in (False, True):
+        module = make_model(0)
+        model = DDP(module, bucket_cap_mb=BUCKET_CAP_MB)
+        optimizer = _two_groups(module)
+        if through_hook:
+            state = okt.OkTopkHookState(algorithm="dense", optimizer=optimizer)
+            model.register_comm_hook(state, okt.oktopk_hook)
+            check(state.weight_decay == (1e-3, 0.0)
+                  and state.state_dict()["settings"]["weight_decay"] == [1e-3, 0.0],
+                  f"two groups: the state keeps both weight decays ({state.weight_decay})")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for s in range(6):
+                x, y = batch(s)
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+        results.append([p.detach().clone() for p in model.parameters()])
+    check(all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(*results)),
+          "two groups, dense average: each parameter decays as its group says")
+    e = raises(RuntimeError, lambda: copy.deepcopy(state)._weight_decay_of("where", None))
+    check(e is not None and "optimizer" in str(e),
+          f"unpickled with per-group decays: RuntimeError asking for the optimizer ({e})")
+
+
+def test_optimizer_errors():
+    module = make_model(0)
+    for settings, word in (({"nesterov": True}, "nesterov"), ({"dampening": 0.1}, "dampening"),
+                           ({"maximize": True}, "maximize")):
+        try:
+            optimizer = torch.optim.SGD(module.parameters(), lr=LR, momentum=MOMENTUM,
+                                        **settings)
+        except TypeError:  # a PyTorch without the setting
+            continue
+        e = raises(ValueError, okt.OkTopkHookState, optimizer=optimizer)
+        check(e is not None and word in str(e), f"SGD with {settings}: ValueError ({e})")
+    groups = torch.optim.SGD([{"params": [next(module.parameters())], "momentum": 0.5}],
+                             lr=LR, momentum=MOMENTUM)
+    groups.add_param_group({"params": list(module.parameters())[1:]})
+    e = raises(ValueError, okt.OkTopkHookState, optimizer=groups)
+    check(e is not None and "momenta" in str(e), f"groups of two momenta: ValueError ({e})")
+    optimizer = torch.optim.SGD(module.parameters(), lr=LR, momentum=MOMENTUM)
+    e = raises(ValueError, okt.OkTopkHookState, optimizer=optimizer, momentum=0.5)
+    check(e is not None and "not both" in str(e), f"optimizer and momentum: ValueError ({e})")
+    check(optimizer.param_groups[0]["momentum"] == MOMENTUM,
+          "a refused optimizer keeps its momentum")
+    e = raises(TypeError, okt.OkTopkHookState, optimizer="sgd")
+    check(e is not None and "Optimizer" in str(e), f"optimizer='sgd': TypeError ({e})")
+    e = raises(ValueError, okt.OkTopkHookState, momentum_masking="some")
+    check(e is not None and "momentum_masking" in str(e),
+          f"momentum_masking='some': ValueError ({e})")
 
 
 def test_velocity_type():
@@ -617,6 +738,21 @@ def test_version_1_state():
           f"a version 1 state into a state with momentum correction: ValueError ({e})")
 
 
+def test_version_2_state():
+    """A state saved when momentum_masking was a bool (version 2) loads with the rule it named."""
+    settings = dict(algorithm="topka", density=0.05, momentum=0.9)
+    old = okt.OkTopkHookState(momentum_masking="sent", **settings).state_dict()
+    old["version"] = 2
+    old["settings"]["momentum_masking"] = True
+    del old["held"]
+    check(raises(Exception, okt.OkTopkHookState(momentum_masking="sent", **settings)
+                 .load_state_dict, old) is None,
+          "a version 2 state saved with masking True loads into one with rule sent")
+    e = raises(ValueError, okt.OkTopkHookState(**settings).load_state_dict, old)
+    check(e is not None and "'auto'" in str(e),
+          f"a version 2 state with masking True into one with rule auto: ValueError ({e})")
+
+
 def test_per_parameter_calls_refused():
     """DDP's Python reducer (compiled autograd's) calls comm hooks with (grad, param) pairs
     instead of buckets: the hook refuses them with a TypeError that says so, on every rank."""
@@ -662,8 +798,16 @@ def test_state_errors():
     check(e is not None and "momentum" in str(e),
           f"a state without momentum into one with it: ValueError ({e})")
     defaults = okt.OkTopkHookState()
-    check(defaults.start_iter == 2 and defaults.momentum == 0.0 and not defaults.momentum_masking,
-          "defaults: start_iter 2, no momentum correction, no masking")
+    check(defaults.start_iter == 2 and defaults.momentum == 0.0
+          and defaults.momentum_masking == "auto",
+          "defaults: start_iter 2, no momentum correction, masking rule auto")
+    rules = {density: okt.OkTopkHookState(density=density, momentum=0.9)._masking
+             for density in (0.001, 0.01, 0.015, 0.0195, 0.05)}
+    check(rules == {0.001: "held", 0.01: "held", 0.015: "off", 0.0195: "off", 0.05: "off"},
+          f"masking rule auto: held at densities up to 0.01, off above ({rules})")
+    check(okt.OkTopkHookState(momentum_masking=True).momentum_masking == "sent"
+          and okt.OkTopkHookState(momentum_masking=False).momentum_masking == "off",
+          "momentum_masking True and False name the rules sent and off")
     e = raises(TypeError, okt.OkTopkHookState, sparse_rows=[torch.tensor(1.0)])
     check(e is not None and "sparse_rows" in str(e), f"a 0-d sparse_rows tensor: TypeError ({e})")
     pickled = copy.deepcopy(state)
@@ -775,14 +919,21 @@ def main():
         # fresh DDP's first iteration does not share.)
         test_checkpoint("oktopk", start_iter=2)
         test_checkpoint("oktopk", start_iter=2, momentum=MOMENTUM)
-        test_checkpoint("topka", whole_model=True, momentum=MOMENTUM, masking=True)
+        test_checkpoint("topka", whole_model=True, momentum=MOMENTUM, masking="sent")
+        test_checkpoint("topka", whole_model=True, momentum=MOMENTUM)
         test_momentum_correction_dense()
         test_momentum_correction_sparse()
         test_momentum_correction_sparse(whole_model=True)
-        test_momentum_correction_sparse(masking=False)
+        test_momentum_correction_sparse(masking="sent")
+        test_momentum_correction_sparse(whole_model=True, masking="sent")
+        test_momentum_correction_sparse(masking="off")
+        test_optimizer_taken_over()
+        test_optimizer_groups()
+        test_optimizer_errors()
         test_velocity_type()
         test_numpy_velocities_load()
         test_version_1_state()
+        test_version_2_state()
         test_state_errors()
         test_per_parameter_calls_refused()
         test_nan_fails_everywhere()

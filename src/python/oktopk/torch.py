@@ -8,8 +8,12 @@
     dist.init_process_group("gloo", rank=MPI.COMM_WORLD.rank, world_size=MPI.COMM_WORLD.size,
                             init_method="file:///shared/path")
     model = torch.nn.parallel.DistributedDataParallel(net)
-    state = OkTopkHookState(algorithm="oktopk", density=0.01)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    state = OkTopkHookState(algorithm="oktopk", density=0.01, optimizer=optimizer)
     model.register_comm_hook(state, oktopk_hook)
+
+Given the optimizer, the state takes over its momentum and weight decay (momentum correction,
+below); train with the optimizer as usual.
 
 DDP hands the hook its gradient buckets one at a time during backward. For each, the hook
 launches ``Handle.reduce_async`` on the bucket's buffer (in place) and returns a
@@ -46,15 +50,19 @@ default ``start_iter=2`` (two dense allreduces first) makes the handles after th
 nothing is lost. In whole-model mode the handle's layout never changes: each iteration's
 buckets are permuted into it.
 
-Momentum correction: with SGD and momentum, pass the optimizer's momentum and weight decay to
-the state (``OkTopkHookState(..., momentum=0.9, weight_decay=1e-4)``) and train with plain SGD
-(``torch.optim.SGD(params, lr=lr)``: no momentum, no weight decay). The hook then keeps this
-rank's velocity of every parameter, ``v = momentum * v + grad + weight_decay * w``, and reduces
-the velocities instead of the gradients, so that the error feedback residual holds back
-velocity rather than gradient (DGC's momentum correction; docs/tutorial.md has the numbers). The
+Momentum correction: given a ``torch.optim.SGD`` (``optimizer=``), the state takes its
+momentum and weight decay per parameter group and sets them to 0 in the optimizer, which then
+applies plain SGD steps (``momentum=`` and ``weight_decay=`` do the same for a plain SGD the
+user made). The hook keeps this rank's velocity of every parameter, ``v = momentum * v + grad
++ weight_decay * w``, and reduces the velocities instead of the gradients, so that the error
+feedback residual holds back velocity rather than gradient (DGC's momentum correction). The
 averaged velocity is what the optimizer applies, so dense allreduces (the warm-up, method
-``dense``) give the update of SGD with momentum. Velocities belong to parameters, not buckets:
-they survive DDP's bucket rebuild and are part of :meth:`OkTopkHookState.state_dict`.
+``dense``) give the update of SGD with momentum. At densities up to 0.01 the hook also clears,
+after each sparse reduce, the velocity of the entries the reduce released from the residual
+(momentum factor masking: ``momentum_masking``).
+Velocities belong to parameters, not buckets: they survive DDP's bucket rebuild and are part
+of :meth:`OkTopkHookState.state_dict`. With another optimizer (Adam, ...) the hook reduces
+gradients with error feedback and the optimizer keeps its own state.
 
 Embeddings: ``OkTopkHookState(..., sparse_rows=embedding_weights(net))`` makes every handle
 with a layout (docs/reference.md, "Fused buffers: layouts") built from its parameters: each
@@ -92,9 +100,17 @@ __all__ = ["OkTopkHookState", "oktopk_hook", "embedding_weights"]
 
 # The key of the whole-model handle among the per-bucket ones (bucket indices are ints).
 _WHOLE_MODEL = "model"
-_STATE_VERSION = 2
+_STATE_VERSION = 3
 # The settings a version 1 state (from before momentum correction) was saved with.
-_VERSION_1_SETTINGS = {"momentum": 0.0, "weight_decay": 0.0, "momentum_masking": False}
+_VERSION_1_SETTINGS = {"momentum": 0.0, "weight_decay": 0.0, "momentum_masking": "off"}
+# Version 2 states saved momentum factor masking as a bool.
+_VERSION_2_MASKING = {False: "off", True: "sent"}
+# momentum_masking's rules: none; clear every entry a reduce sent (DGC's); clear an entry sent
+# after the residual held it back; "held" up to _HELD_MASKING_MAX_DENSITY, "off" above.
+_MASKING_RULES = ("off", "sent", "held", "auto")
+# Where "auto" stops masking: on the Transformer language model "held" lowered the loss at
+# density 0.01 and raised it from 0.015 on (docs/benchmarks.md, "Momentum factor masking").
+_HELD_MASKING_MAX_DENSITY = 0.01
 # The methods whose average is dense: momentum factor masking would clear every velocity.
 _DENSE_AVERAGES = ("dense", "s2")
 
@@ -188,6 +204,64 @@ def embedding_weights(module):
             if isinstance(m, (_torch.nn.Embedding, _torch.nn.EmbeddingBag))]
 
 
+def _check_momentum(where, momentum, weight_decay):
+    if not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
+        raise ValueError(f"{where}: momentum must be a number in [0, 1), not {momentum!r}")
+    if not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay < float("inf"):
+        raise ValueError(f"{where}: weight_decay must be a finite number >= 0, not "
+                         f"{weight_decay!r}")
+
+
+def _masking_rule(where, value):
+    """momentum_masking's rule by name; the bools of earlier versions name "sent" and "off"."""
+    if isinstance(value, bool):
+        return _VERSION_2_MASKING[value]
+    if value not in _MASKING_RULES:
+        raise ValueError(f"{where}: momentum_masking must be one of {_MASKING_RULES}, not "
+                         f"{value!r}")
+    return value
+
+
+def _optimizer_settings(where, optimizer):
+    """(momentum, weight decay, {id: (weak reference, decay)} per parameter) that the state
+    takes over from ``optimizer``, a torch.optim.SGD; (0, 0, None) for any other optimizer,
+    which is left as it is. Changes nothing (_take_over does)."""
+    if not isinstance(optimizer, _torch.optim.Optimizer):
+        raise TypeError(f"{where}: optimizer must be a torch.optim.Optimizer, not "
+                        f"{type(optimizer).__name__}")
+    if not isinstance(optimizer, _torch.optim.SGD):
+        return 0.0, 0.0, None
+    groups = optimizer.param_groups
+    for number, group in enumerate(groups):
+        for setting in ("nesterov", "maximize"):
+            if group.get(setting, False):
+                raise ValueError(f"{where}: the optimizer's parameter group {number} has "
+                                 f"{setting}=True, which momentum correction does not model")
+        if group.get("dampening", 0) != 0:
+            raise ValueError(f"{where}: the optimizer's parameter group {number} has dampening "
+                             f"{group['dampening']}, which momentum correction does not model")
+    momenta = sorted({float(group["momentum"]) for group in groups})
+    if len(momenta) > 1:
+        raise ValueError(f"{where}: the optimizer's parameter groups have momenta {momenta}; "
+                         "the hook keeps one momentum for every parameter")
+    decays = [float(group["weight_decay"]) for group in groups]
+    momentum = momenta[0] if momenta else 0.0
+    _check_momentum(where, momentum, max(decays, default=0.0))
+    per_parameter = {id(p): (_weakref.ref(p), decay)
+                     for group, decay in zip(groups, decays) for p in group["params"]}
+    if len(set(decays)) > 1:
+        return momentum, tuple(decays), per_parameter
+    return momentum, decays[0] if decays else 0.0, per_parameter
+
+
+def _take_over(optimizer):
+    """Leaves a torch.optim.SGD with neither momentum nor weight decay (the hook applies them)."""
+    if isinstance(optimizer, _torch.optim.SGD):
+        for group in optimizer.param_groups:
+            group["momentum"] = 0.0
+            group["weight_decay"] = 0.0
+
+
 class OkTopkHookState:
     """The state of :func:`oktopk_hook`: settings, iteration counter, and OkTopk handles.
 
@@ -206,16 +280,31 @@ class OkTopkHookState:
             weights: :func:`embedding_weights`), each with rows along its first dimension.
             Given, every handle is made with a layout of the parameters it reduces (see the
             module's notes); None (the default) makes handles without one. Not pickled.
-        momentum: momentum correction's momentum, [0, 1): with momentum or weight_decay
-            non-zero the hook reduces this rank's velocity ``v = momentum * v + grad +
-            weight_decay * w`` instead of the gradient (see the module's notes); pair it with
-            plain SGD. 0 (the default) with weight_decay 0: the gradient, as DDP reduces it.
-        weight_decay: L2 weight decay folded into the velocity, >= 0 (default 0).
-        momentum_masking: with momentum, after a sparse reduce clear this rank's velocity
-            where the reduce sent this rank's entry, that is where the handle's residual is
-            zero (DGC's momentum factor masking). Off by default: it helped the Fashion-MNIST
-            MLP and hurt the Transformer language model (docs/tutorial.md has the numbers). Not
-            for methods ``dense`` and ``s2``, whose averages are dense, nor in the warm-up.
+        optimizer: the training's optimizer. A ``torch.optim.SGD`` hands its momentum and
+            weight decay over to the state, which sets them to 0 in the optimizer's parameter
+            groups: the hook then keeps the velocities (momentum correction, see the module's
+            notes) and the optimizer applies the averaged velocity. Its groups must share one
+            momentum (weight decays may differ) and use neither nesterov, dampening nor
+            maximize. Any other optimizer (Adam, ...) is left as it is, and the hook reduces
+            gradients with error feedback. Make the state right after the optimizer, before
+            loading the optimizer's checkpoint (which holds the zeroed momentum). Not pickled.
+        momentum: momentum correction's momentum, [0, 1), without an optimizer: with momentum
+            or weight_decay non-zero the hook reduces this rank's velocity ``v = momentum * v
+            + grad + weight_decay * w`` instead of the gradient; pair it with plain SGD. 0
+            (the default) with weight_decay 0: the gradient, as DDP reduces it.
+        weight_decay: L2 weight decay folded into the velocity, >= 0 (default 0), without an
+            optimizer.
+        momentum_masking: with momentum, which entries of this rank's velocity a sparse
+            reduce clears (momentum factor masking): ``"held"`` those the reduce sent after the
+            residual had held them back, ``"sent"`` every entry it sent (DGC's rule; ``True``
+            means it too), ``"off"`` (or ``False``) none; ``"auto"`` (the default) is
+            ``"held"`` at densities up to 0.01 and ``"off"`` above. An entry sent at every
+            step keeps its momentum under ``"held"``; one released from the residual has had
+            its held-back momentum applied in that release. At higher densities entries leave
+            the residual more often, and masking leaves more of the model without momentum:
+            docs/benchmarks.md ("Momentum factor masking") has the measurements behind the
+            default. Not for methods ``dense`` and ``s2``, whose averages are dense, nor in
+            the warm-up.
         **options: further fields of OkTopk's Options (``threshold_period=32``, ...).
 
     :meth:`state_dict` and :meth:`load_state_dict` save and restore the iteration counter,
@@ -231,16 +320,20 @@ class OkTopkHookState:
     """
 
     def __init__(self, process_group=None, algorithm="oktopk", density=0.01, start_iter=2,
-                 whole_model=False, sparse_rows=None, momentum=0.0, weight_decay=0.0,
-                 momentum_masking=False, **options):
+                 whole_model=False, sparse_rows=None, optimizer=None, momentum=0.0,
+                 weight_decay=0.0, momentum_masking="auto", **options):
         where = "oktopk.torch.OkTopkHookState"
         if not isinstance(start_iter, int) or start_iter < 0:
             raise ValueError(f"{where}: start_iter must be an int >= 0, not {start_iter!r}")
-        if not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
-            raise ValueError(f"{where}: momentum must be a number in [0, 1), not {momentum!r}")
-        if not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay < float("inf"):
-            raise ValueError(f"{where}: weight_decay must be a finite number >= 0, not "
-                             f"{weight_decay!r}")
+        _check_momentum(where, momentum, weight_decay)
+        self.momentum_masking = _masking_rule(where, momentum_masking)
+        # id -> (weak reference, weight decay) from the optimizer; None: weight_decay for all.
+        self._decays = None
+        if optimizer is not None:
+            if momentum != 0.0 or weight_decay != 0.0:
+                raise ValueError(f"{where}: give the optimizer or momentum and weight_decay, "
+                                 "not both: the optimizer's are taken over")
+            momentum, weight_decay, self._decays = _optimizer_settings(where, optimizer)
         # id -> (weak reference, row width): identity, not equality, picks the parameters.
         self._sparse_rows = None
         if sparse_rows is not None:
@@ -258,13 +351,15 @@ class OkTopkHookState:
         self.start_iter = start_iter
         self.whole_model = bool(whole_model)
         self.momentum = float(momentum)
-        self.weight_decay = float(weight_decay)
-        self.momentum_masking = bool(momentum_masking)
+        # A float, or with an optimizer whose groups decay differently, their decays in order.
+        self.weight_decay = weight_decay
         self.options = dict(options)
         self.iteration = 0
         self._reset()
         if _dist.is_available() and _dist.is_initialized():
             self._check_group(where)
+        if optimizer is not None:  # last: a state refused leaves the optimizer as it was
+            _take_over(optimizer)
 
     def _reset(self):
         """The process-local part: handles, parameter indices, buckets in flight."""
@@ -286,6 +381,10 @@ class OkTopkHookState:
         self._velocities = {}   # parameter index -> this rank's velocity (momentum correction)
         # restored, not yet claimed by a parameter: index -> flat CPU tensor
         self._saved_velocities = {}
+        # parameter index -> where its residual held entries back after the last reduce (flat
+        # bools beside the velocity; masking rule "held")
+        self._held = {}
+        self._saved_held = {}
         if getattr(self, "_completer", None) is None:
             self._completer = _Completer()
         if getattr(self, "_streams", None) is None:
@@ -329,34 +428,50 @@ class OkTopkHookState:
     def __setstate__(self, state):
         self.process_group = None
         self._sparse_rows = None
+        self._decays = None
         self.algorithm = state["algorithm"]
         self.density = state["density"]
         self.start_iter = state["start_iter"]
         self.whole_model = state["whole_model"]
         self.momentum = state.get("momentum", 0.0)
         self.weight_decay = state.get("weight_decay", 0.0)
-        self.momentum_masking = state.get("momentum_masking", False)
+        self.momentum_masking = _masking_rule("oktopk.torch.OkTopkHookState.__setstate__",
+                                              state.get("momentum_masking", False))
         self.options = dict(state["options"])
         self.iteration = state["iteration"]
         self._reset()
 
     @property
+    def _corrects_momentum(self):
+        """Whether the hook reduces velocities rather than gradients."""
+        return self.momentum != 0.0 or self.weight_decay != 0.0
+
+    @property
+    def _masking(self):
+        """The masking rule in force: momentum_masking, with "auto" resolved by the density."""
+        if self.momentum_masking != "auto":
+            return self.momentum_masking
+        return "held" if self.density <= _HELD_MASKING_MAX_DENSITY else "off"
+
+    @property
     def _masks_momentum(self):
-        return (self.momentum != 0.0 and self.momentum_masking
+        return (self.momentum != 0.0 and self._masking != "off"
                 and self.algorithm not in _DENSE_AVERAGES)
 
     def _settings(self):
         return {"algorithm": self.algorithm, "density": self.density,
                 "whole_model": self.whole_model, "momentum": self.momentum,
-                "weight_decay": self.weight_decay,
+                "weight_decay": (list(self.weight_decay) if isinstance(self.weight_decay, tuple)
+                                 else self.weight_decay),
                 # Only where it can change anything.
-                "momentum_masking": self.momentum_masking and self.momentum != 0.0,
+                "momentum_masking": self.momentum_masking if self.momentum != 0.0 else "off",
                 "options": dict(self.options)}
 
     def state_dict(self):
         """This rank's state, for ``torch.save``: the settings, the iteration counter, the
-        parameters' sizes, per handle its layout and OkTopk state (bytes), and the velocities
-        of momentum correction (flat CPU tensors by parameter index), all of which
+        parameters' sizes, per handle its layout and OkTopk state (bytes), the velocities of
+        momentum correction and where the residual held entries back (flat CPU tensors by
+        parameter index), all of which
         ``torch.load`` reads with ``weights_only=True``. Every rank has its own. Waits for the
         reduces in flight (there are none between optimizer steps)."""
         self._completer.drain()
@@ -370,23 +485,28 @@ class OkTopkHookState:
         numels = self._numels if self._saved_numels is None else self._saved_numels
         velocities = {index: v.clone() for index, v in self._saved_velocities.items()}
         velocities.update({index: _host_copy(v) for index, v in self._velocities.items()})
+        held = {index: h.clone() for index, h in self._saved_held.items()}
+        held.update({index: _host_copy(h) for index, h in self._held.items()})
         return {"version": _STATE_VERSION, "settings": self._settings(),
                 "iteration": self.iteration, "numels": list(numels), "slots": slots,
-                "velocities": velocities}
+                "velocities": velocities, "held": held}
 
     def load_state_dict(self, state_dict):
         """Restores what :meth:`state_dict` returned on this rank. The handles are made, and
         their states restored (collective), when the hook next needs them. The settings must
         be those of the saved state (ValueError otherwise). States saved before momentum
-        correction existed load as saved with momentum 0 and weight decay 0."""
+        correction existed load as saved with momentum 0 and weight decay 0; those saved
+        before the "held" masking rule, with the rule their bool named ("sent" or "off")."""
         where = "oktopk.torch.OkTopkHookState.load_state_dict"
         version = state_dict.get("version") if isinstance(state_dict, dict) else None
-        if version not in (1, _STATE_VERSION):
+        if version not in (1, 2, _STATE_VERSION):
             raise ValueError(f"{where}: not a state_dict of an OkTopkHookState (version "
-                             f"{version!r}; this one reads 1 and {_STATE_VERSION})")
+                             f"{version!r}; this one reads 1 to {_STATE_VERSION})")
         saved = dict(state_dict["settings"])
         if version == 1:
             saved.update(_VERSION_1_SETTINGS)
+        elif version == 2:
+            saved["momentum_masking"] = _VERSION_2_MASKING[saved["momentum_masking"]]
         if saved != self._settings():
             raise ValueError(f"{where}: the state was saved with {saved}, "
                              f"this state has {self._settings()}")
@@ -411,6 +531,8 @@ class OkTopkHookState:
             int(index): (v if isinstance(v, _torch.Tensor) else _torch.from_numpy(
                 _np.asarray(v))).reshape(-1)
             for index, v in state_dict.get("velocities", {}).items()}
+        self._saved_held = {int(index): h.reshape(-1)
+                            for index, h in state_dict.get("held", {}).items()}
 
     # ---- introspection
 
@@ -534,7 +656,7 @@ class OkTopkHookState:
         # Every bucket of every iteration, warm-up included: parameters are numbered by the
         # first iteration, whatever it does.
         layout = self._layout(bucket)
-        if self.momentum != 0.0 or self.weight_decay != 0.0:
+        if self._corrects_momentum:
             self._to_velocity(where, bucket, layout)
         if iteration < self.start_iter:
             return self._dense(bucket)
@@ -569,40 +691,64 @@ class OkTopkHookState:
         return work.get_future().then(narrow)
 
     def _masked_velocities(self, layout):
-        """The velocities momentum factor masking clears after a sparse reduce of ``layout``'s
-        parameters, in that order; none without momentum, or with a method whose average is
-        dense (dense, s2)."""
+        """(parameter index, velocity) of the velocities momentum factor masking may clear
+        after a sparse reduce of ``layout``'s parameters, in that order; none without
+        momentum, or with a method whose average is dense (dense, s2)."""
         if not self._masks_momentum:
             return []
-        return [self._velocities[i] for i in layout]
+        return [(i, self._velocities[i]) for i in layout]
 
-    @staticmethod
-    def _mask(velocities, residuals):
-        """DGC's momentum factor masking: clears this rank's velocity where the reduce sent this
-        rank's entry, which is where the handle's residual is zero after it (``residuals``:
-        (handle, permutation or None) pairs whose residuals, put in place, line up with
-        ``velocities``). Momentum that was sent does not keep pushing the entry on later
-        steps; entries still held back in the residual keep theirs. Not after a dense call of
-        a handle's own warm-up (``warmup_iterations``), which sends every entry."""
-        if not velocities or any(handle.stats()["dense"] for handle, _ in residuals):
+    def _mask(self, masked, residuals):
+        """Momentum factor masking after a reduce: clears this rank's velocity where the reduce
+        sent this rank's entry, which is where the handle's residual is zero after it
+        (``residuals``: (handle, permutation or None) pairs whose residuals, put in place,
+        line up with the velocities of ``masked``), under rule "held" only where the residual
+        held the entry back before. Momentum that was sent does not keep pushing the entry on
+        later steps; entries still held back keep theirs. Nothing is cleared after a dense
+        call of a handle's own warm-up (``warmup_iterations``), which sends every entry."""
+        if not masked:
+            return
+        dense = any(handle.stats()["dense"] for handle, _ in residuals)
+        if dense and self._masking == "sent":
             return
         if len(residuals) == 1 and residuals[0][1] is None:
             residual = residuals[0][0].residual()
         else:
-            residual = _np.empty(sum(v.numel() for v in velocities),
+            residual = _np.empty(sum(v.numel() for _, v in masked),
                                  residuals[0][0].residual_dtype)
             for handle, permutation in residuals:
                 residual[permutation] = handle.residual()
         sent = _torch.from_numpy(residual == 0)
-        if velocities[0].device.type == "cuda":
+        place = masked[0][1].device
+        if place.type == "cuda":
             # Page-locked, so that the copy is queued on the stream instead of waiting for it.
-            sent = sent.pin_memory().to(velocities[0].device, non_blocking=True)
+            sent = sent.pin_memory().to(place, non_blocking=True)
         offset = 0
         with _torch.no_grad():
-            for velocity in velocities:
+            for index, velocity in masked:
                 count = velocity.numel()
-                velocity.view(-1).masked_fill_(sent[offset:offset + count], 0)
+                sent_here = sent[offset:offset + count]
                 offset += count
+                if self._masking == "sent":
+                    velocity.view(-1).masked_fill_(sent_here, 0)
+                    continue
+                held = self._claim_held(index, velocity)
+                if not dense:
+                    velocity.view(-1).masked_fill_(sent_here & held, 0)
+                _torch.logical_not(sent_here, out=held)
+
+    def _claim_held(self, index, velocity):
+        """Where parameter ``index``'s residual held entries back after the last reduce: kept,
+        restored by load_state_dict, or nowhere (before the first reduce)."""
+        held = self._held.get(index)
+        if held is None:
+            saved = self._saved_held.pop(index, None)
+            if saved is not None:  # its velocity's size was checked as it was claimed
+                held = saved.to(device=velocity.device, dtype=_torch.bool, copy=True)
+            else:
+                held = _torch.zeros(velocity.numel(), dtype=_torch.bool, device=velocity.device)
+            self._held[index] = held
+        return held
 
     def _to_velocity(self, where, bucket, layout):
         """Momentum correction: replaces each gradient of the bucket by its parameter's
@@ -615,10 +761,22 @@ class OkTopkHookState:
                     self._velocities[index] = velocity
                 # A 16-bit gradient is widened, so the velocity's sum is formed in float32.
                 term = grad if velocity.dtype == grad.dtype else grad.float()
-                if self.weight_decay != 0.0:
-                    term.add_(parameter.detach().reshape(grad.shape), alpha=self.weight_decay)
+                decay = self._weight_decay_of(where, parameter)
+                if decay != 0.0:
+                    term.add_(parameter.detach().reshape(grad.shape), alpha=decay)
                 velocity.mul_(self.momentum).add_(term)
                 grad.copy_(velocity)
+
+    def _weight_decay_of(self, where, parameter):
+        """The weight decay of ``parameter``: its optimizer group's, or weight_decay."""
+        if self._decays is None:
+            if isinstance(self.weight_decay, tuple):
+                raise RuntimeError(f"{where}: this state was unpickled from one whose "
+                                   "optimizer's groups decay differently, which does not say "
+                                   "which parameter has which: make it with the optimizer")
+            return self.weight_decay
+        entry = self._decays.get(id(parameter))
+        return entry[1] if entry is not None and entry[0]() is parameter else 0.0
 
     def _claim_velocity(self, where, index, grad):
         """A parameter's velocity on its first use: restored by load_state_dict, or zero."""
@@ -687,7 +845,7 @@ class OkTopkHookState:
         gathered, self._gathered = self._gathered, []
         buffers = [b for b, _, _, _ in gathered]
         futures = [f for _, _, f, _ in gathered]
-        masked = [velocity for _, _, _, velocities in gathered for velocity in velocities]
+        masked = [entry for _, _, _, entries in gathered for entry in entries]
         layouts = tuple(i for _, lay, _, _ in gathered for i in lay)
         if self._remap:
             self._remap = False
