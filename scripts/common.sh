@@ -149,6 +149,28 @@ oktopk_apt_main_source() {
   return 0
 }
 
+# oktopk_private_apt DIR TYPE COMPONENTS: an apt list, cache and state of their own under DIR,
+# so that the system's apt configuration is left untouched, naming the mirror the system
+# already uses for main (TYPE deb or deb-src, the COMPONENTS given); updates it and leaves the
+# apt-get options that use it in OKTOPK_PRIVATE_APT_OPTS.
+oktopk_private_apt() {
+  local dir=$1 type=$2 components=$3 suite
+  mkdir -p "$dir/parts" "$dir/lists/partial" "$dir/cache/archives/partial"
+  suite=$(oktopk_codename)
+  oktopk_apt_main_source "$suite"
+  {
+    echo "Types: $type"
+    echo "URIs: $OKTOPK_APT_URIS"
+    echo "Suites: $suite"
+    echo "Components: $components"
+    [ -z "$OKTOPK_APT_SIGNED_BY" ] || echo "Signed-By:$OKTOPK_APT_SIGNED_BY"
+  } > "$dir/parts/oktopk.sources"
+  OKTOPK_PRIVATE_APT_OPTS=(-o "Dir::Etc::SourceParts=$dir/parts" -o Dir::Etc::SourceList=/dev/null
+                           -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache"
+                           -o APT::Sandbox::User=root)
+  apt-get "${OKTOPK_PRIVATE_APT_OPTS[@]}" update -q
+}
+
 # Kokkos (OpenMP + Serial) and Kokkos Kernels (no ETI, OpenBLAS as BLAS) from the trilinos
 # source package: Debian's binary libtrilinos-kokkos-dev is Serial-only with a broken CMake config.
 oktopk_build_kokkos() {
@@ -157,22 +179,8 @@ oktopk_build_kokkos() {
   fi
   local work; work=$(mktemp -d /tmp/oktopk-kokkos.XXXXXX)
   oktopk_log "building Kokkos 3.4.01 + Kokkos Kernels into $OKTOPK_DEPS_PREFIX (work dir $work)"
-  # A private deb-src list, so the system's apt configuration is left untouched. It names the
-  # mirror the system already uses for its own packages.
-  mkdir -p "$work/apt/parts" "$work/apt/lists/partial"
-  local suite; suite=$(oktopk_codename)
-  oktopk_apt_main_source "$suite"
-  {
-    echo "Types: deb-src"
-    echo "URIs: $OKTOPK_APT_URIS"
-    echo "Suites: $suite"
-    echo "Components: main"
-    [ -z "$OKTOPK_APT_SIGNED_BY" ] || echo "Signed-By:$OKTOPK_APT_SIGNED_BY"
-  } > "$work/apt/parts/oktopk-src.sources"
-  local apt_opts=(-o "Dir::Etc::SourceParts=$work/apt/parts" -o Dir::Etc::SourceList=/dev/null
-                  -o "Dir::State::Lists=$work/apt/lists" -o APT::Sandbox::User=root)
-  apt-get "${apt_opts[@]}" update -q
-  (cd "$work" && apt-get "${apt_opts[@]}" source --download-only trilinos)
+  oktopk_private_apt "$work/apt" deb-src main
+  (cd "$work" && apt-get "${OKTOPK_PRIVATE_APT_OPTS[@]}" source --download-only trilinos)
   local tarball; tarball=$(ls "$work"/trilinos_*.orig.tar.* | head -n 1)
   tar -xf "$tarball" -C "$work" --wildcards '*/packages/kokkos/*' '*/packages/kokkos-kernels/*'
   local pkgs; pkgs=$(ls -d "$work"/*/packages | head -n 1)
@@ -237,6 +245,116 @@ oktopk_torch_venv() {
   "${pip[@]}" install -q --progress-bar off "${OKTOPK_TORCH_PINS[@]:0:2}"
   MPICC=mpicc "${pip[@]}" install -q --progress-bar off --no-binary mpi4py "${OKTOPK_TORCH_PINS[2]}"
   touch "$OKTOPK_TORCH_VENV/.oktopk-complete"
+}
+
+# A CUDA that still compiles for the P100 (sm_60): CUDA 13 (/usr/local/cuda) compiles for sm_75
+# and newer only, and PyPI's CUDA 12 wheels hold ptxas and libnvvm but no nvcc, cicc or
+# cudafe++ (nvidia-cuda-nvcc-cu12 12.0 to 12.9). Debian 12's non-free component has a whole
+# CUDA 11.8 (sm_35 to sm_90); its nvidia-cuda-dev takes CUB, Thrust and libcu++ from main.
+OKTOPK_CUDA11_VERSION=11.8.89~11.8.0-5~deb12u1
+OKTOPK_CUDA11_PINS=("nvidia-cuda-toolkit=$OKTOPK_CUDA11_VERSION"
+                    "nvidia-cuda-dev=$OKTOPK_CUDA11_VERSION" "libcudart11.0=$OKTOPK_CUDA11_VERSION"
+                    libthrust-dev=1.17.2-2 libcub-dev=1.17.2-2 libcu++-dev=1.8.1-2)
+# CUDA 11.8 refuses GCC 12, Debian 12's g++, as host compiler.
+OKTOPK_CUDA11_HOST_CXX=g++-11
+OKTOPK_CUDA11_ROOT=${OKTOPK_CUDA11_ROOT:-$(dirname "$OKTOPK_DEPS_PREFIX")/cuda-11.8.89}
+
+# oktopk_cuda11_toolkit: lays out OKTOPK_CUDA11_ROOT once as a CUDA toolkit root (bin/nvcc with
+# its nvcc.profile, include/, lib64/ with libcudart and the libcuda stub, nvvm/) from the
+# packages of OKTOPK_CUDA11_PINS, unpacked, not installed: the system's nvcc stays CUDA 13.
+# Installs the host compiler, and checks that a program compiles and links for sm_60.
+oktopk_cuda11_toolkit() {
+  local root=$OKTOPK_CUDA11_ROOT
+  local recipe="recipe 1: ${OKTOPK_CUDA11_PINS[*]} host $OKTOPK_CUDA11_HOST_CXX"
+  oktopk_install_missing "$OKTOPK_CUDA11_HOST_CXX"
+  if [ -f "$root/.oktopk-complete" ] && [ "$(cat "$root/.oktopk-complete")" = "$recipe" ]; then
+    oktopk_log "reusing CUDA 11.8 in $root"; return
+  fi
+  local start=$SECONDS work
+  work=$(mktemp -d /tmp/oktopk-cuda11.XXXXXX)
+  oktopk_log "laying out CUDA 11.8 in $root (work dir $work)"
+  rm -rf "$root"   # an unstamped root is a layout that stopped half way
+  # Debian's non-free component holds the toolkit; main its CUB, Thrust and libcu++.
+  mkdir -p "$work/debs"
+  oktopk_private_apt "$work/apt" deb "main non-free"
+  (cd "$work/debs" &&
+   apt-get "${OKTOPK_PRIVATE_APT_OPTS[@]}" download "${OKTOPK_CUDA11_PINS[@]}") || {
+    echo "oktopk_cuda11_toolkit: cannot download ${OKTOPK_CUDA11_PINS[*]} from main and" \
+         "non-free of $(oktopk_codename) at $OKTOPK_APT_URIS (the pins are Debian 12's)" >&2
+    return 1; }
+
+  local x="$work/root" multiarch deb
+  multiarch=$(gcc -print-multiarch)
+  mkdir -p "$x"
+  for deb in "$work"/debs/*.deb; do
+    case ${deb##*/} in
+      # 2.8 GB, nearly all of it other libraries (cuBLAS, cuFFT, ...): the headers, the runtime
+      # and the driver stub only.
+      nvidia-cuda-dev_*)
+        dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$x" ./usr/include \
+          "./usr/lib/$multiarch/"{libcudart.so,libcudart_static.a,libcudadevrt.a,libculibos.a} \
+          "./usr/lib/$multiarch/stubs/libcuda.so" ;;
+      *) dpkg-deb -x "$deb" "$x" ;;
+    esac
+  done
+  # Debian spreads the toolkit over /usr (nvcc's own profile names those folders): the layout of
+  # NVIDIA's installer instead, under one root. usr/bin/nvcc is a script that runs the one below.
+  local tk="$x/usr/lib/nvidia-cuda-toolkit" t
+  mkdir -p "$root/bin" "$root/nvvm/bin" "$root/lib64"
+  cp -a "$tk/bin/nvcc" "$tk/bin/crt" "$root/bin/"
+  for t in cudafe++ ptxas fatbinary nvlink bin2c cuobjdump nvdisasm nvprune cu++filt; do
+    cp -a "$x/usr/bin/$t" "$root/bin/"
+  done
+  cp -a "$tk/bin/cicc" "$root/nvvm/bin/"
+  cp -a "$tk/libdevice" "$root/nvvm/"
+  cp -a "$x/usr/include" "$root/include"
+  cp -a "$x/usr/lib/$multiarch/." "$root/lib64/"
+  # nvcc runs the gcc and g++ it finds first on its profile's PATH (Debian's package does the
+  # same), so a plain nvcc, and nvcc_wrapper's -ccbin g++, compile the host code with GCC 11.
+  ln -s "$(command -v "$OKTOPK_CUDA11_HOST_CXX")" "$root/bin/g++"
+  ln -s "$(command -v "${OKTOPK_CUDA11_HOST_CXX/g++/gcc}")" "$root/bin/gcc"
+  cat > "$root/bin/nvcc.profile" <<'EOF'
+TOP              = $(_HERE_)/..
+
+NVVMIR_LIBRARY_DIR = $(TOP)/nvvm/libdevice
+
+LD_LIBRARY_PATH += $(TOP)/lib64:
+PATH            += $(TOP)/nvvm/bin:$(_HERE_):
+
+INCLUDES        +=  "-I$(TOP)/include" $(_SPACE_)
+
+LIBRARIES        =+ $(_SPACE_) "-L$(TOP)/lib64/stubs" "-L$(TOP)/lib64"
+
+CUDAFE_FLAGS    +=
+PTXAS_FLAGS     +=
+EOF
+
+  # The check: a kernel with a float atomic and Thrust, compiled and linked for sm_60 as Kokkos
+  # compiles (-arch=sm_60: sm_60 code and compute_60 PTX, which newer GPUs' drivers compile
+  # at load), against the shared runtime as Kokkos links it. No GPU is needed.
+  cat > "$work/check.cu" <<'EOF'
+#include <thrust/device_vector.h>
+#include <thrust/sort.h>
+__global__ void add(float* x, float v) { atomicAdd(x + threadIdx.x % 4, v); }
+int main() {
+  thrust::device_vector<float> x(4);
+  add<<<1, 32>>>(thrust::raw_pointer_cast(x.data()), 1.f);
+  thrust::sort(x.begin(), x.end());
+  return cudaDeviceSynchronize() != cudaSuccess;
+}
+EOF
+  "$root/bin/nvcc" -arch=sm_60 -cudart shared -o "$work/check" "$work/check.cu"
+  local listed ptx
+  listed=$("$root/bin/cuobjdump" --list-elf --list-ptx "$work/check")
+  ptx=$("$root/bin/cuobjdump" -ptx "$work/check")
+  if ! grep -q 'sm_60\.cubin' <<< "$listed" || ! grep -q '^\.target sm_60' <<< "$ptx"; then
+    echo "oktopk_cuda11_toolkit: the check program holds no sm_60 code or compute_60 PTX:" >&2
+    echo "$listed" >&2
+    return 1
+  fi
+  echo "$recipe" > "$root/.oktopk-complete"
+  rm -rf "$work"
+  oktopk_log "CUDA 11.8 laid out in $root ($((SECONDS - start))s)"
 }
 
 oktopk_setup() {

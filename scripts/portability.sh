@@ -6,8 +6,9 @@
 # and 4), and against Kokkos
 # 4.6.01 for CUDA (library, unit and binding tests, the Python package, apps, the S2 suite; every
 # program then read by scripts/check-lambda-odr.py, the PTX of three units by
-# scripts/check-gpu-reads.py) and HIP (the same but the apps and the S2
-# suite; its Python package is also imported), compile only: no GPU is needed.
+# scripts/check-gpu-reads.py), for CUDA on the P100 (cuda-p100: every target for sm_60 with
+# compute_60 PTX, by CUDA 11.8, with the same program checks) and HIP (the same as cuda but the
+# apps and the S2 suite; its Python package is also imported), compile only: no GPU is needed.
 # Warnings are errors in OkTopk's own targets (OKTOPK_WARNINGS_AS_ERRORS), never in the Kokkos
 # headers.
 #
@@ -18,7 +19,8 @@
 # own MPI code, which does not change with Kokkos: scripts/test.sh runs them with Kokkos 3.4
 # (the fault program is not even built here: it compiles the methods itself).
 #
-#   scripts/portability.sh [CONFIG...]    CONFIG: openmp-4.6 openmp-develop hip cuda (default: all)
+#   scripts/portability.sh [CONFIG...]    CONFIG: openmp-4.6 openmp-develop hip cuda cuda-p100
+#                                         (default: all but cuda-p100)
 #
 # Each configuration builds into build-<CONFIG>/ at the repository root. The dependencies are
 # built once, from the archives in $OKTOPK_SHARED_DIR, under $OKTOPK_DEPS_ROOT/<name>/ (with a
@@ -28,7 +30,10 @@ set -euo pipefail
 
 OKTOPK_DEPS_ROOT=${OKTOPK_DEPS_ROOT:-/opt/oktopk-deps}
 OKTOPK_SHARED_DIR=${OKTOPK_SHARED_DIR:-$OKTOPK_SOURCE_DIR/../shared/deps}
-OKTOPK_PORTABILITY_CONFIGS=(openmp-4.6 openmp-develop hip cuda)
+OKTOPK_PORTABILITY_CONFIGS=(openmp-4.6 openmp-develop hip cuda cuda-p100)
+# cuda-p100 lays out a toolkit of its own and compiles every program once more for the GPU: it
+# runs when named.
+OKTOPK_PORTABILITY_DEFAULT=(openmp-4.6 openmp-develop hip cuda)
 
 KOKKOS_46=kokkos-4.6.01
 KK_46=kokkos-kernels-4.6.02
@@ -36,11 +41,13 @@ KOKKOS_DEVELOP=kokkos-develop-20250620
 KK_DEVELOP=kokkos-kernels-develop-20250820
 # CUDA 13 changed three runtime signatures that Kokkos 4.6.01 predates (cudaGraphAddDependencies,
 # cudaMemAdvise, cudaMemPrefetchAsync); the repository's own patch adapts them under
-# CUDART_VERSION >= 13000, so older CUDA builds the same code as before.
+# CUDART_VERSION >= 13000, so older CUDA builds the same code as before, and is applied for
+# CUDA 13 and newer only.
 CUDA13_PATCH=$OKTOPK_SOURCE_DIR/cmake/patches/kokkos-4.6.01-cuda13.patch
 
 oktopk_port_usage() {
-  echo "usage: scripts/portability.sh [CONFIG...]  (CONFIG: ${OKTOPK_PORTABILITY_CONFIGS[*]})"
+  echo "usage: scripts/portability.sh [CONFIG...]  (CONFIG: ${OKTOPK_PORTABILITY_CONFIGS[*]};" \
+       "default: ${OKTOPK_PORTABILITY_DEFAULT[*]})"
 }
 
 # The archive's path, or a one-line error when it is not there.
@@ -71,24 +78,39 @@ oktopk_port_gcc12_workaround() {
   oktopk_log "portability: GCC $version: SharedAllocationTracker() made non-constexpr (kokkos#8187)"
 }
 
-# oktopk_port_deps NAME BACKEND KOKKOS KOKKOS_KERNELS
+# oktopk_port_deps NAME BACKEND KOKKOS KOKKOS_KERNELS [CUDA_ARCH [HOST_CXX]]
 # Builds Kokkos and Kokkos Kernels (archive top folders KOKKOS and KOKKOS_KERNELS) for BACKEND
 # (openmp, cuda or hip) into $OKTOPK_DEPS_ROOT/NAME, unless its stamp says it is already there.
+# CUDA: with the nvcc on PATH, for Kokkos_ARCH_<CUDA_ARCH> (HOPPER90 or PASCAL60; HOPPER90 when
+# not given), and HOST_CXX as nvcc_wrapper's host compiler where given.
 oktopk_port_deps() {
-  local name=$1 backend=$2 kokkos=$3 kk=$4
+  local name=$1 backend=$2 kokkos=$3 kk=$4 cuda_arch=${5:-HOPPER90} host_cxx=${6:-}
   local prefix="$OKTOPK_DEPS_ROOT/$name"
   # The stamp holds the recipe it was built by: a prefix built by an older recipe (say, before
   # the GCC 12 workaround) is rebuilt rather than reused.
   local recipe="recipe 2: $backend $kokkos $kk"
-  # A CUDA prefix records the patch it was built with: another patch rebuilds it.
-  [ "$backend" != cuda ] || recipe+=" patch $(sha256sum < "$CUDA13_PATCH" | cut -c1-16)"
+  local patch="" sm=""
+  if [ "$backend" = cuda ]; then
+    case $cuda_arch in
+      HOPPER90) sm=sm_90 ;;
+      PASCAL60) sm=sm_60 ;;
+      *) echo "oktopk: portability: no CUDA arch known for Kokkos_ARCH_$cuda_arch" >&2; return 1 ;;
+    esac
+    local nvcc_version
+    nvcc_version=$(nvcc --version | sed -n 's/^Cuda compilation tools, release .*, V//p')
+    [ "${nvcc_version%%.*}" -lt 13 ] || patch=$CUDA13_PATCH
+    # A CUDA prefix records the patch it was built with (another patch rebuilds it), and the
+    # arch, nvcc and host compiler where they are not the default configuration's.
+    [ -z "$patch" ] || recipe+=" patch $(sha256sum < "$CUDA13_PATCH" | cut -c1-16)"
+    [ "$cuda_arch" = HOPPER90 ] || recipe+=" $cuda_arch nvcc $nvcc_version"
+    [ -z "$host_cxx" ] || recipe+=" host $host_cxx"
+  fi
   if [ -f "$prefix/.oktopk-complete" ] && [ "$(cat "$prefix/.oktopk-complete")" = "$recipe" ]; then
     oktopk_log "reusing $name in $prefix"; return
   fi
-  local kokkos_tgz kk_tgz patch=""
+  local kokkos_tgz kk_tgz
   kokkos_tgz=$(oktopk_port_archive "$kokkos.tar.gz")
   kk_tgz=$(oktopk_port_archive "$kk.tar.gz")
-  [ "$backend" != cuda ] || patch=$CUDA13_PATCH
 
   local start=$SECONDS work
   work=$(mktemp -d /tmp/oktopk-port-deps.XXXXXX)
@@ -105,15 +127,24 @@ oktopk_port_deps() {
   case $backend in
     openmp) kokkos_opts+=(-DKokkos_ENABLE_OPENMP=ON) ;;
     cuda)
-      (cd "$work/$kokkos" && patch -p1 < "$patch")
-      # CUDA 13 rejects nvcc_wrapper's default sm_70. Kokkos installs this copy as
+      [ -z "$patch" ] || (cd "$work/$kokkos" && patch -p1 < "$patch")
+      # CUDA 13 rejects nvcc_wrapper's default sm_70, which compiles what names no arch (CMake's
+      # compiler check): the configuration's arch instead. Kokkos installs this copy as
       # $prefix/bin/nvcc_wrapper, the compiler OkTopk's CUDA build then uses.
-      sed -i 's/^default_arch="sm_[0-9]*"/default_arch="sm_90"/' "$work/$kokkos/bin/nvcc_wrapper"
-      grep -q '^default_arch="sm_90"' "$work/$kokkos/bin/nvcc_wrapper"
-      cxx=(-DCMAKE_CXX_COMPILER="$work/$kokkos/bin/nvcc_wrapper")
+      local wrapper="$work/$kokkos/bin/nvcc_wrapper"
+      sed -i "s/^default_arch=\"sm_[0-9]*\"/default_arch=\"$sm\"/" "$wrapper"
+      grep -q "^default_arch=\"$sm\"" "$wrapper"
+      # The host compiler the configuration's nvcc takes, also for nvcc_wrapper's host-only steps.
+      if [ -n "$host_cxx" ]; then
+        sed -i "s/^host_compiler=\${NVCC_WRAPPER_DEFAULT_COMPILER:-\"g++\"}\$/host_compiler=\${NVCC_WRAPPER_DEFAULT_COMPILER:-\"$host_cxx\"}/" "$wrapper"
+        grep -qxF "host_compiler=\${NVCC_WRAPPER_DEFAULT_COMPILER:-\"$host_cxx\"}" "$wrapper" || {
+          echo "oktopk: portability: $wrapper: its default host compiler is not $host_cxx" >&2
+          return 1; }
+      fi
+      cxx=(-DCMAKE_CXX_COMPILER="$wrapper")
       # Kokkos_ENABLE_CUDA_LAMBDA is deprecated in 4.6 (device lambdas are always on) but still
       # accepted; ON is its default there.
-      kokkos_opts+=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ARCH_HOPPER90=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON) ;;
+      kokkos_opts+=(-DKokkos_ENABLE_CUDA=ON "-DKokkos_ARCH_$cuda_arch=ON" -DKokkos_ENABLE_CUDA_LAMBDA=ON) ;;
     hip)
       cxx=(-DCMAKE_CXX_COMPILER=hipcc)
       kokkos_opts+=(-DKokkos_ENABLE_HIP=ON -DKokkos_ARCH_AMD_GFX90A=ON -DKokkos_ENABLE_ROCTHRUST=OFF) ;;
@@ -129,8 +160,8 @@ oktopk_port_deps() {
 
   if [ "$backend" = cuda ]; then
     cxx=(-DCMAKE_CXX_COMPILER="$prefix/bin/nvcc_wrapper")
-    grep -q '^default_arch="sm_90"' "$prefix/bin/nvcc_wrapper" || {
-      echo "oktopk: portability: $prefix/bin/nvcc_wrapper does not default to sm_90" >&2; return 1; }
+    grep -q "^default_arch=\"$sm\"" "$prefix/bin/nvcc_wrapper" || {
+      echo "oktopk: portability: $prefix/bin/nvcc_wrapper does not default to $sm" >&2; return 1; }
   fi
   # No explicit instantiations (every kernel is instantiated where it is called) and no TPLs:
   # KokkosBlas::gemm then uses Kokkos Kernels' own implementation. The BLAS, MKL, MAGMA and
@@ -158,12 +189,14 @@ oktopk_port_deps() {
 
 # oktopk_port_config CONFIG: dependencies, configure, build, and (OpenMP only) ctest.
 oktopk_port_config() {
-  local config=$1 deps backend kokkos kk cxx=()
+  local config=$1 deps backend kokkos kk cxx=() cuda_arch=() toolkit=()
   case $config in
     openmp-4.6)     deps=kokkos-4.6.01-openmp;  backend=openmp; kokkos=$KOKKOS_46;      kk=$KK_46 ;;
     openmp-develop) deps=kokkos-develop-openmp; backend=openmp; kokkos=$KOKKOS_DEVELOP; kk=$KK_DEVELOP ;;
     hip)            deps=kokkos-4.6.01-hip;     backend=hip;    kokkos=$KOKKOS_46;      kk=$KK_46 ;;
     cuda)           deps=kokkos-4.6.01-cuda;    backend=cuda;   kokkos=$KOKKOS_46;      kk=$KK_46 ;;
+    cuda-p100)      deps=kokkos-4.6.01-cuda-pascal60; backend=cuda; kokkos=$KOKKOS_46;  kk=$KK_46
+                    cuda_arch=(PASCAL60 "$OKTOPK_CUDA11_HOST_CXX") ;;
     *) echo "oktopk: portability: unknown configuration '$config'" >&2; return 1 ;;
   esac
   local prefix="$OKTOPK_DEPS_ROOT/$deps" build="$OKTOPK_SOURCE_DIR/build-$config"
@@ -176,15 +209,20 @@ oktopk_port_config() {
       # every atomic in OkTopk targets device memory, where that instruction is valid.
       cxx=(-DCMAKE_CXX_COMPILER=hipcc -DCMAKE_CXX_FLAGS=-munsafe-fp-atomics) ;;
     cuda)
-      # nvcc_wrapper runs the nvcc it finds on PATH.
-      if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+      # nvcc_wrapper runs the nvcc it finds on PATH, and so does scripts/check-gpu-reads.py.
+      if [ "$config" = cuda-p100 ]; then
+        # CUDA 13 compiles for sm_75 and newer only (scripts/common.sh, oktopk_cuda11_toolkit).
+        oktopk_cuda11_toolkit
+        export PATH="$OKTOPK_CUDA11_ROOT/bin:$PATH"
+        toolkit=(-DCUDAToolkit_ROOT="$OKTOPK_CUDA11_ROOT")
+      elif ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
         export PATH="/usr/local/cuda/bin:$PATH"
       fi
       command -v nvcc >/dev/null || { echo "oktopk: portability: cuda: nvcc not found" >&2; return 1; }
       # Kokkos for CUDA allows no GNU extensions and would otherwise say so at configure time.
       cxx=(-DCMAKE_CXX_COMPILER="$prefix/bin/nvcc_wrapper" -DCMAKE_CXX_EXTENSIONS=OFF) ;;
   esac
-  oktopk_port_deps "$deps" "$backend" "$kokkos" "$kk"
+  oktopk_port_deps "$deps" "$backend" "$kokkos" "$kk" "${cuda_arch[@]}"
 
   # The develop snapshot is checked for what a coming Kokkos release changes in OkTopk's own
   # kernels and API use; the apps add no Kokkos use of their own that 4.6 does not check.
@@ -198,7 +236,7 @@ oktopk_port_config() {
   [ "$backend" = openmp ] || python=ON
   local t=$SECONDS
   cmake -S "$OKTOPK_SOURCE_DIR" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cxx[@]}" \
-    -DKokkos_ROOT="$prefix" -DKokkosKernels_ROOT="$prefix" \
+    "${toolkit[@]}" -DKokkos_ROOT="$prefix" -DKokkosKernels_ROOT="$prefix" \
     -DOKTOPK_ENABLE_TESTS=ON -DOKTOPK_ENABLE_APPS="$apps" -DOKTOPK_WARNINGS_AS_ERRORS=ON \
     -DOKTOPK_ENABLE_PYTHON="$python" -DPython3_EXECUTABLE=/usr/bin/python3 \
     -DOKTOPK_ENABLE_HOST_STAGING_TESTS=OFF -DOKTOPK_ENABLE_FAULT_TESTS=OFF
@@ -219,6 +257,9 @@ oktopk_port_config() {
   # The S2 suite, whose own copy of the sketch kernels crashed the library's on a GPU: the
   # program check below reads it (docs/design.md, the rules).
   [ "$backend" != cuda ] || targets+=(oktopk_test_s2)
+  # The P100: every target (the library, every test program, the apps, the Fortran module and
+  # the Python package), so that each program a P100 runs is known to compile and link for it.
+  [ "$config" != cuda-p100 ] || targets=()
   if ! cmake --build "$build" -j "$OKTOPK_JOBS" "${targets[@]}" -- -k 0 2>&1 |
        tee "$build/portability-build.log"
   then
@@ -256,6 +297,22 @@ oktopk_port_config() {
            "(above)" >&2
       return 1; }
   fi
+  # A GPU newer than the P100 runs the P100 build from its compute_60 PTX, which the driver
+  # compiles at load: nvcc embeds it beside the sm_60 code for Kokkos' -arch=sm_60.
+  if [ "$config" = cuda-p100 ]; then
+    local p listed
+    for p in "$build/liboktopk.a" "$build/tests/oktopk_unit_tests"; do
+      listed=$(cuobjdump --list-elf --list-ptx "$p" | grep -E '^(ELF|PTX) file' || true)
+      if ! grep -q '^ELF file.*\.sm_60\.cubin$' <<< "$listed" ||
+         ! grep -q '^PTX file.*\.sm_60\.ptx$' <<< "$listed" || grep -vq '\.sm_60\.' <<< "$listed"
+      then
+        echo "oktopk: portability: cuda-p100: $p does not hold sm_60 code and compute_60 PTX" \
+             "alone:" >&2
+        echo "$listed" >&2
+        return 1
+      fi
+    done
+  fi
   # oktopk-train needs Kokkos Kernels: make sure this configuration really compiled it.
   [ "$apps" = OFF ] || [ -x "$build/apps/oktopk-train/oktopk-train" ] || {
     echo "oktopk: portability: $config: oktopk-train was not built" >&2; return 1; }
@@ -282,7 +339,7 @@ main() {
   for c in "${configs[@]}"; do
     case $c in -h|--help) oktopk_port_usage; return 0 ;; esac
   done
-  ((${#configs[@]})) || configs=("${OKTOPK_PORTABILITY_CONFIGS[@]}")
+  ((${#configs[@]})) || configs=("${OKTOPK_PORTABILITY_DEFAULT[@]}")
   for c in "${configs[@]}"; do
     if [[ " ${OKTOPK_PORTABILITY_CONFIGS[*]} " != *" $c "* ]]; then
       echo "oktopk: portability: unknown configuration '$c'" >&2; oktopk_port_usage >&2; return 2

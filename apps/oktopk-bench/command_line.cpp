@@ -20,7 +20,9 @@
 namespace oktopk::bench {
 
 std::string usage() {
-  const oktopk::Options d;
+  // {}: CUDA 11's front end wants an initializer for a const class object even where every
+  // member has one.
+  const oktopk::Options d{};
   std::ostringstream os;
   os << R"(Usage: mpirun -np P oktopk-bench [options] [--kokkos-... flags]
 

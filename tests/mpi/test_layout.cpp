@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -551,9 +552,10 @@ std::vector<OracleCase> oracle_cases() {
 TEST(S2LayoutOracle, MatchesTheMethod) {
   for (const OracleCase& c : oracle_cases()) {
     for (const bool feedback : {false, true}) {
-      // Columns 0 stands for an exact sketch here: as many columns as sparse entries.
+      // Columns 0 stands for an exact sketch here: as many columns as sparse entries. The list's
+      // type is named: CUDA 11's nvcc deduces none from the braces.
       for (const auto& [sketch_rows, columns] :
-           {std::pair<int, std::int64_t>{3, 5}, {4, 17}, {1, 3}, {3, 0}}) {
+           std::initializer_list<std::pair<int, std::int64_t>>{{3, 5}, {4, 17}, {1, 3}, {3, 0}}) {
         const std::int64_t width = columns == 0 ? c.layout.sparse_entries() : columns;
         SCOPED_TRACE(std::string(c.name) + ", feedback " + (feedback ? "on" : "off") + ", sketch " +
                      std::to_string(sketch_rows) + " x " + std::to_string(width));
@@ -571,7 +573,8 @@ TEST(S2LayoutOracle, MatchesTheMethodOnA16BitWire) {
   for (const OracleCase& c : oracle_cases()) {
     for (const oktopk::Wire wire : {oktopk::Wire::BFloat16, oktopk::Wire::Float16}) {
       for (const bool feedback : {false, true}) {
-        for (const auto& [sketch_rows, columns] : {std::pair<int, std::int64_t>{3, 5}, {4, 17}}) {
+        for (const auto& [sketch_rows, columns] :
+             std::initializer_list<std::pair<int, std::int64_t>>{{3, 5}, {4, 17}}) {
           std::ostringstream name;
           name << c.name << ", wire " << wire << ", feedback " << (feedback ? "on" : "off")
                << ", sketch " << sketch_rows << " x " << columns;
@@ -694,10 +697,9 @@ TEST(LayoutCheckpoint, RejectsAnotherLayout) {
     std::istringstream is(blob);
     h.restore_state(Exec(), is);
   };
-  for (const auto& mismatch :
-       {std::pair<oktopk::SparseAllreduce<Exec>*, const std::string*>{other.get(), &with_blob},
-        {without.get(), &with_blob},
-        {with.get(), &without_blob}}) {
+  using Mismatch = std::pair<oktopk::SparseAllreduce<Exec>*, const std::string*>;
+  for (const auto& mismatch : std::initializer_list<Mismatch>{
+           {other.get(), &with_blob}, {without.get(), &with_blob}, {with.get(), &without_blob}}) {
     // Named copies: C++17 lambdas cannot capture structured bindings.
     oktopk::SparseAllreduce<Exec>* const target = mismatch.first;
     const std::string* const blob = mismatch.second;

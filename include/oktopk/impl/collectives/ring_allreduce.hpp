@@ -27,9 +27,12 @@
 
 namespace oktopk::impl {
 
-/// The values of one message of the ring's reduce-scatter: 2^15 (128 KiB of floats), so that
-/// the segment just received is still in cache when it is added.
-inline constexpr std::int64_t ring_segment_values = std::int64_t{1} << 15;
+/// The values of one message of the ring: 2^19 (2 MiB of floats). Each message costs a
+/// rendezvous between the neighbours: with Open MPI's shared-memory transport, messages of 2^15
+/// values made the call slower at n = 2^20 to 2^24 (docs/benchmarks.md, "The default dense
+/// path against a bare MPI_Allreduce"). A larger chunk still travels in pieces, each added
+/// while the next arrives.
+inline constexpr std::int64_t ring_segment_values = std::int64_t{1} << 19;
 
 /// Whether a handle for Value gradients of length n on P ranks, running on ExecSpace, makes
 /// its dense allreduces on the ring: when asked to (Ring, or Auto on a host space with chunks
@@ -274,8 +277,40 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
   const auto segments = [](std::int64_t count) {
     return (count + ring_segment_values - 1) / ring_segment_values;
   };
+  // The allgather moves finished averages: out's own for a wire of the arithmetic type, else
+  // their rounded copies in `wire`, widened into out as they arrive.
+  const auto gathered = [&] {
+    if constexpr (narrow) {
+      return wire;
+    } else {
+      return out;
+    }
+  }();
+  // The allgather's first step moves the chunk this rank finishes in the last reduce step
+  // (chunk me + 1) and brings chunk me: each segment is sent as soon as it is averaged, so that
+  // it travels while the next is added (at P = 2 that is the whole allgather).
+  const auto first_gathered = chunk(me);
+  const std::int64_t first_gathered_count = first_gathered.second - first_gathered.first;
+  auto first_gather_receive = mpi_receive_view(exec, Kokkos::subview(gathered, first_gathered));
+  std::vector<Communicator::Requests> first_gather_arrivals(
+      static_cast<std::size_t>(segments(first_gathered_count)));
+  std::size_t first_gather_posted = 0;
+  const auto post_first_gather_receives = [&](std::size_t up_to) {
+    for (; first_gather_posted < std::min(up_to, first_gather_arrivals.size());
+         ++first_gather_posted) {
+      const std::int64_t at = static_cast<std::int64_t>(first_gather_posted) * ring_segment_values;
+      comm.irecv(first_gather_receive.data() + at,
+                 std::min(ring_segment_values, first_gathered_count - at), left, gather_tag,
+                 first_gather_arrivals[first_gather_posted]);
+    }
+  };
+  Communicator::Requests first_gather_departures;
+  std::vector<MpiBuffer<const W>> first_gather_sends;
+  first_gather_sends.reserve(first_gather_arrivals.size() + 1);
+
   std::int64_t nonfinite = 0;
   for (int s = 0; s < P - 1; ++s) {
+    const bool last = s == P - 2;
     const auto sent = chunk(me - s);
     const auto got = chunk(me - s - 1);
     const std::int64_t sent_count = sent.second - sent.first;
@@ -301,10 +336,14 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
       comm.irecv(receive.data() + at, std::min(ring_segment_values, got_count - at), left,
                  reduce_tag, arrivals[j]);
     }
-    Communicator::Requests departures;
-    for (std::int64_t at = 0; at < sent_count; at += ring_segment_values) {
+    // One request per segment: at P = 2 the allgather's first step receives into the chunk
+    // this step sends (`wire`'s on a narrowing wire, and `out`'s when `in` is `out`), so
+    // segment j may be received into only once its send is complete.
+    std::vector<Communicator::Requests> departures(static_cast<std::size_t>(segments(sent_count)));
+    for (std::size_t j = 0; j < departures.size(); ++j) {
+      const std::int64_t at = static_cast<std::int64_t>(j) * ring_segment_values;
       comm.isend(send.data() + at, std::min(ring_segment_values, sent_count - at), right,
-                 reduce_tag, departures);
+                 reduce_tag, departures[j]);
     }
     OKTOPK_FAULT_POINT(comm, "posted");
     for (std::size_t j = 0; j < arrivals.size(); ++j) {
@@ -314,30 +353,37 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
       mpi_received(exec, receive, received, at, at + count);
       const auto part = Kokkos::subview(received, Kokkos::make_pair(at, at + count));
       const std::int64_t begin = got.first + at;
-      if (s < P - 2) {
+      if (!last) {
         if constexpr (narrow) {
           ring_add<W>(exec, in, wire, part, begin, count);
         } else {
           ring_add<W>(exec, in, out, part, begin, count);
         }
-      } else if constexpr (narrow) {
+        continue;
+      }
+      if constexpr (narrow) {
         nonfinite += ring_add_average_rounded(exec, in, out, part, wire, begin, count, divisor);
       } else {
         nonfinite += ring_add_average(exec, in, out, part, begin, count, divisor);
       }
+      if (j < departures.size()) departures[j].wait_all();
+      post_first_gather_receives(j + 1);
+      first_gather_sends.push_back(
+          mpi_send_view(exec, Kokkos::subview(gathered, Kokkos::make_pair(begin, begin + count))));
+      comm.isend(first_gather_sends.back().data(), count, right, gather_tag,
+                 first_gather_departures);
     }
-    departures.wait_all();
+    for (auto& departure : departures) departure.wait_all();
   }
-  // The allgather moves finished averages: out's own for a wire of the arithmetic type, else
-  // their rounded copies in `wire`, widened into out as they arrive.
-  const auto gathered = [&] {
-    if constexpr (narrow) {
-      return wire;
-    } else {
-      return out;
-    }
-  }();
-  for (int s = 0; s < P - 1; ++s) {
+  // Chunk me may have a segment more than the chunk this rank finished.
+  post_first_gather_receives(first_gather_arrivals.size());
+  for (auto& arrival : first_gather_arrivals) arrival.wait_all();
+  first_gather_departures.wait_all();
+  mpi_received(exec, first_gather_receive, Kokkos::subview(gathered, first_gathered), 0,
+               first_gathered_count);
+  if constexpr (narrow) ring_widen(exec, wire, out, first_gathered.first, first_gathered_count);
+
+  for (int s = 1; s < P - 1; ++s) {
     const auto sent = chunk(me + 1 - s);
     const auto got = chunk(me - s);
     const auto send = mpi_send_view(exec, Kokkos::subview(gathered, sent));

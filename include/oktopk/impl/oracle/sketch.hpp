@@ -107,7 +107,10 @@ KOKKOS_INLINE_FUNCTION Real oracle_median(Real (&e)[max_sketch_rows], int count)
     e[b] = v;
   }
   const int mid = count / 2;
-  return count % 2 == 1 ? e[mid] : Real(0.5) * (e[mid - 1] + e[mid]);
+  if (count % 2 == 1) return e[mid];
+  // An even count is 2 or more (a sketch has a row): the guard only keeps GCC 11 from warning of
+  // e[-1], a count of 0 it sees in the host copy of a device lambda.
+  return Real(0.5) * (e[mid > 0 ? mid - 1 : 0] + e[mid]);
 }
 
 /// S2 with a layout, from the Layout itself rather than the method's segment map: Dense
