@@ -14,7 +14,7 @@ Subcommands (each has --help):
   scale     weak-scaling curves, CSV and PNG, for n = 14.7M (VGG-16) and 110M (BERT-base),
             P = 16..4096, on the network profiles aries, ib100, ib200, eth10.
   validate2 the two-level model against the bed's runs with several ranks per host
-            (docs/link-data/hierarchical/run.sh), flat and hierarchical; exit 1 if any error >
+            (data/link-data/hierarchical/run.sh), flat and hierarchical; exit 1 if any error >
             tolerance.
   scale2    two-level weak-scaling curves, CSV and PNG, for n = 110M (BERT-base) and 1.3B,
             P = 16..4096, on nodes of several GPUs (perlmutter, frontier; aries, one per node):
@@ -805,7 +805,7 @@ def predict2(algo, m, P, n, density, passes, dist, hierarchical, options=None):
 
 
 def read_node_run(path):
-    """One run of docs/link-data/hierarchical/run.sh: oktopk-bench's text output (--phases)
+    """One run of data/link-data/hierarchical/run.sh: oktopk-bench's text output (--phases)
     under scripts/netbench.sh --ranks-per-host. Returns the method's row, its phases (seconds
     and bytes per rank), the bed (hosts, ranks per host, rate), whether hierarchical=on, and
     netbench's validation allreduce where this run made it (the first run of a bed)."""
@@ -839,7 +839,7 @@ def read_node_run(path):
             run["phase_bytes"][fields[1]] = float(fields[4])
     missing = [key for key in ("hosts", "algo") if key not in run]
     if missing:
-        raise ModelError(f"{path}: not a run of docs/link-data/hierarchical/run.sh "
+        raise ModelError(f"{path}: not a run of data/link-data/hierarchical/run.sh "
                          f"(no {' or '.join(missing)})")
     if run["P"] != run["hosts"] * run["per_host"]:
         raise ModelError(f"{path}: P = {run['P']} is not {run['hosts']} hosts x "
@@ -1491,7 +1491,7 @@ def main(argv=None):
     p.add_argument("--tolerance", type=float, default=25.0, help="percent (default 25)")
     p.add_argument("--markdown", action="store_true", help="the rows as a markdown table")
     p.add_argument("runs", nargs="+", metavar="TXT",
-                   help="runs of docs/link-data/hierarchical/run.sh (oktopk-bench --phases under "
+                   help="runs of data/link-data/hierarchical/run.sh (oktopk-bench --phases under "
                         "netbench --ranks-per-host), including each bed's first (its validation call)")
 
     p = sub.add_parser("scale2", help="two-level weak-scaling CSV and PNG: flat and hierarchical "

@@ -63,7 +63,7 @@ oktopk_port_archive() {
 # oktopk_port_gcc12_workaround KOKKOS_TREE
 # GCC 12.2 to 12.4 skip the constexpr default constructor of SharedAllocationTracker inside the
 # develop snapshot's mdspan-based View, so destroying any default View crashes
-# (docs/kokkos-develop-gcc12/README.md; kokkos#8187, fixed upstream by kokkos#8223). The fix is
+# (data/kokkos-develop-gcc12/README.md; kokkos#8187, fixed upstream by kokkos#8223). The fix is
 # the same one word upstream made: that constructor is no longer constexpr. Other compilers and
 # Kokkos releases with the fix need nothing.
 oktopk_port_gcc12_workaround() {

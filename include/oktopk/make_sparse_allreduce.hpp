@@ -21,13 +21,12 @@
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/base/value_traits.hpp>
 #include <oktopk/impl/base/wire_rounding.hpp>
-#include <oktopk/impl/comm/failure.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/gpu_aware_mpi.hpp>
+#include <oktopk/impl/handle/call_driver.hpp>
 #include <oktopk/impl/handle/hierarchical.hpp>
 
 #include <cstdint>
-#include <exception>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -185,27 +184,11 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_sparse_allreduce(
   };
   // Allocating the buffers can fail on some ranks only (a smaller device, a fuller node): every
   // rank learns of it, with the failing rank's cause (a job's log often keeps rank 0's stderr
-  // only), and throws, instead of the others going on to a reduce() that rank never joins. A
-  // failure of every rank (an option the method rejects) keeps its own exception.
+  // only), and throws, instead of the others going on to a reduce() that rank never joins.
   // Taken on every rank, whatever happens next, so that the communicator's serials stay equal
   // across ranks.
   const std::int64_t serial = comm.next_serial();
-  std::unique_ptr<SparseAllreduce<ExecSpace, Value>> handle;
-  std::exception_ptr failure;
-  std::string cause;
-  try {
-    handle = build();
-  } catch (const std::exception& e) {
-    failure = std::current_exception();
-    cause = impl::one_line(impl::failure_cause(e));
-  } catch (...) {
-    failure = std::current_exception();
-    cause = impl::one_line("an exception of unknown type");
-  }
-  const AgreedFailure agreed = comm.agree_on_failure(failure != nullptr, cause);
-  if (agreed.every_rank) std::rethrow_exception(failure);
-  OKTOPK_REQUIRE(!agreed, std::runtime_error, where,
-                 "rank " << agreed.rank << " could not build the handle: " << agreed.cause);
+  auto handle = impl::build_on_every_rank(comm, where, build);
   impl::HandleCreation<ExecSpace, Value>::set(*handle, serial, node_topology);
   return handle;
 }
@@ -227,30 +210,17 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_hierarchical(
   Options method_options = options;
   method_options.hierarchical = false;
   method_options.node_size = 1;
-  std::unique_ptr<SparseAllreduce<ExecSpace, Value>> handle;
-  std::exception_ptr failure;
-  std::string cause;
-  try {
-    // Collective among the local rank's ranks only: it throws on all of them alike. Without
-    // the layout: the methods the mode takes compute the same without one, and the handle
-    // counts the output per segment itself.
-    auto method = make_sparse_allreduce<ExecSpace, Value>(exec, algorithm, across, shard,
-                                                          method_options, Layout());
-    OKTOPK_FAULT_POINT(comm, "construct");
-    handle = std::make_unique<HierarchicalAllreduce<ExecSpace, Value>>(
-        exec, algorithm, comm, n, options, layout, node, std::move(method));
-  } catch (const std::exception& e) {
-    failure = std::current_exception();
-    cause = one_line(failure_cause(e));
-  } catch (...) {
-    failure = std::current_exception();
-    cause = one_line("an exception of unknown type");
-  }
-  const AgreedFailure agreed = comm.agree_on_failure(failure != nullptr, cause);
-  if (agreed.every_rank) std::rethrow_exception(failure);
-  OKTOPK_REQUIRE(!agreed, std::runtime_error, where,
-                 "rank " << agreed.rank << " could not build the handle: " << agreed.cause);
-  return handle;
+  return build_on_every_rank(
+      comm, where, [&]() -> std::unique_ptr<SparseAllreduce<ExecSpace, Value>> {
+        // Collective among the local rank's ranks only: it throws on all of them alike.
+        // Without the layout: the methods the mode takes compute the same without one, and
+        // the handle counts the output per segment itself.
+        auto method = make_sparse_allreduce<ExecSpace, Value>(exec, algorithm, across, shard,
+                                                              method_options, Layout());
+        OKTOPK_FAULT_POINT(comm, "construct");
+        return std::make_unique<HierarchicalAllreduce<ExecSpace, Value>>(
+            exec, algorithm, comm, n, options, layout, node, std::move(method));
+      });
 }
 }  // namespace impl
 

@@ -210,12 +210,68 @@ struct Options {
     s2_error_feedback = v;
     return *this;
   }
+  Options& set_guard_low(double v) {
+    guard_low = v;
+    return *this;
+  }
+  Options& set_guard_factor(double v) {
+    guard_factor = v;
+    return *this;
+  }
+  Options& set_guard_step(double v) {
+    guard_step = v;
+    return *this;
+  }
+  Options& set_guard_loops(int v) {
+    guard_loops = v;
+    return *this;
+  }
   Options& set_guard_exact(bool v) {
     guard_exact = v;
     return *this;
   }
   Options& set_guard_ladder(bool v) {
     guard_ladder = v;
+    return *this;
+  }
+  Options& set_local_low(double v) {
+    local_low = v;
+    return *this;
+  }
+  Options& set_local_high(double v) {
+    local_high = v;
+    return *this;
+  }
+  Options& set_local_step(double v) {
+    local_step = v;
+    return *this;
+  }
+  Options& set_global_low(double v) {
+    global_low = v;
+    return *this;
+  }
+  Options& set_global_high(double v) {
+    global_high = v;
+    return *this;
+  }
+  Options& set_global_step(double v) {
+    global_step = v;
+    return *this;
+  }
+  Options& set_gaussian_low(double v) {
+    gaussian_low = v;
+    return *this;
+  }
+  Options& set_gaussian_high(double v) {
+    gaussian_high = v;
+    return *this;
+  }
+  Options& set_gaussian_step(double v) {
+    gaussian_step = v;
+    return *this;
+  }
+  Options& set_gaussian_loops(int v) {
+    gaussian_loops = v;
     return *this;
   }
 

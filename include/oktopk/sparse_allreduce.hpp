@@ -80,7 +80,8 @@ class SparseAllreduce {
 
   /// \brief Collective. Writes into `out` the average over ranks of the sparsified gradients
   /// (mostly zeros), bit-identical on every rank; `grad` is not modified. Every rank throws the
-  /// same std::invalid_argument if any rank passes Views whose length is not size(), if any
+  /// same std::invalid_argument if any rank passes Views whose length is not size(), if some
+  /// ranks call reduce_sparse where the others call reduce, if any
   /// rank's gradient (plus residual) holds NaN or Inf, or (method dense, which checks the
   /// average rather than its input) if the sum over ranks overflows; the handle is then
   /// unchanged (`out` is not: it may hold a copy of the gradient or the average). Any other

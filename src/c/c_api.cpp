@@ -457,7 +457,7 @@ oktopk_handle* create(const char* where, MPI_Comm comm, const char* algorithm, s
   }
   // Default-initialised (every member has a default constructor): GCC 12 value-initialising
   // this struct leaves out the definition of a Kokkos develop View member's constructor and
-  // the link fails (docs/kokkos-develop-gcc12/README.md).
+  // the link fails (data/kokkos-develop-gcc12/README.md).
   std::unique_ptr<oktopk_handle> handle(new oktopk_handle);
   // Ranks that pass different types make handles of different types; make_sparse_allreduce
   // checks the type with the other arguments, so that every rank throws alike.

@@ -213,6 +213,21 @@ TEST_P(SparseResultOf, RejectsBadInputOnEveryRankAndStaysUsable) {
   EXPECT_TRUE(starts_with(nan_error, "oktopk::SparseAllreduce::reduce_sparse: ")) << nan_error;
   EXPECT_NE(nan_error.find("NaN or Inf on rank " + std::to_string(culprit)), std::string::npos)
       << nan_error;
+  // reduce_sparse on one rank, reduce on the others: the calls end in different collectives.
+  if (P > 1) {
+    const Vector mixed_grad = to_device(make_gradient(Dist::Uniform, 3, me, 0, n));
+    const std::string mixed_error = invalid_argument_of([&] {
+      if (me == culprit) {
+        h->reduce_sparse(exec, mixed_grad, result);
+      } else {
+        Vector mixed_out("test::out", n);
+        h->reduce(exec, mixed_grad, mixed_out);
+      }
+    });
+    const std::string what = "reduce on some ranks and reduce_sparse on others";
+    EXPECT_NE(mixed_error.find(what), std::string::npos) << mixed_error;
+    EXPECT_TRUE(same_text_on_all_ranks(mixed_error.substr(mixed_error.find(what))));
+  }
   EXPECT_EQ(h->stats().iteration, 0);
   // Unchanged: the next call is the twin's first.
   const auto grad = make_gradient(Dist::Heavy, 2, me, 0, n);

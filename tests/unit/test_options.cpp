@@ -156,6 +156,22 @@ TEST(OptionsTest, DefaultsBoundariesAndEveryChangedFieldAreValid) {
   expect_invalid_argument([] { Options{}.set("node_size", "two"); }, "oktopk::Options::set");
 }
 
+TEST(OptionsTest, EveryFieldHasASetterThatSetsIt) {
+  const auto fields = field_changes();
+  const auto setters = setter_changes();
+  ASSERT_EQ(setters.size(), fields.size());
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    SCOPED_TRACE(fields[i].first);
+    EXPECT_EQ(setters[i].first, fields[i].first);
+    Options by_field;
+    Options by_setter;
+    fields[i].second(by_field);
+    setters[i].second(by_setter);
+    EXPECT_EQ(printed(by_setter), printed(by_field));
+    EXPECT_NE(printed(by_setter), printed(Options{}));
+  }
+}
+
 TEST(OptionsTest, ValidateRejectsEachOutOfRangeField) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// What every method shares to implement SparseAllreduce: the driver of one call (checks,
-// accumulate pass, warm-up, the method's step, error feedback, failure handling) and the
-// toolkit the methods' steps use (timed phases, dense averages, selections, exact top-k
-// thresholds, and what the accumulate pass counted).
+// What every method shares to implement SparseAllreduce: one call's sequence (accumulate pass,
+// warm-up, the method's step, error feedback, rejections) inside the protocol of CallDriver,
+// and the toolkit the methods' steps use (timed phases, dense averages, selections, exact
+// top-k thresholds, and what the accumulate pass counted).
 #pragma once
 
 #include <oktopk/error.hpp>
@@ -19,6 +19,7 @@
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/handle/call_checks.hpp>
+#include <oktopk/impl/handle/call_driver.hpp>
 #include <oktopk/impl/handle/segment_counts.hpp>
 #include <oktopk/impl/kernels/accumulate_pass.hpp>
 #include <oktopk/impl/kernels/candidates.hpp>
@@ -31,7 +32,6 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
-#include <exception>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -104,42 +104,10 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
   /// and checks the average for NaN and Inf instead of the input, passes fewer.
   virtual bool averages_gradient_as_is() const { return false; }
 
-  /// \brief RAII: while alive, communication is charged to phase `name`; on destruction the
-  /// execution space is fenced and the elapsed time added to that phase's stats.
-  class PhaseTimer {
-   public:
-    PhaseTimer(MethodBase& owner, const ExecSpace& exec, const char* name)
-        : owner_(owner), exec_(exec), name_(name), scope_(owner.comm_.phase(name)) {
-      try {
-        OKTOPK_FAULT_POINT(owner_.comm_, "enter");
-      } catch (...) {
-        // No destructor runs for a constructor that throws: name the phase here.
-        if (owner_.failed_phase_.empty()) owner_.failed_phase_ = name_;
-        throw;
-      }
-    }
-    ~PhaseTimer() {
-      if (std::uncaught_exceptions() > uncaught_at_start_) {
-        // A failure leaves this phase: the innermost phase it left is the one to report.
-        if (owner_.failed_phase_.empty()) owner_.failed_phase_ = name_;
-        return;
-      }
-      impl::fence(exec_, "oktopk::SparseAllreduce::phase");
-      owner_.stats_.phases[name_].seconds += timer_.seconds();
-    }
-    PhaseTimer(const PhaseTimer&) = delete;
-    PhaseTimer& operator=(const PhaseTimer&) = delete;
-
-   private:
-    MethodBase& owner_;
-    ExecSpace exec_;
-    std::string name_;
-    Communicator::PhaseScope scope_;
-    Kokkos::Timer timer_;
-    int uncaught_at_start_ = std::uncaught_exceptions();
-  };
-  PhaseTimer phase(const ExecSpace& exec, const char* name) {
-    return PhaseTimer(*this, exec, name);
+  /// A timed phase of the call (CallDriver::Phase): its traffic and time are counted to `name`
+  /// in stats_, and a failure inside it names it.
+  typename CallDriver<ExecSpace>::Phase phase(const ExecSpace& exec, const char* name) {
+    return driver_.phase(exec, name);
   }
 
   /// Dense allreduce of `in` (SUM) into `out`, then out /= P, by options_.dense_allreduce
@@ -231,11 +199,6 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
   KthLargestWorkspace<ExecSpace> kth_workspace_;
 
  private:
-  /// Runs `body`, part of a collective call; if it throws on this rank, the job ends through
-  /// abort_after_local_failure, since the other ranks may already wait inside MPI.
-  template <class Body>
-  void run_or_abort(std::int64_t call, Body&& body);
-
   real_vector_type acc_;
   /// The dense output that reduce_step_sparse's default compacts (allocated at its first use).
   vector_type sparse_scratch_;
@@ -245,7 +208,7 @@ class MethodBase : public SparseAllreduce<ExecSpace, Value> {
   RingBuffers<bfloat16, memory_space> ring_bfloat16_;
   RingBuffers<float16, memory_space> ring_float16_;
   RingBuffers<float, memory_space> ring_float_;  // double gradients on a float wire
-  std::string failed_phase_;                     // set by PhaseTimer when a failure leaves a phase
+  CallDriver<ExecSpace> driver_{this->comm_, this->algorithm_, this->stats_};
 };
 
 template <class ExecSpace, class Value>
@@ -262,17 +225,18 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
 
   // Local problems become collective ones: every rank learns of any rank's bad input, so all
   // throw together instead of some waiting forever in the next collective. Anything else that
-  // fails on some ranks only ends the job (run_or_abort): see docs/reference.md, "Failures".
+  // fails on some ranks only ends the job (CallDriver::run_or_abort): see docs/reference.md,
+  // "Failures".
   const bool length_ok =
       static_cast<std::int64_t>(grad.extent(0)) == this->n_ &&
       (sparse != nullptr || static_cast<std::int64_t>(out.extent(0)) == this->n_);
   std::int64_t nonfinite = 0;
-  CallAgreement agreed(length_ok, this->comm_.rank(), this->serial_);
+  CallAgreement agreed(length_ok, this->comm_.rank(), this->serial_, sparse != nullptr);
   const std::int64_t call = this->iteration_ + 1;
   // The call's input (residual + gradient) goes into acc_, checked on the way, unless the
   // method averages the gradient as it is: then the average is checked instead (below).
   const bool as_is = averages_gradient_as_is();
-  run_or_abort(call, [&] {
+  driver_.run_or_abort(call, [&] {
     if (length_ok && !as_is) {
       auto timer = phase(exec, "accumulate");
       if (uses_error_feedback()) {
@@ -283,15 +247,14 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
       }
     }
     agreed.values[1] = nonfinite == 0 ? 0 : this->comm_.rank() + 1;
-    auto timer = phase(exec, "check");
-    this->comm_.allreduce_in_place(agreed.values, 4, MPI_MAX);
+    driver_.agree(exec, "check", agreed);
   });
-  if (!agreed.lengths_ok() || agreed.nonfinite_rank() >= 0 || !agreed.same_handle()) {
+  if (!agreed.lengths_ok() || agreed.nonfinite_rank() >= 0 || !agreed.same_handle() ||
+      !agreed.same_call()) {
     this->stats_ = previous_stats;
   }
-  require_same_handle_and_lengths(where, agreed, this->comm_.rank(), this->serial_,
-                                  this->algorithm_, this->n_, sparse != nullptr, grad.extent(0),
-                                  out.extent(0));
+  require_agreed_call(where, agreed, this->comm_.rank(), this->serial_, this->algorithm_, this->n_,
+                      sparse != nullptr, grad.extent(0), out.extent(0));
   OKTOPK_REQUIRE(agreed.nonfinite_rank() < 0, std::invalid_argument, where,
                  "the gradient (plus residual) holds NaN or Inf"
                      << (is_half_v<Value> ? std::string(", or values that round to Inf as ") +
@@ -307,7 +270,7 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
   std::int64_t nonfinite_averages = 0;
   // {rank + 1 of a rank whose values overflowed the sparse wire, how many there}, by MPI_MAX.
   std::int64_t wire_overflow[2] = {0, 0};
-  run_or_abort(call, [&] {
+  driver_.run_or_abort(call, [&] {
     ++this->iteration_;
     this->stats_.iteration = this->iteration_;
     if (as_is) {
@@ -370,7 +333,7 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
     --this->iteration_;
     this->stats_ = previous_stats;
     std::int64_t bad_input = 0;
-    run_or_abort(call, [&] {
+    driver_.run_or_abort(call, [&] {
       nonfinite = count_nonfinite(exec, grad);
       bad_input = nonfinite == 0 ? 0 : this->comm_.rank() + 1;
       this->comm_.allreduce_in_place(&bad_input, 1, MPI_MAX);
@@ -450,24 +413,6 @@ void MethodBase<ExecSpace, Value>::size_result(const ExecSpace& exec, sparse_res
   ensure_capacity(exec, result.indices, size);
   ensure_capacity(exec, result.values, size);
   result.size = size;
-}
-
-template <class ExecSpace, class Value>
-template <class Body>
-void MethodBase<ExecSpace, Value>::run_or_abort(std::int64_t call, Body&& body) {
-  OKTOPK_FAULT_CALL(call);
-  failed_phase_.clear();
-  try {
-    body();
-  } catch (const std::exception& e) {
-    abort_after_local_failure(this->comm_, failure_cause(e),
-                              failed_phase_.empty() ? "other" : failed_phase_, this->algorithm_,
-                              call);
-  } catch (...) {
-    abort_after_local_failure(this->comm_, "an exception of unknown type",
-                              failed_phase_.empty() ? "other" : failed_phase_, this->algorithm_,
-                              call);
-  }
 }
 
 template <class ExecSpace, class Value>

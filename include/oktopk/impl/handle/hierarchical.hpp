@@ -19,6 +19,7 @@
 #include <oktopk/impl/comm/fault_injection.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/handle/call_checks.hpp>
+#include <oktopk/impl/handle/call_driver.hpp>
 #include <oktopk/impl/handle/segment_counts.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 
@@ -27,7 +28,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -213,28 +213,6 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   }
 
  private:
-  /// Runs `body`, part of a collective call, in phase `phase`; if it throws on this rank, the
-  /// job ends (abort_after_local_failure), since the other ranks may wait inside MPI.
-  template <class Body>
-  void run_or_abort(std::int64_t call, const char* phase, Body&& body) const {
-    OKTOPK_FAULT_CALL(call);
-    try {
-      body();
-    } catch (const std::exception& e) {
-      abort_after_local_failure(this->comm_, failure_cause(e), phase, this->algorithm_, call);
-    } catch (...) {
-      abort_after_local_failure(this->comm_, "an exception of unknown type", phase,
-                                this->algorithm_, call);
-    }
-  }
-
-  /// Fences `exec` and adds the time since `timer` started to phase `name` of `stats`.
-  static void add_phase_time(const ExecSpace& exec, ReduceStats& stats, const char* name,
-                             const Kokkos::Timer& timer) {
-    fence(exec, "oktopk::HierarchicalAllreduce::phase");
-    stats.phases[name].seconds += timer.seconds();
-  }
-
   /// {ranks per node, local rank, node, shard start, shard length}: what a checkpoint's method
   /// state belongs to.
   std::array<std::int64_t, 5> shard_place() const {
@@ -253,6 +231,8 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   vector_type pieces_;                    // the other local ranks' parts of this rank's shard
   vector_type shard_out_;                 // the method's output on the shard
   sparse_result_type shard_result_;       // the method's sparse output on the shard
+  ReduceStats node_stats_;                // the node level's phases in the call
+  CallDriver<ExecSpace> driver_{this->comm_, this->algorithm_, node_stats_};
 };
 
 template <class ExecSpace, class Value>
@@ -271,39 +251,25 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
                                              static_cast<std::size_t>(shard_begin() + shard));
   this->comm_.reset_traffic();
   node_.reset_traffic();
-  ReduceStats stats;
+  node_stats_ = ReduceStats{};
 
-  // The lengths and the handle first: the node's reduce-scatter must not read a short View.
+  // The lengths, the handle and the kind of call first: the node's reduce-scatter must not
+  // read a short View, and reduce and reduce_sparse end in different node collectives.
   const bool length_ok =
       static_cast<std::int64_t>(grad.extent(0)) == this->n_ &&
       (sparse != nullptr || static_cast<std::int64_t>(out.extent(0)) == this->n_);
-  CallAgreement agreed(length_ok, rank, this->serial_);
-  // And whether the call is reduce or reduce_sparse, which end in different node collectives:
-  // {sparse, -sparse} by MPI_MAX, beside the agreement's four values.
-  std::int64_t values[6] = {agreed.values[0],          agreed.values[1],
-                            agreed.values[2],          agreed.values[3],
-                            sparse != nullptr ? 1 : 0, sparse != nullptr ? -1 : 0};
-  run_or_abort(call, "hierarchy_check", [&] {
-    Kokkos::Timer timer;
-    auto scope = this->comm_.phase("hierarchy_check");
-    this->comm_.allreduce_in_place(values, 6, MPI_MAX);
-    add_phase_time(exec, stats, "hierarchy_check", timer);
-  });
-  std::copy(values, values + 4, agreed.values);
-  require_same_handle_and_lengths(where, agreed, rank, this->serial_, this->algorithm_, this->n_,
-                                  sparse != nullptr, grad.extent(0), out.extent(0));
-  OKTOPK_REQUIRE(values[4] + values[5] == 0, std::invalid_argument, where,
-                 "the ranks' calls at this position are reduce on some ranks and reduce_sparse "
-                 "on others: make the same call on every rank");
+  CallAgreement agreed(length_ok, rank, this->serial_, sparse != nullptr);
+  driver_.run_or_abort(call, [&] { driver_.agree(exec, "hierarchy_check", agreed); });
+  require_agreed_call(where, agreed, rank, this->serial_, this->algorithm_, this->n_,
+                      sparse != nullptr, grad.extent(0), out.extent(0));
 
   // What each rank adds to its node's sum is residual() + grad: its gradient, plus the
   // residual of its own shard (zero elsewhere, so the other shards' parts are the gradient as
   // it is). The method then gets the node's sum as its whole input (its own residual is
   // cleared below): error feedback on the node's sum.
   std::int64_t nonfinite_here = 0;
-  run_or_abort(call, "node_reduce_scatter", [&] {
-    Kokkos::Timer timer;
-    auto scope = node_.phase("node_reduce_scatter");
+  driver_.run_or_abort(call, [&] {
+    auto timer = driver_.phase(exec, node_, "node_reduce_scatter");
     // Each part goes straight to the rank that sums it, one message per pair of local ranks,
     // and the parts are summed in local rank order: on shared memory this took about a third
     // of the time of Open MPI 4.1's MPI_Reduce_scatter (docs/benchmarks.md), and the order is
@@ -331,7 +297,6 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
                      vector_type>{shard_sums_, this->residual_, grad, pieces_, shard_begin(), shard,
                                   L, me},
         nonfinite_here);
-    add_phase_time(exec, stats, "node_reduce_scatter", timer);
   });
 
   // The method's input on this shard, the node's sum, must be finite on every shard (counted
@@ -339,24 +304,25 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   // rejects its input on some shards only (the others would then go on to the node's
   // allgather alone).
   std::int64_t nonfinite_rank = 0;
-  run_or_abort(call, "hierarchy_check", [&] {
-    Kokkos::Timer timer;
+  driver_.run_or_abort(call, [&] {
     nonfinite_rank = nonfinite_here == 0 ? 0 : rank + 1;
-    auto scope = this->comm_.phase("hierarchy_check");
+    auto timer = driver_.phase(exec, "hierarchy_check");
     this->comm_.allreduce_in_place(&nonfinite_rank, 1, MPI_MAX);
-    add_phase_time(exec, stats, "hierarchy_check", timer);
   });
   if (nonfinite_rank != 0) {
     // Which rank's gradient is to blame takes one more pass and allreduce, on this path only.
     std::int64_t bad_input = 0;
     std::int64_t bad_entries = 0;
-    run_or_abort(call, "hierarchy_check", [&] {
-      Kokkos::parallel_reduce("oktopk::HierarchicalAllreduce::blame",
-                              RangeOf<ExecSpace>(exec, 0, this->n_),
-                              CountNonfinite<const_vector_type>{grad}, bad_entries);
-      bad_input = bad_entries == 0 ? 0 : rank + 1;
-      this->comm_.allreduce_in_place(&bad_input, 1, MPI_MAX);
-    });
+    driver_.run_or_abort(
+        call,
+        [&] {
+          Kokkos::parallel_reduce("oktopk::HierarchicalAllreduce::blame",
+                                  RangeOf<ExecSpace>(exec, 0, this->n_),
+                                  CountNonfinite<const_vector_type>{grad}, bad_entries);
+          bad_input = bad_entries == 0 ? 0 : rank + 1;
+          this->comm_.allreduce_in_place(&bad_input, 1, MPI_MAX);
+        },
+        "hierarchy_check");
     OKTOPK_REQUIRE(bad_input == 0, std::invalid_argument, where,
                    "the gradient holds NaN or Inf on rank "
                        << bad_input - 1
@@ -381,22 +347,18 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   try {
     // The node's sum holds the residual already (its own, for the methods without error
     // feedback, stays zero).
-    run_or_abort(call, "accumulate", [&] {
-      Kokkos::deep_copy(exec, across_->residual_, typename Base::arithmetic_type(0));
-    });
+    driver_.run_or_abort(
+        call,
+        [&] { Kokkos::deep_copy(exec, across_->residual_, typename Base::arithmetic_type(0)); },
+        "accumulate");
     across_->reduce_now(exec, shard_sums_, shard_out_,
                         sparse != nullptr ? &shard_result_ : nullptr);
   } catch (const std::invalid_argument& e) {
     rejected = e.what();
   }
   if (dense) {
-    AgreedFailure failure;
-    run_or_abort(call, "hierarchy_check", [&] {
-      Kokkos::Timer timer;
-      auto scope = this->comm_.phase("hierarchy_check");
-      failure = this->comm_.agree_on_failure(!rejected.empty(), rejected);
-      add_phase_time(exec, stats, "hierarchy_check", timer);
-    });
+    const AgreedFailure failure =
+        driver_.agree_on_failure(exec, call, "hierarchy_check", !rejected.empty(), rejected);
     if (failure) {
       if (rejected.empty()) {
         across_->iteration_ = across_iteration;
@@ -412,9 +374,8 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
                               call);
   }
 
-  run_or_abort(call, "node_allgather", [&] {
-    Kokkos::Timer timer;
-    auto scope = node_.phase("node_allgather");
+  driver_.run_or_abort(call, [&] {
+    auto timer = driver_.phase(exec, node_, "node_allgather");
     if (sparse != nullptr) {
       gather_sparse(exec, *sparse);
     } else {
@@ -446,28 +407,33 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
       }
       Kokkos::deep_copy(exec, Kokkos::subview(out, shard_range), shard_out_);
     }
-    add_phase_time(exec, stats, "node_allgather", timer);
   });
 
-  run_or_abort(call, "residual", [&] {
-    Kokkos::deep_copy(exec, Kokkos::subview(this->residual_, shard_range), across_->residual());
-    fence(exec, "oktopk::HierarchicalAllreduce: residual");
-  });
+  driver_.run_or_abort(
+      call,
+      [&] {
+        Kokkos::deep_copy(exec, Kokkos::subview(this->residual_, shard_range), across_->residual());
+        fence(exec, "oktopk::HierarchicalAllreduce: residual");
+      },
+      "residual");
 
   // The whole output per segment of the layout (the method's handle has none).
   std::vector<SegmentStats> segments;
   if (!this->layout_.empty()) {
-    run_or_abort(call, "segments", [&] {
-      segments = sparse != nullptr ? segment_entries(exec, this->layout_, this->n_, *sparse)
-                                   : segment_nonzeros(exec, this->layout_, out);
-    });
+    driver_.run_or_abort(
+        call,
+        [&] {
+          segments = sparse != nullptr ? segment_entries(exec, this->layout_, this->n_, *sparse)
+                                       : segment_nonzeros(exec, this->layout_, out);
+        },
+        "segments");
   }
 
   ++this->iteration_;
   // The method's numbers on this shard, with the node level's phases beside its own (their
   // names differ): their times, and their traffic inside the node and over the communicator.
   ReduceStats result = across_->stats();
-  for (const auto& [name, phase] : stats.phases) result.phases[name].seconds += phase.seconds;
+  for (const auto& [name, phase] : node_stats_.phases) result.phases[name].seconds += phase.seconds;
   for (const auto& [name, traffic] : node_.traffic()) result.phases[name].traffic += traffic;
   for (const auto& [name, traffic] : this->comm_.traffic()) result.phases[name].traffic += traffic;
   result.iteration = this->iteration_;

@@ -4,8 +4,9 @@
 // A thread that uses each entry before it reads the next waits out every read in turn whenever
 // the use writes memory the compiler cannot tell from the input (an atomic on a shared-memory
 // histogram, a reduction's accumulator): an H200 then counted 2^26 bfloat16s in the same time
-// as 2^26 floats, at a quarter of copy bandwidth (2026-11-28). Here a thread reads a round of
-// entries with no branch or store between the reads, and only then uses them.
+// as 2^26 floats, at a quarter of copy bandwidth (docs/benchmarks.md, "GPU selection kernels").
+// Here a thread reads a round of entries with no branch or store between the reads, and only
+// then uses them.
 #pragma once
 
 #include <Kokkos_Core.hpp>

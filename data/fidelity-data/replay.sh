@@ -5,7 +5,7 @@
 # (200 steps; 100 for the language model, whose gradient is 2 M floats), then replays them
 # through oktopk-bench with three threshold settings (10 calls untimed, the rest timed and
 # checked against the oracle) and prints one markdown row per trace and setting.
-# Usage: docs/fidelity-data/replay.sh [--velocities] [MODEL...] (default: mlp cnn lstm; lstm
+# Usage: data/fidelity-data/replay.sh [--velocities] [MODEL...] (default: mlp cnn lstm; lstm
 # needs the King James text, see docs/tutorial.md). --velocities dumps what Ok-Topk's allreduce
 # is given in training instead, the velocities of Ok-Topk training with momentum correction
 # (oktopk-train's default). The gradient files (up to 3.3 GB for lstm) go to

@@ -5,7 +5,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 B=build/apps/oktopk-bench/oktopk-bench
-D=docs/scaling-data
+D=data/scaling-data
 export OMP_NUM_THREADS=1 OMP_PROC_BIND=false OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for P in 2 4 8; do
   # alpha/beta fit: MPI_Allreduce (and dense) at four sizes

@@ -5,7 +5,7 @@
 # hierarchical=on, on 2 and 4 emulated hosts of 2 ranks each (scripts/netbench.sh
 # --ranks-per-host 2), n = 2^24, density 0.01, lognormal gradients drawn once per rank
 # (--shifted-draws), 3 warm-up and 10 timed calls; one netbench run per row, so that the
-# links' byte counters belong to it. Output: docs/link-data/hierarchical/<rate>[-sparse]/
+# links' byte counters belong to it. Output: data/link-data/hierarchical/<rate>[-sparse]/
 # H<hosts>_<method>_<mode>.txt
 #   run.sh [--sparse-result] [--tag TAG] [RATE [HOSTS [METHODS]]]
 #   (defaults: 1gbit, "2 4", "dense topka oktopk"; --tag TAG writes to <rate>-TAG instead)
@@ -27,7 +27,7 @@ fi
 rate=${1:-1gbit}
 hosts=${2:-2 4}
 methods=${3:-dense topka oktopk}
-out=docs/link-data/hierarchical/$rate$suffix
+out=data/link-data/hierarchical/$rate$suffix
 mkdir -p "$out"
 for H in $hosts; do
   validate=""

@@ -3,15 +3,16 @@
 """Plots test accuracy against bytes sent per rank per step, one point per method, for the
 CNN training table with momentum correction in docs/benchmarks.md (the rows after `bash
 scripts/train-table.sh cnn 4 8 32 0.01 0.8`, Ok-Topk at 0.001 last), into
-docs/fidelity-data/cnn-accuracy-bytes.png. Reads the table from the
+docs/cnn-accuracy-bytes.png. Reads the table from the
 document, so the plot shows exactly the measured rows. Needs python3-matplotlib (Debian).
 
-    /usr/bin/python3 docs/fidelity-data/cnn-plot.py [BENCHMARKS_MD] [OUT_PNG]
+    /usr/bin/python3 data/fidelity-data/cnn-plot.py [BENCHMARKS_MD] [OUT_PNG]
 """
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+DOCS = os.path.join(HERE, "..", "..", "docs")
 COMMAND = "bash scripts/train-table.sh cnn 4 8 32 0.01 0.8"
 
 
@@ -32,8 +33,8 @@ def cnn_rows(markdown):
 
 
 def main():
-    source = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "benchmarks.md")
-    out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "cnn-accuracy-bytes.png")
+    source = sys.argv[1] if len(sys.argv) > 1 else os.path.join(DOCS, "benchmarks.md")
+    out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(DOCS, "cnn-accuracy-bytes.png")
     with open(source, encoding="utf-8") as f:
         rows = cnn_rows(f.read())
     import matplotlib

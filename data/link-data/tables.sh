@@ -8,7 +8,7 @@
 # n = 2^24, density 0.01.
 set -eu
 cd "$(dirname "$0")/../.."
-D=docs/link-data
+D=data/link-data
 A="/usr/bin/python3 scripts/alphabeta.py"
 copy_gbs=$(awk -F, '$1 == "copy" { for (i = 1; i <= NF; ++i) if (h[i] == "gb_per_s") print $i }
                     $1 == "kernel" { for (i = 1; i <= NF; ++i) h[i] = $i }' $D/kernel_bench.csv)

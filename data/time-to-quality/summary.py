@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""Time to quality from the runs of run.sh: reads docs/time-to-quality/<variant>.csv
+"""Time to quality from the runs of run.sh: reads data/time-to-quality/<variant>.csv
 (oktopk-train --csv: one row per epoch of 50 steps, its training seconds and the test
 perplexity after it) and prints a markdown table; with --plot FILE also draws the test
 perplexity over the training seconds.
@@ -11,7 +11,7 @@ final * 1.01. Time to target is the sum of the training seconds up to that epoch
 evaluations between epochs are not counted); seconds per step and bytes per rank per step are
 averaged over the same epochs (over all of them for a run that does not reach the target).
 
-    /usr/bin/python3 docs/time-to-quality/summary.py [--reference dense-fp32-ring]
+    /usr/bin/python3 data/time-to-quality/summary.py [--reference dense-fp32-ring]
         [--plot docs/time-to-quality.png] [VARIANT ...]
 """
 

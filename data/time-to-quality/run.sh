@@ -5,7 +5,7 @@
 # 64 LSTM units: 11,168,784 parameters) trained on 4 emulated hosts at 1 Gbit/s
 # (scripts/netbench.sh), 4 windows of 20 words per rank per step, SGD learning rate 1, momentum
 # 0.9, epochs of 50 steps (the test perplexity after every one, outside the timed steps).
-# Output: docs/time-to-quality/<variant>.csv (oktopk-train --csv) and <variant>.log.
+# Output: data/time-to-quality/<variant>.csv (oktopk-train --csv) and <variant>.log.
 #   run.sh VARIANT EPOCHS
 # VARIANT: dense-fp32-mpi, dense-fp32-ring, dense-bf16, dense-fp32-overlap, dense-bf16-overlap,
 # oktopk, topka, gaussiank (density 0.01 for the sparse methods, momentum correction on).
@@ -22,7 +22,7 @@ case $variant in
   oktopk | topka | gaussiank) flags=(--algo "$variant" --density 0.01) ;;
   *) echo "run.sh: unknown variant '$variant'" >&2; exit 2 ;;
 esac
-out=docs/time-to-quality
+out=data/time-to-quality
 export OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
 bash scripts/netbench.sh --hosts 4 --rate 1gbit --no-validate \
   --mpirun-arg -x --mpirun-arg OMP_WAIT_POLICY --mpirun-arg -x --mpirun-arg OPENBLAS_NUM_THREADS -- \

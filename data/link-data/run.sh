@@ -8,12 +8,12 @@
 # S2 decodes all n entries of these dense gradients on every rank (seconds per call
 # on 2 cores), so it runs apart with fewer calls; Ok-Topk runs apart with more warm-up calls.
 # `--only RATE:P` limits the sweep, e.g. to repeat one bed. Output:
-# docs/link-data/<rate>_P<P>_n<e>_d<density>[_oktopk|_s2].{csv,log}, and Ok-Topk's message
+# data/link-data/<rate>_P<P>_n<e>_d<density>[_oktopk|_s2].{csv,log}, and Ok-Topk's message
 # traces (*.trace.csv).
 set -u
 cd "$(dirname "$0")/../.."
 B=${OKTOPK_BENCH:-build/apps/oktopk-bench/oktopk-bench}  # the binary measured
-D=docs/link-data
+D=data/link-data
 only=${2:-}
 [ "${1:-}" = --only ] || only=""
 export OMP_NUM_THREADS=1 OMP_PROC_BIND=false OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
