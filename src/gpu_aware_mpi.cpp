@@ -2,7 +2,7 @@
 #include <oktopk/config.hpp>
 #include <oktopk/error.hpp>
 #include <oktopk/gpu_aware_mpi.hpp>
-#include <oktopk/impl/comm/gpu_aware_mpi.hpp>
+#include <oktopk/impl/comm/gpu_aware_mpi_choice.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 
 #include <Kokkos_Core.hpp>

@@ -3,8 +3,8 @@
 // and --dump-gradients.
 #include "gradients.hpp"
 
-#include "common/hash.hpp"
-#include "common/kokkos_compat.hpp"
+#include "common/app_hash.hpp"
+#include "common/app_kokkos_compat.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,7 @@
 // This file is the driver; the command line, the gradients, the measurement of one method,
 // the report and the trace each have a file of their own beside it.
 #include "command_line.hpp"
-#include "common/failure.hpp"
+#include "common/app_failure.hpp"
 #include "gradients.hpp"
 #include "measure.hpp"
 #include "report.hpp"

@@ -2,9 +2,9 @@
 // oktopk-kernel-bench: single-process timings of OkTopk's kernels against a memory-bandwidth
 // reference (copy) and two naive top-k references: std::nth_element on the host and a full
 // sort of |x| on the execution space (the device sort a radix select replaces). Links no MPI.
+#include "common/app_kokkos_compat.hpp"
 #include "common/cli.hpp"
 #include "common/gradient_types.hpp"
-#include "common/kokkos_compat.hpp"
 #include "kernel_times.hpp"
 
 #include <oktopk/pack.hpp>

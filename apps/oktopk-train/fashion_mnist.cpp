@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "fashion_mnist.hpp"
 
-#include "common/hash.hpp"
-#include "common/kokkos_compat.hpp"
+#include "common/app_hash.hpp"
+#include "common/app_kokkos_compat.hpp"
 
 #include <oktopk/error.hpp>
 

@@ -6,7 +6,7 @@
 // model's flat buffers.
 #pragma once
 
-#include "common/kokkos_compat.hpp"
+#include "common/app_kokkos_compat.hpp"
 #include "spaces.hpp"
 
 #include <Kokkos_Core.hpp>

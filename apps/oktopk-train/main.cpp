@@ -3,8 +3,8 @@
 // Bible (a word-level LSTM language model), the gradient of every step averaged over the ranks
 // by one of OkTopk's sparse allreduce methods.
 #include "checkpoint.hpp"
+#include "common/app_failure.hpp"
 #include "common/cli.hpp"
-#include "common/failure.hpp"
 #include "common/gradient_file.hpp"
 #include "model.hpp"
 #include "overlapped_allreduce.hpp"

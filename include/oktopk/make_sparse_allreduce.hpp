@@ -13,7 +13,7 @@
 #include <oktopk/impl/algorithms/dense.hpp>
 #include <oktopk/impl/algorithms/gaussiank.hpp>
 #include <oktopk/impl/algorithms/gtopk.hpp>
-#include <oktopk/impl/algorithms/oktopk.hpp>
+#include <oktopk/impl/algorithms/oktopk_method.hpp>
 #include <oktopk/impl/algorithms/s2.hpp>
 #include <oktopk/impl/algorithms/topka.hpp>
 #include <oktopk/impl/algorithms/topkdsa.hpp>
@@ -22,7 +22,7 @@
 #include <oktopk/impl/base/value_traits.hpp>
 #include <oktopk/impl/base/wire_rounding.hpp>
 #include <oktopk/impl/comm/fault_injection.hpp>
-#include <oktopk/impl/comm/gpu_aware_mpi.hpp>
+#include <oktopk/impl/comm/gpu_aware_mpi_choice.hpp>
 #include <oktopk/impl/handle/call_driver.hpp>
 #include <oktopk/impl/handle/hierarchical.hpp>
 

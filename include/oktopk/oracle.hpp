@@ -125,4 +125,4 @@ std::int64_t count_mismatches(
 
 }  // namespace oktopk
 
-#include <oktopk/impl/oracle/oracle_impl.hpp>
+#include <oktopk/impl/oracle/expected_result.hpp>

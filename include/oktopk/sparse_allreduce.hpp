@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The interface every method implements: a persistent handle that turns each rank's dense
 // gradient into the same averaged, sparsified gradient on every rank. The bodies are in
-// impl/handle/sparse_allreduce_impl.hpp; what the methods share to implement it is
+// impl/handle/sparse_allreduce_members.hpp; what the methods share to implement it is
 // impl::MethodBase (impl/algorithms/method_base.hpp).
 #pragma once
 
@@ -234,7 +234,7 @@ struct HandleCreation {
 
 }  // namespace oktopk
 
-#include <oktopk/impl/handle/sparse_allreduce_impl.hpp>
+#include <oktopk/impl/handle/sparse_allreduce_members.hpp>
 
 // Compiled once, in liboktopk (src/instantiate/).
 OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::SparseAllreduce)

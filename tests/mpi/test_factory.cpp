@@ -5,7 +5,7 @@
 
 #include <oktopk/gpu_aware_mpi.hpp>
 #include <oktopk/make_sparse_allreduce.hpp>
-#include <oktopk/impl/comm/gpu_aware_mpi.hpp>
+#include <oktopk/impl/comm/gpu_aware_mpi_choice.hpp>
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // How a process chooses between device pointers and host copies for MPI
 // (oktopk/gpu_aware_mpi.hpp), from every input the choice depends on; no MPI call.
-#include <oktopk/impl/comm/gpu_aware_mpi.hpp>
+#include <oktopk/impl/comm/gpu_aware_mpi_choice.hpp>
 
 #include <gtest/gtest.h>
 

@@ -11,9 +11,9 @@
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
 #include <oktopk/impl/oracle/common.hpp>
-#include <oktopk/impl/oracle/dense.hpp>
+#include <oktopk/impl/oracle/dense_oracle.hpp>
 #include <oktopk/impl/oracle/gtopk_tree.hpp>
-#include <oktopk/impl/oracle/hierarchical.hpp>
+#include <oktopk/impl/oracle/hierarchical_oracle.hpp>
 #include <oktopk/impl/oracle/masked_sum.hpp>
 #include <oktopk/impl/oracle/selection_count.hpp>
 #include <oktopk/impl/oracle/sketch.hpp>
