@@ -111,9 +111,11 @@ TEST(DenseRing, WarmupCallsOfASparseMethodUseItToo) {
 
 /// A dense call checks the average rather than its input: NaN or Inf on one rank, and finite
 /// gradients whose sum overflows, throw on every rank, and the handle goes on as if the call
-/// had never been made.
-void expect_dense_rejects_nonfinite(const Options& options) {
-  const std::int64_t n = 500;
+/// had never been made. The bad entries lie at the two ends of the gradient, and for n = 40003
+/// also in the middle of a rank's own chunk and in the last, partial run of entries a host
+/// thread averages (oktopk::impl::chunk_length_v).
+void expect_dense_rejects_nonfinite(const Options& options, std::int64_t n) {
+  SCOPED_TRACE("n = " + std::to_string(n));
   const int P = world_size();
   const int me = world_rank();
   Runner runner(Algorithm::Dense, n, options);
@@ -126,19 +128,23 @@ void expect_dense_rejects_nonfinite(const Options& options) {
   const oktopk::ReduceStats stats_before = runner.handle().stats();
   {
     auto bad = g1;
-    if (me == P - 1) bad[n / 2] = std::numeric_limits<float>::quiet_NaN();
+    if (me == P - 1) bad[n / 2] = bad[n - 2] = std::numeric_limits<float>::quiet_NaN();
     const Vector g = to_device(bad);
     const std::string message = expect_invalid_argument(
         [&] { runner.handle().reduce(exec, g, out); }, "oktopk::SparseAllreduce::reduce");
     EXPECT_NE(message.find("NaN or Inf on rank " + std::to_string(P - 1)), std::string::npos)
         << message;
+    // The rank to blame also says how many entries: both bad ones, wherever they lie.
+    if (me == P - 1) EXPECT_NE(message.find("(2 entries)"), std::string::npos) << message;
     EXPECT_TRUE(same_text_on_all_ranks(message.substr(0, message.find(" ("))));
     EXPECT_EQ(runner.handle().stats().iteration, stats_before.iteration);
     EXPECT_EQ(runner.handle().stats().phases.size(), stats_before.phases.size());
   }
   {
-    auto bad = g1;  // +Inf on rank 0, -Inf on the last: their sum is NaN
-    if (me == 0) bad[0] = kInf;
+    // +Inf on rank 0, -Inf on the last, at the last entry: their sum is NaN, the only bad
+    // average, at the end of the last rank's chunk.
+    auto bad = g1;
+    if (me == 0) bad[n - 1] = kInf;
     if (me == P - 1) bad[n - 1] = -kInf;
     const Vector g = to_device(bad);
     expect_invalid_argument([&] { runner.handle().reduce(exec, g, out); },
@@ -147,7 +153,7 @@ void expect_dense_rejects_nonfinite(const Options& options) {
   if (P > 1) {
     // Finite everywhere, but 0.75 of the largest float on every rank sums past it.
     auto big = g1;
-    big[7] = 0.75f * std::numeric_limits<float>::max();
+    big[n - 7] = 0.75f * std::numeric_limits<float>::max();
     const Vector g = to_device(big);
     const std::string message = expect_invalid_argument(
         [&] { runner.handle().reduce(exec, g, out); }, "oktopk::SparseAllreduce::reduce");
@@ -167,11 +173,11 @@ void expect_dense_rejects_nonfinite(const Options& options) {
 }
 
 TEST(DenseRing, NonFiniteAverageThrowsOnEveryRankAndChangesNothing) {
-  expect_dense_rejects_nonfinite(ring_options());
+  for (const std::int64_t n : {500, 40003}) expect_dense_rejects_nonfinite(ring_options(), n);
 }
 
 TEST(DenseMpi, NonFiniteAverageThrowsOnEveryRankAndChangesNothing) {
-  expect_dense_rejects_nonfinite(mpi_options());
+  for (const std::int64_t n : {500, 40003}) expect_dense_rejects_nonfinite(mpi_options(), n);
 }
 
 /// The point-to-point messages the dense allreduce of one call sent: the ring's (an

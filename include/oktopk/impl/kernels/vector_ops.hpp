@@ -261,20 +261,30 @@ std::int64_t count_nonfinite(const ExecSpace& exec, const X& x) {
   return bad;
 }
 
-/// out(i) = in(i) / divisor as divide() does, counting the results that are not finite. A named
-/// functor, not a lambda: several translation units instantiate it with the same types, and
-/// nvcc's host-side lambda wrappers do not survive that (scripts/check-lambda-odr.py).
+/// out(i) = in(i) / divisor as divide() does, counting the results that are not finite; work
+/// item c covers [c * chunk, (c + 1) * chunk), a run the compiler vectorizes on the host, one
+/// entry on GPUs (chunk = 1). A named functor, not a lambda: several translation units
+/// instantiate it with the same types, and nvcc's host-side lambda wrappers do not survive that
+/// (scripts/check-lambda-odr.py).
 template <class In, class Out>
 struct DivideCountingNonfinite {
   In in;
   Out out;
+  std::int64_t chunk = 1;
   float divisor = 1.0f;
 
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, std::int64_t& count) const {
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c, std::int64_t& count) const {
     using Stored = typename Out::non_const_value_type;
-    const Stored average = value_cast<Stored>(to_arithmetic(in(i)) / divisor);
-    out(i) = average;
-    if (!is_finite(average)) ++count;
+    const auto n = static_cast<std::int64_t>(out.extent(0));
+    const std::int64_t first = c * chunk;
+    const std::int64_t last = first + chunk < n ? first + chunk : n;
+    std::int64_t bad = 0;
+    for (std::int64_t i = first; i < last; ++i) {
+      const Stored average = value_cast<Stored>(to_arithmetic(in(i)) / divisor);
+      out(i) = average;
+      bad += is_finite(average) ? 0 : 1;
+    }
+    count += bad;
   }
 };
 
@@ -284,9 +294,10 @@ template <class ExecSpace, class In, class Out>
 std::int64_t divide_counting_nonfinite(const ExecSpace& exec, const In& in, const Out& out,
                                        float divisor) {
   std::int64_t bad = 0;
-  Kokkos::parallel_reduce("oktopk::divide_counting_nonfinite",
-                          RangeOf<ExecSpace>(exec, 0, out.extent(0)),
-                          DivideCountingNonfinite<In, Out>{in, out, divisor}, bad);
+  Kokkos::parallel_reduce(
+      "oktopk::divide_counting_nonfinite",
+      RangeOf<ExecSpace>(exec, 0, chunk_count<ExecSpace>(static_cast<std::int64_t>(out.extent(0)))),
+      DivideCountingNonfinite<In, Out>{in, out, chunk_length_v<ExecSpace>, divisor}, bad);
   return bad;
 }
 

@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The bodies of the result oracle's face (include/oktopk/oracle.hpp): expected_result picks
-// the family of the handle's method, count_mismatches compares.
+// the family of the handle's method, count_mismatches compares. Both are members of one class
+// template, impl::Oracle, which liboktopk instantiates for the spaces and gradient types of
+// include/oktopk/impl/base/explicit_instantiation.hpp: a program that checks results compiles
+// none of the oracle's kernels (under nvcc, most of a test program's device code).
 #pragma once
 
 #include <oktopk/algorithm.hpp>
 #include <oktopk/communicator.hpp>
 #include <oktopk/error.hpp>
 #include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/impl/base/explicit_instantiation.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
@@ -27,12 +31,31 @@
 
 namespace oktopk {
 
+namespace impl {
+/// oktopk::expected_result and oktopk::count_mismatches for handles of one execution space and
+/// gradient type.
 template <class ExecSpace, class Value>
-void expected_result(
-    const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
-    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& acc,
-    const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& expected,
-    double rel_tol, const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& slack) {
+struct Oracle {
+  using Handle = SparseAllreduce<ExecSpace, Value>;
+
+  static void expected_result(const ExecSpace& exec, const Handle& handle,
+                              const typename Handle::const_residual_vector_type& acc,
+                              const typename Handle::residual_vector_type& expected, double rel_tol,
+                              const typename Handle::residual_vector_type& slack);
+
+  static std::int64_t count_mismatches(const ExecSpace& exec, const Handle& handle,
+                                       const typename Handle::const_residual_vector_type& expected,
+                                       const typename Handle::const_vector_type& out,
+                                       double rel_tol,
+                                       const typename Handle::const_residual_vector_type& slack);
+};
+
+template <class ExecSpace, class Value>
+void Oracle<ExecSpace, Value>::expected_result(
+    const ExecSpace& exec, const Handle& handle,
+    const typename Handle::const_residual_vector_type& acc,
+    const typename Handle::residual_vector_type& expected, double rel_tol,
+    const typename Handle::residual_vector_type& slack) {
   using Real = impl::arithmetic_t<Value>;
   constexpr const char* where = "oktopk::expected_result";
   impl::ScopedRegion region("oktopk::expected_result");
@@ -102,11 +125,11 @@ void expected_result(
 }
 
 template <class ExecSpace, class Value>
-std::int64_t count_mismatches(
-    const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
-    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& expected,
-    const typename SparseAllreduce<ExecSpace, Value>::const_vector_type& out, double rel_tol,
-    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& slack) {
+std::int64_t Oracle<ExecSpace, Value>::count_mismatches(
+    const ExecSpace& exec, const Handle& handle,
+    const typename Handle::const_residual_vector_type& expected,
+    const typename Handle::const_vector_type& out, double rel_tol,
+    const typename Handle::const_residual_vector_type& slack) {
   using Real = impl::arithmetic_t<Value>;
   constexpr const char* where = "oktopk::count_mismatches";
   impl::ScopedRegion region("oktopk::count_mismatches");
@@ -153,5 +176,27 @@ std::int64_t count_mismatches(
   comm.allreduce_in_place(&wrong, 1, MPI_MAX);
   return wrong;
 }
+}  // namespace impl
+
+template <class ExecSpace, class Value>
+void expected_result(
+    const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
+    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& acc,
+    const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& expected,
+    double rel_tol, const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& slack) {
+  impl::Oracle<ExecSpace, Value>::expected_result(exec, handle, acc, expected, rel_tol, slack);
+}
+
+template <class ExecSpace, class Value>
+std::int64_t count_mismatches(
+    const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
+    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& expected,
+    const typename SparseAllreduce<ExecSpace, Value>::const_vector_type& out, double rel_tol,
+    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& slack) {
+  return impl::Oracle<ExecSpace, Value>::count_mismatches(exec, handle, expected, out, rel_tol,
+                                                          slack);
+}
 
 }  // namespace oktopk
+
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::Oracle)
