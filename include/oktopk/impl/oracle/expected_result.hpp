@@ -35,7 +35,8 @@ namespace impl {
 /// oktopk::expected_result and oktopk::count_mismatches for handles of one execution space and
 /// gradient type.
 template <class ExecSpace, class Value>
-struct Oracle {
+class Oracle {
+ public:
   using Handle = SparseAllreduce<ExecSpace, Value>;
 
   static void expected_result(const ExecSpace& exec, const Handle& handle,
