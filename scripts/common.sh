@@ -149,15 +149,17 @@ oktopk_apt_main_source() {
   return 0
 }
 
-# oktopk_private_apt DIR TYPE COMPONENTS: an apt list, cache and state of their own under DIR,
-# so that the system's apt configuration is left untouched, naming the mirror the system
-# already uses for main (TYPE deb or deb-src, the COMPONENTS given); updates it and leaves the
-# apt-get options that use it in OKTOPK_PRIVATE_APT_OPTS.
+# oktopk_private_apt DIR TYPE COMPONENTS [SUITE]: an apt list, cache and state of their own
+# under DIR, so that the system's apt configuration is left untouched, naming the mirror the
+# system already uses for main (TYPE deb or deb-src, the COMPONENTS given, of SUITE: this
+# system's own by default); updates it and leaves the apt-get options that use it in
+# OKTOPK_PRIVATE_APT_OPTS.
 oktopk_private_apt() {
-  local dir=$1 type=$2 components=$3 suite
+  local dir=$1 type=$2 components=$3 suite=${4:-}
   mkdir -p "$dir/parts" "$dir/lists/partial" "$dir/cache/archives/partial"
-  suite=$(oktopk_codename)
-  oktopk_apt_main_source "$suite"
+  # The system's mirror serves the other suites too: its entry is found by this system's own.
+  oktopk_apt_main_source "$(oktopk_codename)"
+  [ -n "$suite" ] || suite=$(oktopk_codename)
   {
     echo "Types: $type"
     echo "URIs: $OKTOPK_APT_URIS"
@@ -247,40 +249,40 @@ oktopk_torch_venv() {
   touch "$OKTOPK_TORCH_VENV/.oktopk-complete"
 }
 
-# A CUDA that still compiles for the P100 (sm_60): CUDA 13 (/usr/local/cuda) compiles for sm_75
+# A CUDA 12 that compiles for the P100 (sm_60): CUDA 13 (/usr/local/cuda) compiles for sm_75
 # and newer only, and PyPI's CUDA 12 wheels hold ptxas and libnvvm but no nvcc, cicc or
-# cudafe++ (nvidia-cuda-nvcc-cu12 12.0 to 12.9). Debian 12's non-free component has a whole
-# CUDA 11.8 (sm_35 to sm_90); its nvidia-cuda-dev takes CUB, Thrust and libcu++ from main.
-OKTOPK_CUDA11_VERSION=11.8.89~11.8.0-5~deb12u1
-OKTOPK_CUDA11_PINS=("nvidia-cuda-toolkit=$OKTOPK_CUDA11_VERSION"
-                    "nvidia-cuda-dev=$OKTOPK_CUDA11_VERSION" "libcudart11.0=$OKTOPK_CUDA11_VERSION"
-                    libthrust-dev=1.17.2-2 libcub-dev=1.17.2-2 libcu++-dev=1.8.1-2)
-# CUDA 11.8 refuses GCC 12, Debian 12's g++, as host compiler.
-OKTOPK_CUDA11_HOST_CXX=g++-11
-OKTOPK_CUDA11_ROOT=${OKTOPK_CUDA11_ROOT:-$(dirname "$OKTOPK_DEPS_PREFIX")/cuda-11.8.89}
+# cudafe++ (nvidia-cuda-nvcc-cu12 12.0 to 12.9). Debian 13's non-free component has a whole
+# CUDA 12.4 (sm_50 to sm_90), NVIDIA's own binaries, which need glibc 2.34 at most (Debian 12
+# has 2.36) and take Debian 12's GCC 12 as host compiler; its nvidia-cuda-dev takes CUB, Thrust
+# and libcu++ from Debian 13's main. Only these packages come from Debian 13, unpacked under
+# the prefix, never installed.
+OKTOPK_CUDA12_SUITE=trixie
+OKTOPK_CUDA12_PINS=("nvidia-cuda-toolkit=12.4.131~12.4.1-2" "nvidia-cuda-dev=12.4.127~12.4.1-2"
+                    "libcudart12=12.4.127~12.4.1-2"
+                    libthrust-dev=2.3.2-2 libcub-dev=2.3.2-2 libcu++-dev=2.3.2-2)
+OKTOPK_CUDA12_ROOT=${OKTOPK_CUDA12_ROOT:-$(dirname "$OKTOPK_DEPS_PREFIX")/cuda-12.4.131}
 
-# oktopk_cuda11_toolkit: lays out OKTOPK_CUDA11_ROOT once as a CUDA toolkit root (bin/nvcc with
+# oktopk_cuda12_toolkit: lays out OKTOPK_CUDA12_ROOT once as a CUDA toolkit root (bin/nvcc with
 # its nvcc.profile, include/, lib64/ with libcudart and the libcuda stub, nvvm/) from the
-# packages of OKTOPK_CUDA11_PINS, unpacked, not installed: the system's nvcc stays CUDA 13.
-# Installs the host compiler, and checks that a program compiles and links for sm_60.
-oktopk_cuda11_toolkit() {
-  local root=$OKTOPK_CUDA11_ROOT
-  local recipe="recipe 1: ${OKTOPK_CUDA11_PINS[*]} host $OKTOPK_CUDA11_HOST_CXX"
-  oktopk_install_missing "$OKTOPK_CUDA11_HOST_CXX"
+# packages of OKTOPK_CUDA12_PINS, unpacked, not installed: the system's nvcc stays CUDA 13.
+# Checks that a program compiles and links for sm_60.
+oktopk_cuda12_toolkit() {
+  local root=$OKTOPK_CUDA12_ROOT
+  local recipe="recipe 1: $OKTOPK_CUDA12_SUITE ${OKTOPK_CUDA12_PINS[*]}"
   if [ -f "$root/.oktopk-complete" ] && [ "$(cat "$root/.oktopk-complete")" = "$recipe" ]; then
-    oktopk_log "reusing CUDA 11.8 in $root"; return
+    oktopk_log "reusing CUDA 12.4 in $root"; return
   fi
   local start=$SECONDS work
-  work=$(mktemp -d /tmp/oktopk-cuda11.XXXXXX)
-  oktopk_log "laying out CUDA 11.8 in $root (work dir $work)"
+  work=$(mktemp -d /tmp/oktopk-cuda12.XXXXXX)
+  oktopk_log "laying out CUDA 12.4 in $root (work dir $work)"
   rm -rf "$root"   # an unstamped root is a layout that stopped half way
   # Debian's non-free component holds the toolkit; main its CUB, Thrust and libcu++.
   mkdir -p "$work/debs"
-  oktopk_private_apt "$work/apt" deb "main non-free"
+  oktopk_private_apt "$work/apt" deb "main non-free" "$OKTOPK_CUDA12_SUITE"
   (cd "$work/debs" &&
-   apt-get "${OKTOPK_PRIVATE_APT_OPTS[@]}" download "${OKTOPK_CUDA11_PINS[@]}") || {
-    echo "oktopk_cuda11_toolkit: cannot download ${OKTOPK_CUDA11_PINS[*]} from main and" \
-         "non-free of $(oktopk_codename) at $OKTOPK_APT_URIS (the pins are Debian 12's)" >&2
+   apt-get "${OKTOPK_PRIVATE_APT_OPTS[@]}" download "${OKTOPK_CUDA12_PINS[@]}") || {
+    echo "oktopk_cuda12_toolkit: cannot download ${OKTOPK_CUDA12_PINS[*]} from main and" \
+         "non-free of $OKTOPK_CUDA12_SUITE at $OKTOPK_APT_URIS" >&2
     return 1; }
 
   local x="$work/root" multiarch deb
@@ -288,7 +290,7 @@ oktopk_cuda11_toolkit() {
   mkdir -p "$x"
   for deb in "$work"/debs/*.deb; do
     case ${deb##*/} in
-      # 2.8 GB, nearly all of it other libraries (cuBLAS, cuFFT, ...): the headers, the runtime
+      # 0.9 GB, nearly all of it other libraries (cuBLAS, cuFFT, ...): the headers, the runtime
       # and the driver stub only.
       nvidia-cuda-dev_*)
         dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$x" ./usr/include \
@@ -309,10 +311,6 @@ oktopk_cuda11_toolkit() {
   cp -a "$tk/libdevice" "$root/nvvm/"
   cp -a "$x/usr/include" "$root/include"
   cp -a "$x/usr/lib/$multiarch/." "$root/lib64/"
-  # nvcc runs the gcc and g++ it finds first on its profile's PATH (Debian's package does the
-  # same), so a plain nvcc, and nvcc_wrapper's -ccbin g++, compile the host code with GCC 11.
-  ln -s "$(command -v "$OKTOPK_CUDA11_HOST_CXX")" "$root/bin/g++"
-  ln -s "$(command -v "${OKTOPK_CUDA11_HOST_CXX/g++/gcc}")" "$root/bin/gcc"
   cat > "$root/bin/nvcc.profile" <<'EOF'
 TOP              = $(_HERE_)/..
 
@@ -348,13 +346,13 @@ EOF
   listed=$("$root/bin/cuobjdump" --list-elf --list-ptx "$work/check")
   ptx=$("$root/bin/cuobjdump" -ptx "$work/check")
   if ! grep -q 'sm_60\.cubin' <<< "$listed" || ! grep -q '^\.target sm_60' <<< "$ptx"; then
-    echo "oktopk_cuda11_toolkit: the check program holds no sm_60 code or compute_60 PTX:" >&2
+    echo "oktopk_cuda12_toolkit: the check program holds no sm_60 code or compute_60 PTX:" >&2
     echo "$listed" >&2
     return 1
   fi
   echo "$recipe" > "$root/.oktopk-complete"
   rm -rf "$work"
-  oktopk_log "CUDA 11.8 laid out in $root ($((SECONDS - start))s)"
+  oktopk_log "CUDA 12.4 laid out in $root ($((SECONDS - start))s)"
 }
 
 oktopk_setup() {

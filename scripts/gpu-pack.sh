@@ -7,7 +7,10 @@
 # every shared library they load that such a machine may lack (MPICH and the UCX, hwloc, numa,
 # udev and slurm libraries it loads, Kokkos, the CUDA runtime) and MPICH's launcher. The MPICH
 # build matters: singleton and `mpiexec.hydra -launcher fork` runs need no daemon, where Open
-# MPI's need its whole installation. scripts/gpu-run.sh runs the archive's programs there.
+# MPI's need its whole installation. Where `scripts/portability.sh cuda-p100` has built its
+# Kokkos prefix, the P100 build's kernel unit tests and kernel benchmark (sm_60 code and
+# compute_60 PTX, by CUDA 12.4) go into the archive's build-p100/ too, with CUDA 12.4's
+# runtime. scripts/gpu-run.sh runs the archive's programs there.
 #
 #   scripts/gpu-pack.sh ARCHIVE      e.g. .gpu/pack.tar.xz (about 45 MB)
 #
@@ -17,7 +20,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 set -euo pipefail
 
 case ${1:-} in
-  -h|--help) sed -n '3,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   "") echo "gpu-pack.sh: name the archive to write (--help)" >&2; exit 2 ;;
 esac
 archive=$(realpath -m "$1")
@@ -49,6 +52,36 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/build" "$stage/lib/ucx" "$stage/bin"
 for p in "${programs[@]}"; do cp "$build/$p" "$stage/build/"; done
+
+p100_prefix=${OKTOPK_DEPS_ROOT:-/opt/oktopk-deps}/kokkos-4.6.01-cuda-pascal60
+p100_programs=(tests/oktopk_unit_tests apps/oktopk-kernel-bench/oktopk-kernel-bench)
+if [ -f "$p100_prefix/.oktopk-complete" ] && [ -x "$OKTOPK_CUDA12_ROOT/bin/nvcc" ]; then
+  p100_build=$OKTOPK_SOURCE_DIR/build-cuda-p100-mpich
+  (
+    export PATH="$OKTOPK_CUDA12_ROOT/bin:$PATH"
+    cmake -S "$OKTOPK_SOURCE_DIR" -B "$p100_build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CXX_COMPILER="$p100_prefix/bin/nvcc_wrapper" -DCMAKE_CXX_EXTENSIONS=OFF \
+      -DCUDAToolkit_ROOT="$OKTOPK_CUDA12_ROOT" -DKokkos_ROOT="$p100_prefix" \
+      -DKokkosKernels_ROOT="$p100_prefix" -DOKTOPK_ENABLE_TESTS=ON -DOKTOPK_ENABLE_APPS=ON \
+      -DOKTOPK_WARNINGS_AS_ERRORS=ON -DOKTOPK_ENABLE_PYTHON=OFF -DOKTOPK_ENABLE_FAULT_TESTS=OFF \
+      -DMPI_C_COMPILER=/usr/bin/mpicc.mpich -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
+      -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich -DMPI_Fortran_COMPILER=/usr/bin/mpif90.mpich \
+      >/dev/null
+    cmake --build "$p100_build" -j "$OKTOPK_JOBS" --target oktopk_unit_tests oktopk-kernel-bench
+  )
+  mkdir -p "$stage/build-p100" "$stage/lib-p100"
+  for p in "${p100_programs[@]}"; do cp "$p100_build/$p" "$stage/build-p100/"; done
+  # Their own Kokkos (the same sonames as the sm_90 build's) and CUDA 12.4's runtime, in a
+  # folder of their own that gpu-run.sh puts first on the library path.
+  for p in "$stage"/build-p100/*; do
+    LD_LIBRARY_PATH="$OKTOPK_CUDA12_ROOT/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$p" |
+      awk '$3 ~ /^\// {print $3}'
+  done | sort -u | grep -E '/(libkokkos[a-z]*|libcudart)\.so' |
+    while read -r lib; do cp -L "$lib" "$stage/lib-p100/"; done
+else
+  oktopk_log "gpu-pack: no P100 build ($p100_prefix: run scripts/portability.sh cuda-p100 first)"
+fi
+
 # The libraries the programs load, but not the C library's own (the GPU machine's are newer)
 # nor libcuda (its driver's).
 for p in "$stage"/build/* /usr/bin/mpiexec.hydra /usr/bin/hydra_pmi_proxy; do

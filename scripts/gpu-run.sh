@@ -15,10 +15,13 @@
 #     s2       the S2 suite at P = 2, one test at a time (the first that fails again under
 #              cuda-gdb, for the stack at the fault)
 #     collective  oktopk-bench, every method, n = 2^24, P = 1 and 2
-#   (default: unit bench stream mpi s2 api). Ranks share the one GPU; MPI is staged through
+#     p100     the P100 build's kernel unit tests and kernel bench (float32, n = 2^26), from
+#              its compute_60 PTX, which the driver compiles for this GPU at load (in the
+#              archive when scripts/gpu-pack.sh found the cuda-p100 prefix)
+#   (default: unit bench stream mpi s2 api, then p100 where the archive has it). Ranks share the one GPU; MPI is staged through
 #   host memory (Debian's MPICH is not GPU-aware: OKTOPK_GPU_AWARE_MPI=auto finds that).
 set -u
-case ${1:-} in -h|--help) sed -n '3,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h|--help) sed -n '3,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 [ $# -ge 2 ] || { echo "gpu-run.sh: ARCHIVE LOGDIR [STEP...] (--help)" >&2; exit 2; }
 archive=$1 logdir=$2
 shift 2
@@ -37,7 +40,10 @@ b=$root/build
 nvidia-smi -L 2>/dev/null || true
 mpirun() { local np=$1; shift; timeout 150 mpiexec.hydra -launcher fork -n "$np" "$@" </dev/null; }
 steps=("$@")
-((${#steps[@]})) || steps=(unit bench stream mpi s2 api)
+if ((${#steps[@]} == 0)); then
+  steps=(unit bench stream mpi s2 api)
+  [ ! -d "$root/build-p100" ] || steps+=(p100)
+fi
 for s in "${steps[@]}"; do
   case $s in
     unit)
@@ -102,6 +108,18 @@ for s in "${steps[@]}"; do
           tail -n 20
         echo "rc=${PIPESTATUS[0]}"
       done ;;
+    p100)
+      p=$root/build-p100
+      [ -d "$p" ] || { echo "gpu-run.sh: the archive holds no P100 build"; continue; }
+      p100_libs=$root/lib-p100:$LD_LIBRARY_PATH
+      stamp "P100 build: unit kernels (compute_60 PTX, compiled at load)"
+      LD_LIBRARY_PATH=$p100_libs timeout 300 "$p/oktopk_unit_tests" --gtest_brief=1 2>&1 |
+        tail -n 40
+      echo "rc=${PIPESTATUS[0]}"
+      stamp "P100 build: kernel bench n=2^26 float32"
+      LD_LIBRARY_PATH=$p100_libs timeout 180 "$p/oktopk-kernel-bench" --n 67108864 --reps 20 \
+        --format table
+      echo "rc=$?" ;;
     *) echo "gpu-run.sh: unknown step $s" ;;
   esac
 done

@@ -7,7 +7,7 @@
 # 4.6.01 for CUDA (library, unit and binding tests, the Python package, apps, the S2 suite; every
 # program then read by scripts/check-lambda-odr.py, the PTX of three units by
 # scripts/check-gpu-reads.py), for CUDA on the P100 (cuda-p100: every target for sm_60 with
-# compute_60 PTX, by CUDA 11.8, with the same program checks) and HIP (the same as cuda but the
+# compute_60 PTX, by CUDA 12.4, with the same program checks) and HIP (the same as cuda but the
 # apps and the S2 suite; its Python package is also imported), compile only: no GPU is needed.
 # Warnings are errors in OkTopk's own targets (OKTOPK_WARNINGS_AS_ERRORS), never in the Kokkos
 # headers.
@@ -20,7 +20,7 @@
 # (the fault program is not even built here: it compiles the methods itself).
 #
 #   scripts/portability.sh [CONFIG...]    CONFIG: openmp-4.6 openmp-develop hip cuda cuda-p100
-#                                         (default: all but cuda-p100)
+#                                         (default: all)
 #
 # Each configuration builds into build-<CONFIG>/ at the repository root. The dependencies are
 # built once, from the archives in $OKTOPK_SHARED_DIR, under $OKTOPK_DEPS_ROOT/<name>/ (with a
@@ -31,9 +31,7 @@ set -euo pipefail
 OKTOPK_DEPS_ROOT=${OKTOPK_DEPS_ROOT:-/opt/oktopk-deps}
 OKTOPK_SHARED_DIR=${OKTOPK_SHARED_DIR:-$OKTOPK_SOURCE_DIR/../shared/deps}
 OKTOPK_PORTABILITY_CONFIGS=(openmp-4.6 openmp-develop hip cuda cuda-p100)
-# cuda-p100 lays out a toolkit of its own and compiles every program once more for the GPU: it
-# runs when named.
-OKTOPK_PORTABILITY_DEFAULT=(openmp-4.6 openmp-develop hip cuda)
+OKTOPK_PORTABILITY_DEFAULT=("${OKTOPK_PORTABILITY_CONFIGS[@]}")
 
 KOKKOS_46=kokkos-4.6.01
 KK_46=kokkos-kernels-4.6.02
@@ -82,9 +80,9 @@ oktopk_port_gcc12_workaround() {
 # Builds Kokkos and Kokkos Kernels (archive top folders KOKKOS and KOKKOS_KERNELS) for BACKEND
 # (openmp, cuda or hip) into $OKTOPK_DEPS_ROOT/NAME, unless its stamp says it is already there.
 # CUDA: with the nvcc on PATH, for Kokkos_ARCH_<CUDA_ARCH> (HOPPER90 or PASCAL60; HOPPER90 when
-# not given), and HOST_CXX as nvcc_wrapper's host compiler where given.
+# not given).
 oktopk_port_deps() {
-  local name=$1 backend=$2 kokkos=$3 kk=$4 cuda_arch=${5:-HOPPER90} host_cxx=${6:-}
+  local name=$1 backend=$2 kokkos=$3 kk=$4 cuda_arch=${5:-HOPPER90}
   local prefix="$OKTOPK_DEPS_ROOT/$name"
   # The stamp holds the recipe it was built by: a prefix built by an older recipe (say, before
   # the GCC 12 workaround) is rebuilt rather than reused.
@@ -100,10 +98,9 @@ oktopk_port_deps() {
     nvcc_version=$(nvcc --version | sed -n 's/^Cuda compilation tools, release .*, V//p')
     [ "${nvcc_version%%.*}" -lt 13 ] || patch=$CUDA13_PATCH
     # A CUDA prefix records the patch it was built with (another patch rebuilds it), and the
-    # arch, nvcc and host compiler where they are not the default configuration's.
+    # arch and nvcc where they are not the default configuration's.
     [ -z "$patch" ] || recipe+=" patch $(sha256sum < "$CUDA13_PATCH" | cut -c1-16)"
     [ "$cuda_arch" = HOPPER90 ] || recipe+=" $cuda_arch nvcc $nvcc_version"
-    [ -z "$host_cxx" ] || recipe+=" host $host_cxx"
   fi
   if [ -f "$prefix/.oktopk-complete" ] && [ "$(cat "$prefix/.oktopk-complete")" = "$recipe" ]; then
     oktopk_log "reusing $name in $prefix"; return
@@ -134,13 +131,6 @@ oktopk_port_deps() {
       local wrapper="$work/$kokkos/bin/nvcc_wrapper"
       sed -i "s/^default_arch=\"sm_[0-9]*\"/default_arch=\"$sm\"/" "$wrapper"
       grep -q "^default_arch=\"$sm\"" "$wrapper"
-      # The host compiler the configuration's nvcc takes, also for nvcc_wrapper's host-only steps.
-      if [ -n "$host_cxx" ]; then
-        sed -i "s/^host_compiler=\${NVCC_WRAPPER_DEFAULT_COMPILER:-\"g++\"}\$/host_compiler=\${NVCC_WRAPPER_DEFAULT_COMPILER:-\"$host_cxx\"}/" "$wrapper"
-        grep -qxF "host_compiler=\${NVCC_WRAPPER_DEFAULT_COMPILER:-\"$host_cxx\"}" "$wrapper" || {
-          echo "oktopk: portability: $wrapper: its default host compiler is not $host_cxx" >&2
-          return 1; }
-      fi
       cxx=(-DCMAKE_CXX_COMPILER="$wrapper")
       # Kokkos_ENABLE_CUDA_LAMBDA is deprecated in 4.6 (device lambdas are always on) but still
       # accepted; ON is its default there.
@@ -196,7 +186,7 @@ oktopk_port_config() {
     hip)            deps=kokkos-4.6.01-hip;     backend=hip;    kokkos=$KOKKOS_46;      kk=$KK_46 ;;
     cuda)           deps=kokkos-4.6.01-cuda;    backend=cuda;   kokkos=$KOKKOS_46;      kk=$KK_46 ;;
     cuda-p100)      deps=kokkos-4.6.01-cuda-pascal60; backend=cuda; kokkos=$KOKKOS_46;  kk=$KK_46
-                    cuda_arch=(PASCAL60 "$OKTOPK_CUDA11_HOST_CXX") ;;
+                    cuda_arch=(PASCAL60) ;;
     *) echo "oktopk: portability: unknown configuration '$config'" >&2; return 1 ;;
   esac
   local prefix="$OKTOPK_DEPS_ROOT/$deps" build="$OKTOPK_SOURCE_DIR/build-$config"
@@ -211,10 +201,10 @@ oktopk_port_config() {
     cuda)
       # nvcc_wrapper runs the nvcc it finds on PATH, and so does scripts/check-gpu-reads.py.
       if [ "$config" = cuda-p100 ]; then
-        # CUDA 13 compiles for sm_75 and newer only (scripts/common.sh, oktopk_cuda11_toolkit).
-        oktopk_cuda11_toolkit
-        export PATH="$OKTOPK_CUDA11_ROOT/bin:$PATH"
-        toolkit=(-DCUDAToolkit_ROOT="$OKTOPK_CUDA11_ROOT")
+        # CUDA 13 compiles for sm_75 and newer only (scripts/common.sh, oktopk_cuda12_toolkit).
+        oktopk_cuda12_toolkit
+        export PATH="$OKTOPK_CUDA12_ROOT/bin:$PATH"
+        toolkit=(-DCUDAToolkit_ROOT="$OKTOPK_CUDA12_ROOT")
       elif ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
         export PATH="/usr/local/cuda/bin:$PATH"
       fi
@@ -235,11 +225,21 @@ oktopk_port_config() {
   local python=OFF
   [ "$backend" = openmp ] || python=ON
   local t=$SECONDS
+  # CMake keeps the paths it found (the CUDA runtime among them) in its cache: a build folder
+  # configured against other dependencies (another Kokkos recipe or toolkit) starts afresh.
+  local configured_for
+  configured_for="$(cat "$prefix/.oktopk-complete") ${toolkit[*]}"
+  if [ -f "$build/CMakeCache.txt" ] &&
+     [ "$(cat "$build/.oktopk-configured-for" 2>/dev/null)" != "$configured_for" ]; then
+    oktopk_log "portability: $config: dependencies changed: configuring $build afresh"
+    rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
+  fi
   cmake -S "$OKTOPK_SOURCE_DIR" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cxx[@]}" \
     "${toolkit[@]}" -DKokkos_ROOT="$prefix" -DKokkosKernels_ROOT="$prefix" \
     -DOKTOPK_ENABLE_TESTS=ON -DOKTOPK_ENABLE_APPS="$apps" -DOKTOPK_WARNINGS_AS_ERRORS=ON \
     -DOKTOPK_ENABLE_PYTHON="$python" -DPython3_EXECUTABLE=/usr/bin/python3 \
     -DOKTOPK_ENABLE_HOST_STAGING_TESTS=OFF -DOKTOPK_ENABLE_FAULT_TESTS=OFF
+  echo "$configured_for" > "$build/.oktopk-configured-for"
   # Every target on the CPU; on a device backend the library, the kernel and API unit tests, the
   # bindings' tests, the Python package and (CUDA) the apps: the MPI test programs only call the
   # library, compiled here, and run on the CPU configurations (an nvcc compile of each would
