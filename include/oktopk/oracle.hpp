@@ -6,12 +6,36 @@
 #pragma once
 
 #include <oktopk/sparse_allreduce.hpp>
+#include <oktopk/impl/base/explicit_instantiation.hpp>
 
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
 
 namespace oktopk {
+
+namespace impl {
+/// expected_result and count_mismatches for handles of one execution space and gradient type,
+/// as one class template that liboktopk instantiates
+/// (include/oktopk/impl/oracle/expected_result.hpp holds the bodies): a program that checks results
+/// compiles none of the oracle's kernels.
+template <class ExecSpace, class Value>
+class Oracle {
+ public:
+  using Handle = SparseAllreduce<ExecSpace, Value>;
+
+  static void expected_result(const ExecSpace& exec, const Handle& handle,
+                              const typename Handle::const_residual_vector_type& acc,
+                              const typename Handle::residual_vector_type& expected, double rel_tol,
+                              const typename Handle::residual_vector_type& slack);
+
+  static std::int64_t count_mismatches(const ExecSpace& exec, const Handle& handle,
+                                       const typename Handle::const_residual_vector_type& expected,
+                                       const typename Handle::const_vector_type& out,
+                                       double rel_tol,
+                                       const typename Handle::const_residual_vector_type& slack);
+};
+}  // namespace impl
 
 /// \brief The relative tolerance the oracle uses unless told otherwise.
 inline constexpr double default_oracle_tolerance = 1e-5;
@@ -104,7 +128,9 @@ void expected_result(
     const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& acc,
     const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& expected,
     double rel_tol = default_oracle_tolerance,
-    const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& slack = {});
+    const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& slack = {}) {
+  impl::Oracle<ExecSpace, Value>::expected_result(exec, handle, acc, expected, rel_tol, slack);
+}
 
 /// \brief Collective. The number of output entries that are wrong: `out` (the last call's
 /// output on this rank) is not finite, or differs from rank 0's output (every rank must get
@@ -121,8 +147,12 @@ std::int64_t count_mismatches(
     const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& expected,
     const typename SparseAllreduce<ExecSpace, Value>::const_vector_type& out,
     double rel_tol = default_oracle_tolerance,
-    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& slack = {});
+    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& slack = {}) {
+  return impl::Oracle<ExecSpace, Value>::count_mismatches(exec, handle, expected, out, rel_tol,
+                                                          slack);
+}
 
 }  // namespace oktopk
 
-#include <oktopk/impl/oracle/expected_result.hpp>
+// Compiled once, in liboktopk (src/instantiate/); oktopk/any_space.hpp for other spaces.
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::Oracle)

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The interface every method implements: a persistent handle that turns each rank's dense
-// gradient into the same averaged, sparsified gradient on every rank. The bodies are in
-// impl/handle/sparse_allreduce_members.hpp; what the methods share to implement it is
-// impl::MethodBase (impl/algorithms/method_base.hpp).
+// The handle: a persistent object that turns each rank's dense gradient into the same
+// averaged, sparsified gradient on every rank. It holds the library's side of the handle,
+// impl::HandleCore (impl/handle/handle_core.hpp: the state, and the call every method
+// implements), and forwards to it; the bodies are in impl/handle/sparse_allreduce_members.hpp.
 #pragma once
 
 #include <oktopk/algorithm.hpp>
@@ -15,22 +15,19 @@
 #include <oktopk/stats.hpp>
 #include <oktopk/impl/base/explicit_instantiation.hpp>
 #include <oktopk/impl/base/value_traits.hpp>
-#include <oktopk/impl/handle/state_io.hpp>
 
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
-#include <functional>
 #include <istream>
+#include <memory>
 #include <ostream>
 
 namespace oktopk {
 
 namespace impl {
 template <class ExecSpace, class Value>
-struct HandleCreation;
-template <class ExecSpace, class Value>
-class HierarchicalAllreduce;
+class HandleCore;
 }  // namespace impl
 
 /// \brief A call's result in sparse form: `size` entries, indices ascending and distinct, values
@@ -74,9 +71,11 @@ class SparseAllreduce {
   using index_vector_type = Kokkos::View<index_type*, memory_space>;
   using sparse_result_type = SparseResult<memory_space, Value>;
 
+  /// Made by make_sparse_allreduce, which gives it the library's side of the handle.
+  explicit SparseAllreduce(std::unique_ptr<impl::HandleCore<ExecSpace, Value>> core);
+  ~SparseAllreduce();
   SparseAllreduce(const SparseAllreduce&) = delete;
   SparseAllreduce& operator=(const SparseAllreduce&) = delete;
-  virtual ~SparseAllreduce() = default;
 
   /// \brief Collective. Writes into `out` the average over ranks of the sparsified gradients
   /// (mostly zeros), bit-identical on every rank; `grad` is not modified. Every rank throws the
@@ -123,20 +122,20 @@ class SparseAllreduce {
   ReduceRequest reduce_sparse_async(const ExecSpace& exec, const const_vector_type& grad,
                                     sparse_result_type& result);
 
-  Algorithm algorithm() const { return algorithm_; }
-  std::int64_t size() const { return n_; }
+  Algorithm algorithm() const;
+  std::int64_t size() const;
   /// floor(density * n).
-  std::int64_t k() const { return k_; }
-  const Options& options() const { return options_; }
+  std::int64_t k() const;
+  const Options& options() const;
   /// The segments of the fused buffer the handle was made for (empty: none given).
-  const Layout& layout() const { return layout_; }
-  const Communicator& communicator() const { return comm_; }
+  const Layout& layout() const;
+  const Communicator& communicator() const;
   /// How the communicator's ranks group into nodes, found when the handle was made
   /// (Options::node_size); the same on every rank.
-  const NodeTopology& node_topology() const { return node_topology_; }
-  const ReduceStats& stats() const { return stats_; }
+  const NodeTopology& node_topology() const;
+  const ReduceStats& stats() const;
   /// What error feedback carries to the next call (all zeros for methods without it).
-  const_residual_vector_type residual() const { return residual_; }
+  const_residual_vector_type residual() const;
 
   /// The non-zero entries of the last reduce()'s output View, as it is now (computed on
   /// demand); after a reduce_sparse(), the SparseResult it filled, as it is now.
@@ -162,79 +161,17 @@ class SparseAllreduce {
   /// until the next reduce().
   void restore_state(const ExecSpace& exec, std::istream& is);
 
- protected:
-  /// Allocates and zeroes the residual on `exec`, and fences it. `layout` must be valid for n
-  /// (make_sparse_allreduce checks it).
-  SparseAllreduce(const ExecSpace& exec, Algorithm algorithm, const Communicator& comm,
-                  std::int64_t n, const Options& options, const Layout& layout);
-
-  /// One collective call, on the thread that works the queue: what reduce() promises, or with
-  /// `sparse` not null what reduce_sparse() promises (`out` is then empty).
-  /// impl::MethodBase implements it for every method.
-  virtual void reduce_now(const ExecSpace& exec, const const_vector_type& grad,
-                          const vector_type& out, sparse_result_type* sparse) = 0;
-
-  /// Appends the method's own state carried between calls (beyond the residual and the call
-  /// counter, which save_state writes) to `out`; methods with such state override both hooks.
-  virtual void save_method_state(SectionPayload& out) const { (void)out; }
-
-  /// The most bytes save_method_state writes, so that restore_state refuses a damaged length
-  /// before it reads that many. The methods' sections are small: thresholds and P + 1 region
-  /// boundaries.
-  virtual std::uint64_t method_state_limit() const {
-    return 4096 + 16 * static_cast<std::uint64_t>(comm_.size() + 1);
-  }
-
-  /// Parses what save_method_state wrote, throwing impl::StateError for content this handle
-  /// cannot take, and returns what installs it (empty: nothing to install). restore_state calls
-  /// the result only once every rank's checkpoint checked out, so it must not fail; until then
-  /// the handle must stay unchanged.
-  virtual std::function<void(const ExecSpace&)> load_method_state(SectionParser& in) {
-    in.expect_end();
-    return {};
-  }
-
-  Algorithm algorithm_;
-  Communicator comm_;
-  std::int64_t n_;
-  std::int64_t k_;
-  Options options_;
-  Layout layout_;
-  residual_vector_type residual_;
-  ReduceStats stats_;
-  std::int64_t iteration_ = 0;
-  /// The last call's output, for result(): the dense one (last_out_) or the sparse one
-  /// (last_sparse_, when last_was_sparse_); empty before the first call and after a restore.
-  vector_type last_out_;
-  sparse_result_type last_sparse_;
-  bool last_was_sparse_ = false;
-  /// Communicator::next_serial() of the handle, the same on every rank (set by
-  /// make_sparse_allreduce): calls check it to detect ranks that launch in different orders.
-  std::int64_t serial_ = 0;
-  /// Set by make_sparse_allreduce, which finds it before any rank builds the handle.
-  NodeTopology node_topology_;
+  /// The library's side of the handle (oktopk::impl): for the result oracle and the library's
+  /// tests, not part of the API.
+  const impl::HandleCore<ExecSpace, Value>& implementation() const { return *core_; }
+  impl::HandleCore<ExecSpace, Value>& implementation() { return *core_; }
 
  private:
-  friend struct impl::HandleCreation<ExecSpace, Value>;
-  /// The hierarchical mode drives a method's handle on its shard from inside its own call.
-  friend class impl::HierarchicalAllreduce<ExecSpace, Value>;
+  std::unique_ptr<impl::HandleCore<ExecSpace, Value>> core_;
 };
-
-namespace impl {
-/// make_sparse_allreduce's access to what it finds for a new handle outside its constructor.
-template <class ExecSpace, class Value>
-struct HandleCreation {
-  static void set(SparseAllreduce<ExecSpace, Value>& handle, std::int64_t serial,
-                  const NodeTopology& node_topology) {
-    handle.serial_ = serial;
-    handle.node_topology_ = node_topology;
-  }
-};
-}  // namespace impl
 
 }  // namespace oktopk
 
-#include <oktopk/impl/handle/sparse_allreduce_members.hpp>
-
-// Compiled once, in liboktopk (src/instantiate/).
+// Compiled once, in liboktopk (src/instantiate/); the member bodies are in
+// oktopk/impl/handle/sparse_allreduce_members.hpp (oktopk/any_space.hpp for other spaces).
 OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::SparseAllreduce)

@@ -4,6 +4,7 @@
 #include <oktopk/c_api.h>
 #include <oktopk/config.hpp>
 #include <oktopk/device.hpp>
+#include <oktopk/gpu_aware_mpi.hpp>
 #include <oktopk/make_sparse_allreduce.hpp>
 #include <oktopk/progress.hpp>
 

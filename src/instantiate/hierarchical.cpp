@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // oktopk::impl::HierarchicalAllreduce for every execution space of this Kokkos build
 // (include/oktopk/impl/base/explicit_instantiation.hpp).
-#include <oktopk/make_sparse_allreduce.hpp>
+#include <oktopk/impl/handle/hierarchical.hpp>
 
 OKTOPK_IMPL_DEFINE_INSTANTIATIONS(oktopk::impl::HierarchicalAllreduce)

@@ -9,7 +9,7 @@
 //       (rank 0 on one rank) prints first "point PHASE POINT CALL" for each fault point it
 //       passed. KEY=VALUE sets an option (Options::set_from_string) over the defaults below,
 //       to reach branches they do not take (balancing=on, TopkDSA's dense switch).
-#include <oktopk/oktopk.hpp>
+#include <oktopk/any_space.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>

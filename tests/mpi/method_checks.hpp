@@ -10,8 +10,7 @@
 #include "api_checks.hpp"
 #include "mpi/oracle_host.hpp"
 
-#include <oktopk/make_sparse_allreduce.hpp>
-#include <oktopk/oktopk.hpp>
+#include <oktopk/any_space.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // SparseAllreduce::reduce_async without a progress thread: requests worked in launch order by
 // test() and wait(), equal to blocking calls, and launch orders that differ between ranks
 // reported on every rank. (The C interface's test runs the same with the progress thread.)
-#include <oktopk/make_sparse_allreduce.hpp>
+#include <oktopk/any_space.hpp>
 #include <oktopk/progress.hpp>
 
 #include "mpi/mpi_test_utils.hpp"

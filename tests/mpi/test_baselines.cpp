@@ -4,7 +4,7 @@
 // any order and outputs must match bit for bit; the residual is modelled on the host over
 // several calls.
 #include "mpi/mpi_test_utils.hpp"
-#include <oktopk/make_sparse_allreduce.hpp>
+#include <oktopk/any_space.hpp>
 #include <oktopk/topk.hpp>
 
 #include <Kokkos_Core.hpp>

@@ -3,8 +3,7 @@
 // checkpoint continues bit for bit as the saved handle does; a truncated, damaged or foreign
 // checkpoint (other algorithm, n, P, rank, options or call count) throws the same exception on
 // every rank and leaves the handle as it was.
-#include <oktopk/make_sparse_allreduce.hpp>
-#include <oktopk/oktopk.hpp>
+#include <oktopk/any_space.hpp>
 
 #include "mpi_test_utils.hpp"
 #include "oracle_host.hpp"

@@ -3,8 +3,8 @@
 // rank; the GPU-aware MPI setting checked and agreed on.
 #include "mpi/method_checks.hpp"
 
+#include <oktopk/any_space.hpp>
 #include <oktopk/gpu_aware_mpi.hpp>
-#include <oktopk/make_sparse_allreduce.hpp>
 #include <oktopk/impl/comm/gpu_aware_mpi_choice.hpp>
 
 #include <gtest/gtest.h>

@@ -10,8 +10,7 @@
 #include "mpi/method_checks.hpp"
 #include "mpi/mpi_test_utils.hpp"
 
-#include <oktopk/make_sparse_allreduce.hpp>
-#include <oktopk/oktopk.hpp>
+#include <oktopk/any_space.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
@@ -409,7 +408,8 @@ TEST(Hierarchical, RejectedCallsLeaveTheHandleAsItWas) {
       EXPECT_EQ(to_host(runner.handle().residual()), residual);
       // The method's handle on this rank's shard too, whether its own call failed or not.
       const auto& hierarchical =
-          dynamic_cast<const oktopk::impl::HierarchicalAllreduce<Exec, float>&>(runner.handle());
+          dynamic_cast<const oktopk::impl::HierarchicalAllreduce<Exec, float>&>(
+              runner.handle().implementation());
       EXPECT_EQ(hierarchical.across_nodes().stats().iteration, 1);
       return message;
     };

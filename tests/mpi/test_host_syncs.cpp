@@ -8,7 +8,7 @@
 // ranks. Every rank holds the same gradient, so every rank takes the same branches (threshold
 // corrections, balancing) whatever P is, and the counts differ only if the code does.
 #include "mpi/mpi_test_utils.hpp"
-#include <oktopk/make_sparse_allreduce.hpp>
+#include <oktopk/any_space.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>

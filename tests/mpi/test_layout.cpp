@@ -9,9 +9,8 @@
 // checks are equalities. The oracle tests also scale them per rank into inexact floats, which
 // its summation-order slack must then cover.
 #include "mpi/mpi_test_utils.hpp"
+#include <oktopk/any_space.hpp>
 #include <oktopk/layout.hpp>
-#include <oktopk/make_sparse_allreduce.hpp>
-#include <oktopk/oracle.hpp>
 #include <oktopk/impl/base/half_types.hpp>
 
 #include <gtest/gtest.h>

@@ -4,7 +4,7 @@
 // threshold (gTopk, Ok-Topk).
 #include "mpi/method_checks.hpp"
 
-#include <oktopk/make_sparse_allreduce.hpp>
+#include <oktopk/any_space.hpp>
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // the definition), nodes found from shared memory (checked against the ranks' processor names),
 // bad sizes, the printed form, and the topology a handle finds when it is made.
 #include "mpi/mpi_test_utils.hpp"
-#include <oktopk/make_sparse_allreduce.hpp>
+#include <oktopk/any_space.hpp>
 #include <oktopk/node_topology.hpp>
 
 #include <Kokkos_Core.hpp>

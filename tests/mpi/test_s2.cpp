@@ -7,8 +7,7 @@
 // |k| <= 256: sums over ranks and sketch cells are then exact in float, in any order, so most
 // checks are equalities; tests that need inexact data say so.
 #include "mpi/mpi_test_utils.hpp"
-#include <oktopk/make_sparse_allreduce.hpp>
-#include <oktopk/oracle.hpp>
+#include <oktopk/any_space.hpp>
 #include <oktopk/impl/kernels/count_sketch.hpp>
 
 #include <gtest/gtest.h>

@@ -6,8 +6,8 @@
 // bad input is rejected on every rank with the handle unchanged.
 #include "mpi/method_checks.hpp"
 
+#include <oktopk/any_space.hpp>
 #include <oktopk/layout.hpp>
-#include <oktopk/make_sparse_allreduce.hpp>
 
 #include <gtest/gtest.h>
 

@@ -104,3 +104,6 @@ class GaussianK final : public MethodBase<ExecSpace, Value> {
 };
 
 }  // namespace oktopk::impl
+
+// Compiled once, in liboktopk (src/instantiate/).
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::GaussianK)

@@ -297,3 +297,6 @@ class GTopk final : public MethodBase<ExecSpace, Value> {
 };
 
 }  // namespace oktopk::impl
+
+// Compiled once, in liboktopk (src/instantiate/).
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::GTopk)

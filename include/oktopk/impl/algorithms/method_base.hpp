@@ -21,6 +21,7 @@
 #include <oktopk/impl/handle/call_checks.hpp>
 #include <oktopk/impl/handle/call_driver.hpp>
 #include <oktopk/impl/handle/segment_counts.hpp>
+#include <oktopk/impl/handle/sparse_allreduce_members.hpp>
 #include <oktopk/impl/kernels/accumulate_pass.hpp>
 #include <oktopk/impl/kernels/candidates.hpp>
 #include <oktopk/impl/kernels/count_levels.hpp>
@@ -42,8 +43,8 @@ namespace oktopk::impl {
 /// \brief The base of every method: reduce_now for all of them, over the hooks a method
 /// overrides (reduce_step at least), and the tools its step uses.
 template <class ExecSpace, class Value>
-class MethodBase : public SparseAllreduce<ExecSpace, Value> {
-  using Base = SparseAllreduce<ExecSpace, Value>;
+class MethodBase : public HandleCore<ExecSpace, Value> {
+  using Base = HandleCore<ExecSpace, Value>;
 
  public:
   using typename Base::arithmetic_type;

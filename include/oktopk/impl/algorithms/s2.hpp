@@ -255,3 +255,6 @@ class S2Reducer final : public MethodBase<ExecSpace, Value> {
 };
 
 }  // namespace oktopk::impl
+
+// Compiled once, in liboktopk (src/instantiate/).
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::S2Reducer)

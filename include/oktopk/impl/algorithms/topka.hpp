@@ -65,3 +65,6 @@ class TopkAllgather final : public MethodBase<ExecSpace, Value> {
 };
 
 }  // namespace oktopk::impl
+
+// Compiled once, in liboktopk (src/instantiate/).
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::TopkAllgather)

@@ -178,3 +178,6 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
 };
 
 }  // namespace oktopk::impl
+
+// Compiled once, in liboktopk (src/instantiate/).
+OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::TopkDSA)

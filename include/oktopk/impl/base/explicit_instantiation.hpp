@@ -6,7 +6,8 @@
 // kernels behind it. Instantiated once in the library (src/instantiate/) and declared extern
 // in the headers, a program that makes handles compiles none of it again (nvcc is slow on
 // kernels: each is compiled for the device as well). Spaces this list does not name (a backend
-// enabled later, a user-defined space) still work, by implicit instantiation.
+// enabled later, a user-defined space) still work in a program that includes
+// oktopk/any_space.hpp, which brings the bodies for implicit instantiation.
 #pragma once
 
 #include <oktopk/impl/base/half_types.hpp>
@@ -36,7 +37,8 @@
 #endif
 // Serial only where it is the host space: next to OpenMP or Threads it serves as a helper
 // space that handles are rarely made for, and four gradient types of every method on it would
-// cost a third of the library's compile time. A handle on it still works, compiled where used.
+// cost a third of the library's compile time. A handle on it still works, compiled where used
+// (oktopk/any_space.hpp).
 #if defined(KOKKOS_ENABLE_SERIAL) && !defined(KOKKOS_ENABLE_OPENMP) && \
     !defined(KOKKOS_ENABLE_THREADS)
 #define OKTOPK_IMPL_ON_SERIAL(M, Class) M(Class, Kokkos::Serial)

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-#include <Kokkos_Sort.hpp>
 
 #include <cstdint>
 #include <string>
@@ -145,18 +144,6 @@ void fence(const ExecSpace& exec, const std::string& label) {
 #else
   (void)label;
   exec.fence();
-#endif
-}
-
-/// Sorts a rank-1 View in ascending order on `exec` (Kokkos::sort takes the instance from 4.1;
-/// before, it runs on the View's default instance, so `exec` is fenced first).
-template <class ExecSpace, class ViewType>
-void sort(const ExecSpace& exec, const ViewType& view) {
-#if KOKKOS_VERSION >= 40100
-  Kokkos::sort(exec, view);
-#else
-  exec.fence();
-  Kokkos::sort(view);
 #endif
 }
 

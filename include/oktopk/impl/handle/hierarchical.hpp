@@ -21,6 +21,7 @@
 #include <oktopk/impl/handle/call_checks.hpp>
 #include <oktopk/impl/handle/call_driver.hpp>
 #include <oktopk/impl/handle/segment_counts.hpp>
+#include <oktopk/impl/handle/sparse_allreduce_members.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -124,8 +125,8 @@ struct ShardEntriesToNode {
 /// the whole output's count per segment of the layout. The method's handle has no layout: the
 /// methods this mode takes compute the same without one.
 template <class ExecSpace, class Value>
-class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
-  using Base = SparseAllreduce<ExecSpace, Value>;
+class HierarchicalAllreduce final : public HandleCore<ExecSpace, Value> {
+  using Base = HandleCore<ExecSpace, Value>;
 
  public:
   using typename Base::const_vector_type;
@@ -138,7 +139,8 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   /// over this rank's shard, among the ranks of its local rank, ranked by node.
   HierarchicalAllreduce(const ExecSpace& exec, Algorithm algorithm, const Communicator& comm,
                         std::int64_t n, const Options& options, const Layout& layout,
-                        const Communicator& node, std::unique_ptr<Base> across)
+                        const Communicator& node,
+                        std::unique_ptr<SparseAllreduce<ExecSpace, Value>> across)
       : Base(exec, algorithm, comm, n, options, layout),
         node_(node),
         across_(std::move(across)),
@@ -162,7 +164,7 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   }
 
   /// The method's handle on this rank's shard.
-  const Base& across_nodes() const { return *across_; }
+  const SparseAllreduce<ExecSpace, Value>& across_nodes() const { return *across_; }
   /// The ranks of this rank's node.
   const Communicator& node_communicator() const { return node_; }
   /// This rank's shard: [shard_begin(), shard_begin() + across_nodes().size()).
@@ -187,7 +189,7 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
     return 4096 +
            sizeof(typename Base::arithmetic_type) *
                static_cast<std::uint64_t>(shard_sums_.extent(0)) +
-           across_->method_state_limit();
+           across_->implementation().method_state_limit();
   }
 
   std::function<void(const ExecSpace&)> load_method_state(SectionParser& in) override {
@@ -224,7 +226,7 @@ class HierarchicalAllreduce final : public SparseAllreduce<ExecSpace, Value> {
   void gather_sparse(const ExecSpace& exec, sparse_result_type& result);
 
   Communicator node_;
-  std::unique_ptr<Base> across_;
+  std::unique_ptr<SparseAllreduce<ExecSpace, Value>> across_;
   std::vector<int> shard_counts_;         // entries of each local rank's shard
   std::vector<int> shard_displacements_;  // and where it starts
   vector_type shard_sums_;                // the node's sum over this rank's shard
@@ -341,18 +343,21 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   // some shards only: every rank learns of it, and the shards whose call went through are put
   // back (the dense method's state is its call counter), so the handle stays as it was.
   const bool dense = this->algorithm_ == Algorithm::Dense;
-  const std::int64_t across_iteration = across_->iteration_;
-  const ReduceStats across_stats = dense ? across_->stats_ : ReduceStats();
+  const std::int64_t across_iteration = across_->implementation().iteration_;
+  const ReduceStats across_stats = dense ? across_->implementation().stats_ : ReduceStats();
   std::string rejected;
   try {
     // The node's sum holds the residual already (its own, for the methods without error
     // feedback, stays zero).
     driver_.run_or_abort(
         call,
-        [&] { Kokkos::deep_copy(exec, across_->residual_, typename Base::arithmetic_type(0)); },
+        [&] {
+          Kokkos::deep_copy(exec, across_->implementation().residual_,
+                            typename Base::arithmetic_type(0));
+        },
         "accumulate");
-    across_->reduce_now(exec, shard_sums_, shard_out_,
-                        sparse != nullptr ? &shard_result_ : nullptr);
+    across_->implementation().reduce_now(exec, shard_sums_, shard_out_,
+                                         sparse != nullptr ? &shard_result_ : nullptr);
   } catch (const std::invalid_argument& e) {
     rejected = e.what();
   }
@@ -361,8 +366,8 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
         driver_.agree_on_failure(exec, call, "hierarchy_check", !rejected.empty(), rejected);
     if (failure) {
       if (rejected.empty()) {
-        across_->iteration_ = across_iteration;
-        across_->stats_ = across_stats;
+        across_->implementation().iteration_ = across_iteration;
+        across_->implementation().stats_ = across_stats;
       }
       throw std::invalid_argument(failure.cause);
     }

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The bodies of SparseAllreduce's public face (include/oktopk/sparse_allreduce.hpp): the queue
-// entry points, the sparse view of the output, and checkpoint save and restore. What one call
-// does is impl::MethodBase::reduce_now.
+// The bodies of impl::HandleCore (handle_core.hpp): the queue entry points, the sparse view of
+// the output, and checkpoint save and restore; then SparseAllreduce's, which forward to it. What
+// one call does is impl::MethodBase::reduce_now (or impl::HierarchicalAllreduce's).
 #pragma once
 
 #include <oktopk/error.hpp>
 #include <oktopk/select.hpp>
+#include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
+#include <oktopk/impl/handle/handle_core.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -21,13 +23,14 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace oktopk {
 
 template <class ExecSpace, class Value>
-SparseAllreduce<ExecSpace, Value>::SparseAllreduce(const ExecSpace& exec, Algorithm algorithm,
-                                                   const Communicator& comm, std::int64_t n,
-                                                   const Options& options, const Layout& layout)
+impl::HandleCore<ExecSpace, Value>::HandleCore(const ExecSpace& exec, Algorithm algorithm,
+                                               const Communicator& comm, std::int64_t n,
+                                               const Options& options, const Layout& layout)
     : algorithm_(algorithm),
       comm_(comm),
       n_(n),
@@ -41,8 +44,9 @@ SparseAllreduce<ExecSpace, Value>::SparseAllreduce(const ExecSpace& exec, Algori
 }
 
 template <class ExecSpace, class Value>
-void SparseAllreduce<ExecSpace, Value>::reduce(const ExecSpace& exec, const const_vector_type& grad,
-                                               const vector_type& out) {
+void impl::HandleCore<ExecSpace, Value>::reduce(const ExecSpace& exec,
+                                                const const_vector_type& grad,
+                                                const vector_type& out) {
   // A queued call that reduces (the C interface's) is already where the queue is worked.
   if (impl::in_progress_task()) {
     reduce_now(exec, grad, out, nullptr);
@@ -52,17 +56,17 @@ void SparseAllreduce<ExecSpace, Value>::reduce(const ExecSpace& exec, const cons
 }
 
 template <class ExecSpace, class Value>
-ReduceRequest SparseAllreduce<ExecSpace, Value>::reduce_async(const ExecSpace& exec,
-                                                              const const_vector_type& grad,
-                                                              const vector_type& out) {
+ReduceRequest impl::HandleCore<ExecSpace, Value>::reduce_async(const ExecSpace& exec,
+                                                               const const_vector_type& grad,
+                                                               const vector_type& out) {
   return ReduceRequest(
       impl::enqueue([this, exec, grad, out] { reduce_now(exec, grad, out, nullptr); }));
 }
 
 template <class ExecSpace, class Value>
-void SparseAllreduce<ExecSpace, Value>::reduce_sparse(const ExecSpace& exec,
-                                                      const const_vector_type& grad,
-                                                      sparse_result_type& result) {
+void impl::HandleCore<ExecSpace, Value>::reduce_sparse(const ExecSpace& exec,
+                                                       const const_vector_type& grad,
+                                                       sparse_result_type& result) {
   if (impl::in_progress_task()) {
     reduce_now(exec, grad, vector_type(), &result);
   } else {
@@ -71,16 +75,16 @@ void SparseAllreduce<ExecSpace, Value>::reduce_sparse(const ExecSpace& exec,
 }
 
 template <class ExecSpace, class Value>
-ReduceRequest SparseAllreduce<ExecSpace, Value>::reduce_sparse_async(const ExecSpace& exec,
-                                                                     const const_vector_type& grad,
-                                                                     sparse_result_type& result) {
+ReduceRequest impl::HandleCore<ExecSpace, Value>::reduce_sparse_async(const ExecSpace& exec,
+                                                                      const const_vector_type& grad,
+                                                                      sparse_result_type& result) {
   sparse_result_type* target = &result;
   return ReduceRequest(
       impl::enqueue([this, exec, grad, target] { reduce_now(exec, grad, vector_type(), target); }));
 }
 
 template <class ExecSpace, class Value>
-void SparseAllreduce<ExecSpace, Value>::save_state(const ExecSpace& exec, std::ostream& os) const {
+void impl::HandleCore<ExecSpace, Value>::save_state(const ExecSpace& exec, std::ostream& os) const {
   impl::ScopedRegion region("oktopk::SparseAllreduce::save_state");
   SectionWriter out(os, "oktopk::SparseAllreduce::save_state");
   // Handles for float gradients without a layout write version 1, which has no layout digest,
@@ -110,7 +114,7 @@ void SparseAllreduce<ExecSpace, Value>::save_state(const ExecSpace& exec, std::o
 }
 
 template <class ExecSpace, class Value>
-void SparseAllreduce<ExecSpace, Value>::restore_state(const ExecSpace& exec, std::istream& is) {
+void impl::HandleCore<ExecSpace, Value>::restore_state(const ExecSpace& exec, std::istream& is) {
   constexpr const char* where = "oktopk::SparseAllreduce::restore_state";
   impl::ScopedRegion region("oktopk::SparseAllreduce::restore_state");
   const int P = comm_.size();
@@ -253,7 +257,7 @@ void SparseAllreduce<ExecSpace, Value>::restore_state(const ExecSpace& exec, std
 }
 
 template <class ExecSpace, class Value>
-SparseResult<typename ExecSpace::memory_space, Value> SparseAllreduce<ExecSpace, Value>::result(
+SparseResult<typename ExecSpace::memory_space, Value> impl::HandleCore<ExecSpace, Value>::result(
     const ExecSpace& exec) const {
   if (last_was_sparse_) return last_sparse_;
   sparse_result_type r;
@@ -272,6 +276,103 @@ SparseResult<typename ExecSpace::memory_space, Value> SparseAllreduce<ExecSpace,
     r.size = select_above(exec, last_out_, 0.0f, r.indices, r.values);
   }
   return r;
+}
+
+template <class ExecSpace, class Value>
+SparseAllreduce<ExecSpace, Value>::SparseAllreduce(
+    std::unique_ptr<impl::HandleCore<ExecSpace, Value>> core)
+    : core_(std::move(core)) {}
+
+template <class ExecSpace, class Value>
+SparseAllreduce<ExecSpace, Value>::~SparseAllreduce() = default;
+
+template <class ExecSpace, class Value>
+void SparseAllreduce<ExecSpace, Value>::reduce(const ExecSpace& exec, const const_vector_type& grad,
+                                               const vector_type& out) {
+  core_->reduce(exec, grad, out);
+}
+
+template <class ExecSpace, class Value>
+ReduceRequest SparseAllreduce<ExecSpace, Value>::reduce_async(const ExecSpace& exec,
+                                                              const const_vector_type& grad,
+                                                              const vector_type& out) {
+  return core_->reduce_async(exec, grad, out);
+}
+
+template <class ExecSpace, class Value>
+void SparseAllreduce<ExecSpace, Value>::reduce_sparse(const ExecSpace& exec,
+                                                      const const_vector_type& grad,
+                                                      sparse_result_type& result) {
+  core_->reduce_sparse(exec, grad, result);
+}
+
+template <class ExecSpace, class Value>
+ReduceRequest SparseAllreduce<ExecSpace, Value>::reduce_sparse_async(const ExecSpace& exec,
+                                                                     const const_vector_type& grad,
+                                                                     sparse_result_type& result) {
+  return core_->reduce_sparse_async(exec, grad, result);
+}
+
+template <class ExecSpace, class Value>
+Algorithm SparseAllreduce<ExecSpace, Value>::algorithm() const {
+  return core_->algorithm();
+}
+
+template <class ExecSpace, class Value>
+std::int64_t SparseAllreduce<ExecSpace, Value>::size() const {
+  return core_->size();
+}
+
+template <class ExecSpace, class Value>
+std::int64_t SparseAllreduce<ExecSpace, Value>::k() const {
+  return core_->k();
+}
+
+template <class ExecSpace, class Value>
+const Options& SparseAllreduce<ExecSpace, Value>::options() const {
+  return core_->options();
+}
+
+template <class ExecSpace, class Value>
+const Layout& SparseAllreduce<ExecSpace, Value>::layout() const {
+  return core_->layout();
+}
+
+template <class ExecSpace, class Value>
+const Communicator& SparseAllreduce<ExecSpace, Value>::communicator() const {
+  return core_->communicator();
+}
+
+template <class ExecSpace, class Value>
+const NodeTopology& SparseAllreduce<ExecSpace, Value>::node_topology() const {
+  return core_->node_topology();
+}
+
+template <class ExecSpace, class Value>
+const ReduceStats& SparseAllreduce<ExecSpace, Value>::stats() const {
+  return core_->stats();
+}
+
+template <class ExecSpace, class Value>
+typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type
+SparseAllreduce<ExecSpace, Value>::residual() const {
+  return core_->residual();
+}
+
+template <class ExecSpace, class Value>
+SparseResult<typename ExecSpace::memory_space, Value> SparseAllreduce<ExecSpace, Value>::result(
+    const ExecSpace& exec) const {
+  return core_->result(exec);
+}
+
+template <class ExecSpace, class Value>
+void SparseAllreduce<ExecSpace, Value>::save_state(const ExecSpace& exec, std::ostream& os) const {
+  core_->save_state(exec, os);
+}
+
+template <class ExecSpace, class Value>
+void SparseAllreduce<ExecSpace, Value>::restore_state(const ExecSpace& exec, std::istream& is) {
+  core_->restore_state(exec, is);
 }
 
 }  // namespace oktopk

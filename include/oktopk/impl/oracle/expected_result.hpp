@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The bodies of the result oracle's face (include/oktopk/oracle.hpp): expected_result picks
-// the family of the handle's method, count_mismatches compares. Both are members of one class
-// template, impl::Oracle, which liboktopk instantiates for the spaces and gradient types of
-// include/oktopk/impl/base/explicit_instantiation.hpp: a program that checks results compiles
-// none of the oracle's kernels (under nvcc, most of a test program's device code).
+// The bodies of impl::Oracle (include/oktopk/oracle.hpp): expected_result picks the family of
+// the handle's method, count_mismatches compares. liboktopk instantiates them for the spaces
+// and gradient types of include/oktopk/impl/base/explicit_instantiation.hpp (under nvcc the
+// oracle's kernels are most of a test program's device code); oktopk/any_space.hpp brings
+// them to a program for other spaces.
 #pragma once
 
 #include <oktopk/algorithm.hpp>
 #include <oktopk/communicator.hpp>
 #include <oktopk/error.hpp>
+#include <oktopk/oracle.hpp>
 #include <oktopk/sparse_allreduce.hpp>
-#include <oktopk/impl/base/explicit_instantiation.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/comm/mpi_mirror.hpp>
@@ -32,24 +32,6 @@
 namespace oktopk {
 
 namespace impl {
-/// oktopk::expected_result and oktopk::count_mismatches for handles of one execution space and
-/// gradient type.
-template <class ExecSpace, class Value>
-class Oracle {
- public:
-  using Handle = SparseAllreduce<ExecSpace, Value>;
-
-  static void expected_result(const ExecSpace& exec, const Handle& handle,
-                              const typename Handle::const_residual_vector_type& acc,
-                              const typename Handle::residual_vector_type& expected, double rel_tol,
-                              const typename Handle::residual_vector_type& slack);
-
-  static std::int64_t count_mismatches(const ExecSpace& exec, const Handle& handle,
-                                       const typename Handle::const_residual_vector_type& expected,
-                                       const typename Handle::const_vector_type& out,
-                                       double rel_tol,
-                                       const typename Handle::const_residual_vector_type& slack);
-};
 
 template <class ExecSpace, class Value>
 void Oracle<ExecSpace, Value>::expected_result(
@@ -76,8 +58,8 @@ void Oracle<ExecSpace, Value>::expected_result(
       slack_given ? slack
                   : impl::make_uninitialized<Real>(exec, "oktopk::expected_result::slack", n);
 
-  if (const auto* hierarchical =
-          dynamic_cast<const impl::HierarchicalAllreduce<ExecSpace, Value>*>(&handle)) {
+  if (const auto* hierarchical = dynamic_cast<const impl::HierarchicalAllreduce<ExecSpace, Value>*>(
+          &handle.implementation())) {
     impl::expected_hierarchical(exec, *hierarchical, acc, expected, bound, tol);
   } else if (stats.dense || handle.algorithm() == Algorithm::Dense) {
     impl::expected_dense(exec, handle, acc, expected, bound);
@@ -103,8 +85,8 @@ void Oracle<ExecSpace, Value>::expected_result(
   }
   // A rank whose selection fell short: as many entries of its expected output as it lacked
   // become +Inf, which no output matches, so count_mismatches counts the shortfall as wrong.
-  if (!stats.dense &&
-      dynamic_cast<const impl::HierarchicalAllreduce<ExecSpace, Value>*>(&handle) == nullptr) {
+  if (!stats.dense && dynamic_cast<const impl::HierarchicalAllreduce<ExecSpace, Value>*>(
+                          &handle.implementation()) == nullptr) {
     const std::int64_t missing = impl::selection_shortfall(exec, handle, acc);
     if (missing > 0) {
       Kokkos::deep_copy(exec,
@@ -179,25 +161,4 @@ std::int64_t Oracle<ExecSpace, Value>::count_mismatches(
 }
 }  // namespace impl
 
-template <class ExecSpace, class Value>
-void expected_result(
-    const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
-    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& acc,
-    const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& expected,
-    double rel_tol, const typename SparseAllreduce<ExecSpace, Value>::residual_vector_type& slack) {
-  impl::Oracle<ExecSpace, Value>::expected_result(exec, handle, acc, expected, rel_tol, slack);
-}
-
-template <class ExecSpace, class Value>
-std::int64_t count_mismatches(
-    const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
-    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& expected,
-    const typename SparseAllreduce<ExecSpace, Value>::const_vector_type& out, double rel_tol,
-    const typename SparseAllreduce<ExecSpace, Value>::const_residual_vector_type& slack) {
-  return impl::Oracle<ExecSpace, Value>::count_mismatches(exec, handle, expected, out, rel_tol,
-                                                          slack);
-}
-
 }  // namespace oktopk
-
-OKTOPK_IMPL_DECLARE_INSTANTIATIONS(oktopk::impl::Oracle)
