@@ -44,12 +44,12 @@ namespace oktopk {
 namespace impl {
 /// The hierarchical mode's handle (Options::hierarchical), for make_sparse_allreduce, after
 /// the checks that every rank makes alike: the node's and the local rank's communicators, the
-/// method's handle on this rank's shard, and the node level around it. A failure on some ranks
-/// only throws on every rank.
+/// method's handle on this rank's shard, and the node level around it, numbered `serial`. A
+/// failure on some ranks only throws on every rank.
 template <class ExecSpace, class Value>
-std::unique_ptr<HandleCore<ExecSpace, Value>> make_hierarchical(
+std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_hierarchical(
     const ExecSpace& exec, Algorithm algorithm, const Communicator& comm, std::int64_t n,
-    const Options& options, const Layout& layout, const NodeTopology& nodes);
+    const Options& options, const Layout& layout, const NodeTopology& nodes, std::int64_t serial);
 
 /// Throws std::invalid_argument starting with `where` unless the hierarchical mode takes this
 /// method, gradient type, wire and node topology. Every rank has the same of each, so
@@ -120,12 +120,10 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> HandleFactory<ExecSpace, Valu
   if (options.hierarchical) {
     impl::require_hierarchical_takes<Value>(where, algorithm, options, node_topology);
     const std::int64_t serial = comm.next_serial();
-    auto core = impl::make_hierarchical<ExecSpace, Value>(exec, algorithm, placed, n, options,
-                                                          layout, node_topology);
-    core->set_origin(serial, node_topology);
-    return std::make_unique<SparseAllreduce<ExecSpace, Value>>(std::move(core));
+    return impl::make_hierarchical<ExecSpace, Value>(exec, algorithm, placed, n, options, layout,
+                                                     node_topology, serial);
   }
-  const auto build = [&]() -> std::unique_ptr<HandleCore<ExecSpace, Value>> {
+  const auto build_core = [&]() -> std::unique_ptr<HandleCore<ExecSpace, Value>> {
     OKTOPK_FAULT_POINT(comm, "construct");
     switch (algorithm) {
       case Algorithm::Dense:
@@ -157,15 +155,18 @@ std::unique_ptr<SparseAllreduce<ExecSpace, Value>> HandleFactory<ExecSpace, Valu
   // Taken on every rank, whatever happens next, so that the communicator's serials stay equal
   // across ranks.
   const std::int64_t serial = comm.next_serial();
-  auto core = impl::build_on_every_rank(comm, where, build);
-  core->set_origin(serial, node_topology);
-  return std::make_unique<SparseAllreduce<ExecSpace, Value>>(std::move(core));
+  // The handle around the core allocates too, so it is made inside the agreement.
+  return impl::build_on_every_rank(comm, where, [&] {
+    auto core = build_core();
+    core->set_origin(serial, node_topology);
+    return std::make_unique<SparseAllreduce<ExecSpace, Value>>(std::move(core));
+  });
 }
 
 template <class ExecSpace, class Value>
-std::unique_ptr<HandleCore<ExecSpace, Value>> make_hierarchical(
+std::unique_ptr<SparseAllreduce<ExecSpace, Value>> make_hierarchical(
     const ExecSpace& exec, Algorithm algorithm, const Communicator& comm, std::int64_t n,
-    const Options& options, const Layout& layout, const NodeTopology& nodes) {
+    const Options& options, const Layout& layout, const NodeTopology& nodes, std::int64_t serial) {
   constexpr const char* where = "oktopk::make_sparse_allreduce";
   const int L = nodes.local_size();
   const int local_rank = nodes.local_rank();
@@ -178,15 +179,17 @@ std::unique_ptr<HandleCore<ExecSpace, Value>> make_hierarchical(
   Options method_options = options;
   method_options.hierarchical = false;
   method_options.node_size = 1;
-  return build_on_every_rank(comm, where, [&]() -> std::unique_ptr<HandleCore<ExecSpace, Value>> {
+  return build_on_every_rank(comm, where, [&] {
     // Collective among the local rank's ranks only: it throws on all of them alike.
     // Without the layout: the methods the mode takes compute the same without one, and
     // the handle counts the output per segment itself.
     auto method = make_sparse_allreduce<ExecSpace, Value>(exec, algorithm, across, shard,
                                                           method_options, Layout());
     OKTOPK_FAULT_POINT(comm, "construct");
-    return std::make_unique<HierarchicalAllreduce<ExecSpace, Value>>(
+    auto core = std::make_unique<HierarchicalAllreduce<ExecSpace, Value>>(
         exec, algorithm, comm, n, options, layout, node, std::move(method));
+    core->set_origin(serial, nodes);
+    return std::make_unique<SparseAllreduce<ExecSpace, Value>>(std::move(core));
   });
 }
 }  // namespace impl
