@@ -23,7 +23,8 @@ floor_of() {
     fwd.hpp | error.hpp | config.hpp | algorithm.hpp | options.hpp | layout.hpp | \
       section_file.hpp | half.hpp | device.hpp | impl/base/*) echo 1 ;;
     select.hpp | topk.hpp | pack.hpp | residual.hpp | impl/kernels/*) echo 2 ;;
-    communicator.hpp | node_topology.hpp | progress.hpp | gpu_aware_mpi.hpp | impl/comm/*) echo 3 ;;
+    communicator.hpp | node_topology.hpp | progress.hpp | gpu_aware_mpi.hpp | simulated_mpi.hpp | \
+      impl/comm/*) echo 3 ;;
     impl/collectives/*) echo 4 ;;
     stats.hpp | sparse_allreduce.hpp | impl/handle/*) echo 5 ;;
     impl/algorithms/*) echo 6 ;;

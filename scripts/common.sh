@@ -173,6 +173,17 @@ oktopk_private_apt() {
   apt-get "${OKTOPK_PRIVATE_APT_OPTS[@]}" update -q
 }
 
+# oktopk_trilinos_packages WORK: downloads Debian's trilinos source package into WORK, unpacks
+# its Kokkos and Kokkos Kernels there and prints the folder that holds them (packages/).
+oktopk_trilinos_packages() {
+  local work=$1
+  oktopk_private_apt "$work/apt" deb-src main >&2
+  (cd "$work" && apt-get "${OKTOPK_PRIVATE_APT_OPTS[@]}" source --download-only trilinos) >&2
+  local tarball; tarball=$(ls "$work"/trilinos_*.orig.tar.* | head -n 1)
+  tar -xf "$tarball" -C "$work" --wildcards '*/packages/kokkos/*' '*/packages/kokkos-kernels/*'
+  ls -d "$work"/*/packages | head -n 1
+}
+
 # Kokkos (OpenMP + Serial) and Kokkos Kernels (no ETI, OpenBLAS as BLAS) from the trilinos
 # source package: Debian's binary libtrilinos-kokkos-dev is Serial-only with a broken CMake config.
 oktopk_build_kokkos() {
@@ -181,11 +192,7 @@ oktopk_build_kokkos() {
   fi
   local work; work=$(mktemp -d /tmp/oktopk-kokkos.XXXXXX)
   oktopk_log "building Kokkos 3.4.01 + Kokkos Kernels into $OKTOPK_DEPS_PREFIX (work dir $work)"
-  oktopk_private_apt "$work/apt" deb-src main
-  (cd "$work" && apt-get "${OKTOPK_PRIVATE_APT_OPTS[@]}" source --download-only trilinos)
-  local tarball; tarball=$(ls "$work"/trilinos_*.orig.tar.* | head -n 1)
-  tar -xf "$tarball" -C "$work" --wildcards '*/packages/kokkos/*' '*/packages/kokkos-kernels/*'
-  local pkgs; pkgs=$(ls -d "$work"/*/packages | head -n 1)
+  local pkgs; pkgs=$(oktopk_trilinos_packages "$work")
 
   cmake -S "$pkgs/kokkos" -B "$work/kokkos-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_INSTALL_PREFIX="$OKTOPK_DEPS_PREFIX" -DCMAKE_CXX_STANDARD=17 -DBUILD_SHARED_LIBS=ON \

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
+#include <oktopk/simulated_mpi.hpp>
 #include <oktopk/impl/comm/failure.hpp>
 
 #include <mpi.h>
@@ -62,8 +63,7 @@ void abort_after_local_failure(const Communicator& comm, const char* cause,
   std::fflush(stdout);
   std::fputs(line, stderr);
   std::fflush(stderr);
-  MPI_Abort(comm.mpi_comm(), 1);
-  std::_Exit(1);
+  abort_job(comm.mpi_comm(), 1);
 }
 
 }  // namespace oktopk::impl

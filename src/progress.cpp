@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The queue of asynchronous calls and OkTopk's progress thread (include/oktopk/progress.hpp).
 #include <oktopk/progress.hpp>
+#include <oktopk/simulated_mpi.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>
@@ -210,6 +211,13 @@ ReduceRequest launch_in_order(std::function<void()> work) {
 
 void initialize_kokkos_on_progress_thread(int argc, char** argv) {
   constexpr const char* where = "oktopk::initialize_kokkos_on_progress_thread";
+  if constexpr (simulated_mpi) {
+    throw std::runtime_error(std::string(where) +
+                             ": SimGrid's SMPI runs every rank as a thread of one process and "
+                             "a thread of a rank's own that calls MPI crashes it: there is no "
+                             "progress thread under SMPI (launch and wait work the queue on the "
+                             "calling thread without it)");
+  }
   int initialized = 0;
   MPI_Initialized(&initialized);
   int provided = MPI_THREAD_SINGLE;

@@ -2,8 +2,10 @@
 // How the programs in apps/ end after an exception. An error every rank sees alike (a missing
 // data file, a rejected gradient) is printed once by rank 0 and the program exits with status
 // 1. An error on some ranks only must not leave the others waiting inside MPI: the failing rank
-// prints it with its rank and ends the job with MPI_Abort.
+// prints it with its rank and ends the job (oktopk::abort_job, MPI_Abort).
 #pragma once
+
+#include <oktopk/simulated_mpi.hpp>
 
 #include <mpi.h>
 
@@ -51,7 +53,8 @@ class FailureSettlement {
 
   /// After this rank caught `what`: if every rank arrives here within `wait_seconds` (they
   /// failed alike), returns, and the caller prints once and exits non-zero. Otherwise the
-  /// others are busy or waiting in MPI: prints "<program>: rank R: <what>" and calls MPI_Abort.
+  /// others are busy or waiting in MPI: prints "<program>: rank R: <what>" and ends the job
+  /// (oktopk::abort_job: MPI_Abort).
   void settle(const std::string& what, double wait_seconds = 5.0) {
     MPI_Request barrier = MPI_REQUEST_NULL;
     int done = 0;
@@ -67,8 +70,7 @@ class FailureSettlement {
     std::fflush(stdout);
     std::fprintf(stderr, "%s: rank %d: %s\n", program_, rank_, what.c_str());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::_Exit(1);
+    abort_job(MPI_COMM_WORLD, 1);
   }
 
  private:

@@ -25,8 +25,8 @@ const char* failure_cause(const std::exception& e) noexcept;
 std::string one_line(const char* text) noexcept;
 
 /// \brief Prints "oktopk: rank R: <cause> in phase <phase> of <method> call <call>" to stderr
-/// and calls MPI_Abort on the communicator's duplicate with exit code 1, which ends every rank.
-/// Never returns (should MPI_Abort return, the process exits).
+/// and ends every rank with exit code 1 (abort_job on the communicator's duplicate: MPI_Abort).
+/// Never returns.
 /// `cause` is a C string so that nothing is allocated between the catch and the abort.
 [[noreturn]] void abort_after_local_failure(const Communicator& comm, const char* cause,
                                             const std::string& phase, Algorithm method,

@@ -1,0 +1,231 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""smpi_tables.py: the figures scripts/smpi.sh's `tables` prints, from the CSV files it wrote.
+
+  smpi_tables.py speedup --cpu CSV [--gpu CSV] [--gpu-copy-gbs G]
+      The factor by which a GPU node runs OkTopk's kernels faster than one core of this
+      machine: the median over the kernels of (time here) / (time on the H200 of
+      data/smpi/h200-kernels.csv), both oktopk-kernel-bench at n = 2^26, float32, scaled by
+      G / 3870, the GPU's copy bandwidth over the H200's measured 3870 GB/s (the kernels are
+      bound by memory bandwidth). Prints the factor, then the kernels' lowest and highest
+      ratio on one line each, as "name ratio".
+  smpi_tables.py weak --dir DIR [--plot PNG]
+      Markdown tables of DIR/daint-P.csv (compute charged) and DIR/daint-net-P.csv (network
+      only) beside scripts/alphabeta.py's aries prediction: time per call of every method,
+      Ok-Topk's words per rank against the 6k(P-1)/P bound, and the model's error.
+  smpi_tables.py targets --dir DIR
+      The targets of DIR/target-*.csv (scripts/smpi.sh targets): Ok-Topk on the bfloat16 wire
+      against the bfloat16 dense ring (goal 5x), the slowest call against the median (goal
+      1.3x), hierarchical against flat (goal 1.5x).
+"""
+
+import argparse
+import csv
+import glob
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+H200_COPY_GBS = 3870.0
+METHODS = ["dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_rows(path):
+    with open(path) as f:
+        return [r for r in csv.DictReader(line for line in f if not line.startswith("#"))]
+
+
+def speedup(args):
+    cpu = {r["kernel"]: float(r["time_s_med"]) for r in read_rows(args.cpu)}
+    gpu = {r["kernel"]: float(r["time_s_med"]) for r in read_rows(args.gpu)}
+    ratios = {k: cpu[k] / gpu[k] for k in gpu if k in cpu}
+    if not ratios:
+        sys.exit("smpi_tables.py speedup: no kernel is in both files")
+    scale = args.gpu_copy_gbs / H200_COPY_GBS
+    factor = statistics.median(ratios.values()) * scale
+    lo = min(ratios, key=ratios.get)
+    hi = max(ratios, key=ratios.get)
+    print(f"{factor:.3g}")
+    print(f"{lo} {ratios[lo] * scale:.3g}")
+    print(f"{hi} {ratios[hi] * scale:.3g}")
+
+
+def by_p(pattern):
+    rows = {}
+    for path in glob.glob(pattern):
+        m = re.search(r"-(\d+)\.csv$", path)
+        if m:
+            rows[int(m.group(1))] = {r["algo"]: r for r in read_rows(path)}
+    return dict(sorted(rows.items()))
+
+
+def model(P, n, density):
+    out = subprocess.run([sys.executable, os.path.join(HERE, "alphabeta.py"), "predict",
+                          "--profile", "aries", "--P", str(P), "--n", str(n),
+                          "--density", str(density)],
+                         check=True, capture_output=True, text=True).stdout
+    return {r["algo"]: r for r in csv.DictReader(out.splitlines())}
+
+
+def ms(row):
+    return 1e3 * float(row["time_s_med"])
+
+
+def weak(args):
+    full = by_p(os.path.join(args.dir, "daint-[0-9]*.csv"))
+    net = by_p(os.path.join(args.dir, "daint-net-[0-9]*.csv"))
+    if not full and not net:
+        sys.exit(f"smpi_tables.py weak: no daint-P.csv or daint-net-P.csv in {args.dir}")
+    methods = [m for m in METHODS if any(m in rows for rows in list(full.values()) + list(net.values()))]
+    if full:
+        print("Time per call (ms, median of the timed calls, the slowest rank), compute charged "
+              "as on a P100:\n")
+        print("| P | " + " | ".join(methods) + " | dense / oktopk |")
+        print("|---" * (len(methods) + 2) + "|")
+        for P, rows in full.items():
+            cells = [f"{ms(rows[m]):.3f}" if m in rows else "" for m in methods]
+            ratio = (f"{ms(rows['dense']) / ms(rows['oktopk']):.2f}"
+                     if "dense" in rows and "oktopk" in rows else "")
+            print(f"| {P} | " + " | ".join(cells) + f" | {ratio} |")
+        print()
+        print("Ok-Topk's words per rank per call (the slowest call's max(sent, received) over "
+              "the ranks, /4/k) against the bound 6(P-1)/P:\n")
+        print("| P | words / k | worst call / k | 6(P-1)/P |")
+        print("|---|---|---|---|")
+        for P, rows in full.items():
+            if "oktopk" in rows:
+                r = rows["oktopk"]
+                print(f"| {P} | {float(r['words_per_rank_max_over_k']):.3f} | "
+                      f"{float(r['words_per_call_max_over_k']):.3f} | {6 * (P - 1) / P:.3f} |")
+        print()
+    if net:
+        print("Network only (compute not charged): SMPI against scripts/alphabeta.py's aries "
+              "profile (ms per call; error = model / SMPI - 1):\n")
+        print("| P | method | SMPI | model | error |")
+        print("|---|---|---|---|---|")
+        worst = {}
+        for P, rows in net.items():
+            any_row = next(iter(rows.values()))
+            predicted = model(P, int(any_row["n"]), float(any_row["density"]))
+            for m in methods:
+                if m not in rows or m not in predicted:
+                    continue
+                s = ms(rows[m])
+                p = 1e3 * float(predicted[m]["comm_s"])
+                err = p / s - 1
+                worst[m] = max(worst.get(m, 0.0), abs(err))
+                print(f"| {P} | {m} | {s:.3f} | {p:.3f} | {100 * err:+.0f}% |")
+        print()
+        print("Largest |error| per method: " +
+              ", ".join(f"{m} {100 * e:.0f}%" for m, e in worst.items()) + "\n")
+    if args.plot and full:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            sys.exit("smpi_tables.py: --plot needs matplotlib (Debian: python3-matplotlib)")
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        for m in methods:
+            pts = [(P, ms(rows[m])) for P, rows in full.items() if m in rows]
+            ax.plot([p for p, _ in pts], [t for _, t in pts], marker="o", label=m)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("P (ranks, one per node)")
+        ax.set_ylabel("ms per call")
+        n = next(iter(next(iter(full.values())).values()))["n"]
+        ax.set_title(f"SMPI, Piz Daint platform, n = {n}, density 0.01", fontsize=10)
+        ax.legend(fontsize=8, ncol=2)
+        ax.grid(True, which="both", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+        print(f"(plot: {args.plot})", file=sys.stderr)
+
+
+def one(path):
+    return {r["algo"]: r for r in read_rows(path)}
+
+
+def verdict(value, goal):
+    return "**met**" if value >= goal else "**not met**"
+
+
+def targets(args):
+    d = args.dir
+    found = False
+    bf16 = sorted(glob.glob(os.path.join(d, "target-bf16-*.csv")))
+    if bf16:
+        found = True
+        print("Ok-Topk on the bfloat16 wire against the bfloat16 dense ring (`--wire bf16`, both; "
+              "goal 5x):\n")
+        print("| platform | P | n | dense ring, ms | Ok-Topk, ms | ratio | target |")
+        print("|---|---|---|---|---|---|---|")
+        for path in bf16:
+            name = re.search(r"target-bf16-(\w+)-\d+\.csv$", path).group(1)
+            rows = one(path)
+            dense, ok = ms(rows["dense"]), ms(rows["oktopk"])
+            print(f"| {name} | {rows['oktopk']['P']} | {rows['oktopk']['n']} | {dense:.3f} | "
+                  f"{ok:.3f} | {dense / ok:.2f}x | {verdict(dense / ok, 5)} |")
+        print()
+    calls = sorted(glob.glob(os.path.join(d, "target-calls-*.csv")))
+    if calls:
+        found = True
+        print("Ok-Topk's slowest call against the median call (goal: within 1.3x):\n")
+        print("| platform | P | n | calls | median, ms | slowest, ms | ratio | target |")
+        print("|---|---|---|---|---|---|---|---|")
+        for path in calls:
+            name = re.search(r"target-calls-(\w+)-\d+\.csv$", path).group(1)
+            r = one(path)["oktopk"]
+            med, worst = ms(r), 1e3 * float(r["time_s_max"])
+            ok = "**met**" if worst / med <= 1.3 else "**not met**"
+            print(f"| {name} | {r['P']} | {r['n']} | {r['iters']} | {med:.3f} | {worst:.3f} | "
+                  f"{worst / med:.2f}x | {ok} |")
+        print()
+    flat = sorted(glob.glob(os.path.join(d, "target-hierarchical-off-*.csv")))
+    if flat:
+        found = True
+        print("Hierarchical against flat on nodes of 4 GPUs (goal: hierarchical Ok-Topk 1.5x "
+              "faster than flat):\n")
+        print("| P | n | method | flat, ms | hierarchical, ms | flat / hierarchical | between nodes, "
+              "flat / hierarchical bytes | target |")
+        print("|---|---|---|---|---|---|---|---|")
+        for path in flat:
+            hier_path = path.replace("-off-", "-on-")
+            if not os.path.exists(hier_path):
+                continue
+            f, h = one(path), one(hier_path)
+            for m in [m for m in METHODS if m in f and m in h]:
+                ratio = ms(f[m]) / ms(h[m])
+                bytes_ratio = (float(f[m]["between_nodes_bytes_per_rank_max"]) /
+                               float(h[m]["between_nodes_bytes_per_rank_max"]))
+                goal = verdict(ratio, 1.5) if m == "oktopk" else ""
+                print(f"| {f[m]['P']} | {f[m]['n']} | {m} | {ms(f[m]):.3f} | {ms(h[m]):.3f} | "
+                      f"{ratio:.2f}x | {bytes_ratio:.2f}x | {goal} |")
+        print()
+    if not found:
+        sys.exit(f"smpi_tables.py targets: no target-*.csv in {d}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("speedup", help="a GPU node's kernel speed over one core here")
+    s.add_argument("--cpu", required=True, help="oktopk-kernel-bench CSV from this machine")
+    s.add_argument("--gpu", default=os.path.join(HERE, "..", "data", "smpi", "h200-kernels.csv"))
+    s.add_argument("--gpu-copy-gbs", type=float, default=H200_COPY_GBS,
+                   help="the target GPU's copy bandwidth in GB/s (default the H200's 3870)")
+    w = sub.add_parser("weak", help="the weak-scaling tables")
+    w.add_argument("--dir", required=True)
+    w.add_argument("--plot", help="also a PNG of the compute-charged times")
+    t = sub.add_parser("targets", help="the targets the emulated cluster could not measure")
+    t.add_argument("--dir", required=True)
+    args = p.parse_args()
+    return {"speedup": speedup, "weak": weak, "targets": targets}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
