@@ -14,12 +14,13 @@
 #   scripts/smpi.sh smoke                  CI's check: build, then every method at P = 16 on the
 #                                          Piz Daint platform with --check; fails unless every
 #                                          row has wrong = 0
-#   scripts/smpi.sh tables [--np-list "16 32 64 128 256"] [--out DIR]
+#   scripts/smpi.sh tables [--platform daint|fattree] [--network-only]
+#                          [--np-list "16 32 64 128 256"] [--out DIR]
 #                                          the weak-scaling tables of docs/simulation.md:
 #                                          the P100's compute factor, then every method at
-#                                          each P on the Piz Daint platform, compute charged
-#                                          and not; writes DIR (default data/smpi) and prints
-#                                          the tables
+#                                          each P on the platform (default daint), compute
+#                                          charged and not (--network-only: not only); writes
+#                                          DIR (default data/smpi) and prints the tables
 #   scripts/smpi.sh targets [--out DIR]    the three targets of docs/simulation.md: the
 #                                          bfloat16 wire against the bfloat16 dense ring, the
 #                                          slowest call against the median, hierarchical
@@ -240,38 +241,54 @@ oktopk_smpi_targets() {
   oktopk_log "smpi: targets in $((SECONDS - start)) s"
 }
 
-# oktopk_smpi_tables [--np-list LIST] [--out DIR]
+# oktopk_smpi_tables [--platform daint|fattree] [--network-only] [--np-list LIST] [--out DIR]
 oktopk_smpi_tables() {
-  local nps="16 32 64 128 256" out="$OKTOPK_SOURCE_DIR/data/smpi"
+  local nps="16 32 64 128 256" out="$OKTOPK_SOURCE_DIR/data/smpi" platform=daint network_only=0
   while [ $# -gt 0 ]; do
     case $1 in
+      --platform) platform=$2; shift 2 ;;
+      --network-only) network_only=1; shift ;;
       --np-list) nps=$2; shift 2 ;;
       --out) out=$2; shift 2 ;;
       *) echo "oktopk: smpi.sh tables: unknown option '$1'" >&2; return 2 ;;
     esac
   done
+  # The model's figures, the platform's: latency across a route, bandwidth of a link.
+  local model
+  case $platform in
+    daint) model=(--alpha 1e-6 --bandwidth 10e9) ;;
+    fattree) model=(--alpha 1e-6 --bandwidth 12.5e9) ;;
+    *) echo "oktopk: smpi.sh tables: --platform takes daint or fattree, not '$platform'" >&2
+       return 2 ;;
+  esac
   oktopk_smpi_build
   oktopk_install_missing python3-matplotlib
   mkdir -p "$out"
-  local start=$SECONDS
-  # One core here against the H200, kernel by kernel, scaled to the P100's bandwidth.
-  oktopk_smpi_kernel_times "$out"
-  local factors; factors=$(oktopk_smpi_speedup "$out" "$OKTOPK_SMPI_P100_COPY_GBS")
-  local speedup; speedup=$(head -n 1 <<< "$factors")
-  oktopk_log "smpi: a P100 runs the kernels $speedup times as fast as one core here" \
-    "(lowest and highest kernel: $(tail -n 2 <<< "$factors" | paste -sd ' '))"
-  echo "$factors" > "$out/p100-speedup.txt"
-  local P
+  local start=$SECONDS speedup=""
+  if [ "$network_only" = 0 ]; then
+    # One core here against the H200, kernel by kernel, scaled to the P100's bandwidth.
+    oktopk_smpi_kernel_times "$out"
+    local factors; factors=$(oktopk_smpi_speedup "$out" "$OKTOPK_SMPI_P100_COPY_GBS")
+    speedup=$(head -n 1 <<< "$factors")
+    oktopk_log "smpi: a P100 runs the kernels $speedup times as fast as one core here" \
+      "(lowest and highest kernel: $(tail -n 2 <<< "$factors" | paste -sd ' '))"
+    echo "$factors" > "$out/p100-speedup.txt"
+  fi
+  local P bench=(--algo all --n 1048576 --density 0.01 --iters 3 --warmup 1 --format csv)
   for P in $nps; do
     local t=$SECONDS
-    oktopk_smpi_run --platform daint --np "$P" --compute-speedup "$speedup" -- --algo all \
-      --n 1048576 --density 0.01 --iters 3 --warmup 1 --format csv > "$out/daint-$P.csv"
-    oktopk_smpi_run --platform daint --np "$P" --no-compute -- --algo all \
-      --n 1048576 --density 0.01 --iters 3 --warmup 1 --format csv > "$out/daint-net-$P.csv"
-    oktopk_log "smpi: P = $P done in $((SECONDS - t)) s"
+    if [ "$network_only" = 0 ]; then
+      oktopk_smpi_run --platform "$platform" --np "$P" --compute-speedup "$speedup" -- \
+        "${bench[@]}" > "$out/$platform-$P.csv"
+    fi
+    oktopk_smpi_run --platform "$platform" --np "$P" --no-compute -- "${bench[@]}" \
+      > "$out/$platform-net-$P.csv"
+    oktopk_log "smpi: $platform, P = $P done in $((SECONDS - t)) s"
   done
+  local plot=()
+  [ "$network_only" = 1 ] || plot=(--plot "$OKTOPK_SOURCE_DIR/docs/smpi-weak-$platform.png")
   /usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/smpi_tables.py" weak --dir "$out" \
-    --plot "$OKTOPK_SOURCE_DIR/docs/smpi-weak-daint.png" | tee "$out/tables.md"
+    --platform "$platform" "${model[@]}" "${plot[@]}" | tee "$out/tables-$platform.md"
   oktopk_log "smpi: tables in $((SECONDS - start)) s"
 }
 

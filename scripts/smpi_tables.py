@@ -9,9 +9,10 @@
       G / 3870, the GPU's copy bandwidth over the H200's measured 3870 GB/s (the kernels are
       bound by memory bandwidth). Prints the factor, then the kernels' lowest and highest
       ratio on one line each, as "name ratio".
-  smpi_tables.py weak --dir DIR [--plot PNG]
-      Markdown tables of DIR/daint-P.csv (compute charged) and DIR/daint-net-P.csv (network
-      only) beside scripts/alphabeta.py's aries prediction: time per call of every method,
+  smpi_tables.py weak --dir DIR [--platform NAME] [--alpha S --bandwidth B] [--plot PNG]
+      Markdown tables of DIR/NAME-P.csv (compute charged) and DIR/NAME-net-P.csv (network
+      only; NAME default daint) beside scripts/alphabeta.py's prediction with alpha S seconds
+      and B bytes/s (default 1e-6 and 10e9, its aries profile): time per call of every method,
       Ok-Topk's words per rank against the 6k(P-1)/P bound, and the model's error.
   smpi_tables.py targets --dir DIR
       The targets of DIR/target-*.csv (scripts/smpi.sh targets): Ok-Topk on the bfloat16 wire
@@ -22,11 +23,13 @@
 import argparse
 import csv
 import glob
+import json
 import os
 import re
 import statistics
 import subprocess
 import sys
+import tempfile
 
 H200_COPY_GBS = 3870.0
 METHODS = ["dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2"]
@@ -62,11 +65,14 @@ def by_p(pattern):
     return dict(sorted(rows.items()))
 
 
-def model(P, n, density):
-    out = subprocess.run([sys.executable, os.path.join(HERE, "alphabeta.py"), "predict",
-                          "--profile", "aries", "--P", str(P), "--n", str(n),
-                          "--density", str(density)],
-                         check=True, capture_output=True, text=True).stdout
+def model(P, n, density, alpha, bandwidth):
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as params:
+        json.dump({"alpha": alpha, "beta": 1.0 / bandwidth}, params)
+        params.flush()
+        out = subprocess.run([sys.executable, os.path.join(HERE, "alphabeta.py"), "predict",
+                              "--params", params.name, "--P", str(P), "--n", str(n),
+                              "--density", str(density)],
+                             check=True, capture_output=True, text=True).stdout
     return {r["algo"]: r for r in csv.DictReader(out.splitlines())}
 
 
@@ -75,10 +81,11 @@ def ms(row):
 
 
 def weak(args):
-    full = by_p(os.path.join(args.dir, "daint-[0-9]*.csv"))
-    net = by_p(os.path.join(args.dir, "daint-net-[0-9]*.csv"))
+    name = args.platform
+    full = by_p(os.path.join(args.dir, f"{name}-[0-9]*.csv"))
+    net = by_p(os.path.join(args.dir, f"{name}-net-[0-9]*.csv"))
     if not full and not net:
-        sys.exit(f"smpi_tables.py weak: no daint-P.csv or daint-net-P.csv in {args.dir}")
+        sys.exit(f"smpi_tables.py weak: no {name}-P.csv or {name}-net-P.csv in {args.dir}")
     methods = [m for m in METHODS if any(m in rows for rows in list(full.values()) + list(net.values()))]
     if full:
         print("Time per call (ms, median of the timed calls, the slowest rank), compute charged "
@@ -102,14 +109,16 @@ def weak(args):
                       f"{float(r['words_per_call_max_over_k']):.3f} | {6 * (P - 1) / P:.3f} |")
         print()
     if net:
-        print("Network only (compute not charged): SMPI against scripts/alphabeta.py's aries "
-              "profile (ms per call; error = model / SMPI - 1):\n")
+        print(f"Network only (compute not charged): SMPI against scripts/alphabeta.py with "
+              f"alpha = {args.alpha:g} s and {args.bandwidth / 1e9:g} GB/s (ms per call; "
+              f"error = model / SMPI - 1):\n")
         print("| P | method | SMPI | model | error |")
         print("|---|---|---|---|---|")
         worst = {}
         for P, rows in net.items():
             any_row = next(iter(rows.values()))
-            predicted = model(P, int(any_row["n"]), float(any_row["density"]))
+            predicted = model(P, int(any_row["n"]), float(any_row["density"]), args.alpha,
+                              args.bandwidth)
             for m in methods:
                 if m not in rows or m not in predicted:
                     continue
@@ -137,7 +146,7 @@ def weak(args):
         ax.set_xlabel("P (ranks, one per node)")
         ax.set_ylabel("ms per call")
         n = next(iter(next(iter(full.values())).values()))["n"]
-        ax.set_title(f"SMPI, Piz Daint platform, n = {n}, density 0.01", fontsize=10)
+        ax.set_title(f"SMPI, platform {name}, n = {n}, density 0.01", fontsize=10)
         ax.legend(fontsize=8, ncol=2)
         ax.grid(True, which="both", alpha=0.3)
         fig.tight_layout()
@@ -220,6 +229,9 @@ def main():
                    help="the target GPU's copy bandwidth in GB/s (default the H200's 3870)")
     w = sub.add_parser("weak", help="the weak-scaling tables")
     w.add_argument("--dir", required=True)
+    w.add_argument("--platform", default="daint", help="the files' platform (default daint)")
+    w.add_argument("--alpha", type=float, default=1e-6, help="the model's latency in s")
+    w.add_argument("--bandwidth", type=float, default=10e9, help="the model's bytes/s")
     w.add_argument("--plot", help="also a PNG of the compute-charged times")
     t = sub.add_parser("targets", help="the targets the emulated cluster could not measure")
     t.add_argument("--dir", required=True)
