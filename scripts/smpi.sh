@@ -92,11 +92,11 @@ oktopk_smpi_platforms() {
   /usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/smpi_platforms.py" --out "$OKTOPK_SMPI_BUILD_DIR/platforms"
 }
 
-# oktopk_smpi_platform_file NAME P [SPEEDUP]: writes the platform and its host file, prints the
-# platform's path.
-oktopk_smpi_platform_file() {
+# oktopk_smpi_platform_files NAME P [SPEEDUP]: writes the platform and its host file into
+# build-smpi/platforms/, prints their paths, one per line.
+oktopk_smpi_platform_files() {
   /usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/smpi_platforms.py" --out "$OKTOPK_SMPI_BUILD_DIR/platforms" \
-    --platform "$1" --np "$2" --speedup "${3:-1}" | head -n 1
+    --platform "$1" --np "$2" --speedup "${3:-1}"
 }
 
 # oktopk_smpi_run [--platform NAME] [--np P] [--compute-speedup S | --no-compute] -- BENCH_ARGS
@@ -115,9 +115,7 @@ oktopk_smpi_run() {
   done
   local bench="$OKTOPK_SMPI_BUILD_DIR/apps/oktopk-bench/oktopk-bench"
   [ -x "$bench" ] || { echo "oktopk: smpi.sh run: no $bench: run scripts/smpi.sh build" >&2; return 1; }
-  local dir="$OKTOPK_SMPI_BUILD_DIR/platforms"
-  local files; files=$(/usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/smpi_platforms.py" \
-    --out "$dir" --platform "$platform" --np "$np" --speedup "$speedup")
+  local files; files=$(oktopk_smpi_platform_files "$platform" "$np" "$speedup")
   local xml hosts; { read -r xml; read -r hosts; } <<< "$files"
   # Under the name the benchmark needs it by (libkokkoscore.so.3.4): SMPI privatizes a library
   # by that name only, and under another (the file's own, .so.3.4.01) the ranks share it.
@@ -183,7 +181,7 @@ OKTOPK_SMPI_A100_COPY_GBS=1260
 # oktopk_smpi_kernel_times OUT: this machine's kernel times, one core (Serial), for the speedups.
 oktopk_smpi_kernel_times() {
   oktopk_log "smpi: timing the kernels on one core here (oktopk-kernel-bench, n = 2^26)"
-  smpirun -np 1 -platform "$(oktopk_smpi_platform_file daint 1)" \
+  smpirun -np 1 -platform "$(oktopk_smpi_platform_files daint 1 | head -n 1)" \
     --cfg=smpi/host-speed:$OKTOPK_SMPI_HOST_SPEED --log=root.thres:warning \
     "$OKTOPK_SMPI_BUILD_DIR/apps/oktopk-kernel-bench/oktopk-kernel-bench" \
     --n 67108864 --reps 3 --dtype float32 --format csv > "$1/kernels-here.csv"
