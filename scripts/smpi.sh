@@ -14,13 +14,14 @@
 #   scripts/smpi.sh smoke                  CI's check: build, then every method at P = 16 on the
 #                                          Piz Daint platform with --check; fails unless every
 #                                          row has wrong = 0
-#   scripts/smpi.sh tables [--platform daint|fattree] [--network-only]
+#   scripts/smpi.sh tables [--platform daint|fattree] [--network-only | --compute-speedup S]
 #                          [--np-list "16 32 64 128 256"] [--out DIR]
 #                                          the weak-scaling tables of docs/simulation.md:
-#                                          the P100's compute factor, then every method at
-#                                          each P on the platform (default daint), compute
+#                                          the P100's compute factor (or S), then every method
+#                                          at each P on the platform (default daint), compute
 #                                          charged and not (--network-only: not only); writes
-#                                          DIR (default data/smpi) and prints the tables
+#                                          DIR (default data/smpi), its plot included, and
+#                                          prints the tables
 #   scripts/smpi.sh targets [--out DIR]    the three targets of docs/simulation.md: the
 #                                          bfloat16 wire against the bfloat16 dense ring, the
 #                                          slowest call against the median, hierarchical
@@ -239,13 +240,16 @@ oktopk_smpi_targets() {
   oktopk_log "smpi: targets in $((SECONDS - start)) s"
 }
 
-# oktopk_smpi_tables [--platform daint|fattree] [--network-only] [--np-list LIST] [--out DIR]
+# oktopk_smpi_tables [--platform daint|fattree] [--network-only | --compute-speedup S]
+#                    [--np-list LIST] [--out DIR]
 oktopk_smpi_tables() {
   local nps="16 32 64 128 256" out="$OKTOPK_SOURCE_DIR/data/smpi" platform=daint network_only=0
+  local speedup=""
   while [ $# -gt 0 ]; do
     case $1 in
       --platform) platform=$2; shift 2 ;;
       --network-only) network_only=1; shift ;;
+      --compute-speedup) speedup=$2; shift 2 ;;
       --np-list) nps=$2; shift 2 ;;
       --out) out=$2; shift 2 ;;
       *) echo "oktopk: smpi.sh tables: unknown option '$1'" >&2; return 2 ;;
@@ -262,8 +266,8 @@ oktopk_smpi_tables() {
   oktopk_smpi_build
   oktopk_install_missing python3-matplotlib
   mkdir -p "$out"
-  local start=$SECONDS speedup=""
-  if [ "$network_only" = 0 ]; then
+  local start=$SECONDS
+  if [ "$network_only" = 0 ] && [ -z "$speedup" ]; then
     # One core here against the H200, kernel by kernel, scaled to the P100's bandwidth.
     oktopk_smpi_kernel_times "$out"
     local factors; factors=$(oktopk_smpi_speedup "$out" "$OKTOPK_SMPI_P100_COPY_GBS")
@@ -284,7 +288,7 @@ oktopk_smpi_tables() {
     oktopk_log "smpi: $platform, P = $P done in $((SECONDS - t)) s"
   done
   local plot=()
-  [ "$network_only" = 1 ] || plot=(--plot "$OKTOPK_SOURCE_DIR/docs/smpi-weak-$platform.png")
+  [ "$network_only" = 1 ] || plot=(--plot "$out/weak-$platform.png")
   /usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/smpi_tables.py" weak --dir "$out" \
     --platform "$platform" "${model[@]}" "${plot[@]}" | tee "$out/tables-$platform.md"
   oktopk_log "smpi: tables in $((SECONDS - start)) s"
