@@ -315,4 +315,35 @@ TEST(OkTopk, ScheduleCountsFromTheEndOfTheWarmup) {
   run_guard_variants(run);
 }
 
+// Every rank selects the same k entries, so the regions are the quantiles of that one
+// selection and each holds ⌊k/P⌋ or ⌈k/P⌉ of it: what a rank receives in the split-and-reduce
+// is that share from each other rank, plus one count each. A k of 59 leaves a remainder of 1 to
+// 4 at P = 2 to 8, which a fixed stride of ⌊k/P⌋ would leave all to the last region.
+TEST(OkTopk, RegionsSplitTheSelectionEvenly) {
+  const std::int64_t n = 4096;
+  const int P = world_size();
+  Runner runner(Algorithm::OkTopk, n,
+                Options{}.set_density(59.5 / static_cast<double>(n)).set_warmup_iterations(0));
+  const std::int64_t k = runner.handle().k();
+  ASSERT_EQ(k, 59);
+  std::vector<float> grad(static_cast<std::size_t>(n));
+  for (std::int64_t j = 0; j < n; ++j) {
+    // Distinct magnitudes in a scrambled order, the same on every rank.
+    const auto m = static_cast<float>((j * 1237) % n + 1) / static_cast<float>(n);
+    grad[static_cast<std::size_t>(j)] = j % 2 == 0 ? m : -m;
+  }
+  const Call c = runner.reduce(grad);
+  ASSERT_TRUE(c.stats.repartitioned);
+  const std::int64_t selected = c.stats.local_selected;
+  EXPECT_EQ(selected, k);
+  const auto found = c.stats.phases.find("split_reduce");
+  ASSERT_TRUE(found != c.stats.phases.end());
+  const std::int64_t entry = sizeof(std::int32_t) + sizeof(float);
+  const std::int64_t count = sizeof(std::int64_t);
+  const std::int64_t fewest = (P - 1) * (entry * (selected / P) + count);
+  const std::int64_t most = (P - 1) * (entry * ((selected + P - 1) / P) + count);
+  EXPECT_GE(found->second.traffic.bytes_received, fewest) << "rank " << world_rank();
+  EXPECT_LE(found->second.traffic.bytes_received, most) << "rank " << world_rank();
+}
+
 }  // namespace

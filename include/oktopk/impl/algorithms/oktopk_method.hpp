@@ -25,17 +25,22 @@
 
 namespace oktopk::impl {
 
-/// quantiles[i] = indices((i + 1) * stride) for i < count, on the host. A free function: CUDA
-/// forbids device lambdas in private member functions.
+/// quantiles[i] = indices(⌊(i + 1) · size / (count + 1)⌋) for i < count, the count + 1
+/// quantiles of the first `size` sorted indices, on the host. Rounding each position on its own
+/// spreads the remainder size mod (count + 1) over the parts; a fixed stride ⌊size / (count + 1)⌋
+/// would leave all of it to the last part, up to count more entries than each other part holds,
+/// which at P² ≈ k doubles what the last region's owner receives. A free function: CUDA forbids
+/// device lambdas in private member functions.
 template <class ExecSpace, class Indices>
-void pick_quantiles(const ExecSpace& exec, const Indices& indices, std::int64_t stride, int count,
+void pick_quantiles(const ExecSpace& exec, const Indices& indices, std::int64_t size, int count,
                     std::vector<std::int64_t>& quantiles) {
   quantiles.assign(count, 0);
   if (count <= 0) return;
   auto picked = make_uninitialized<std::int64_t>(exec, "oktopk::oktopk::quantiles", count);
+  const std::int64_t parts = count + 1;
   Kokkos::parallel_for(
       "oktopk::oktopk::quantiles", RangeOf<ExecSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(int i) { picked(i) = indices((i + 1) * stride); });
+      KOKKOS_LAMBDA(int i) { picked(i) = indices((i + 1) * size / parts); });
   auto host = Kokkos::create_mirror_view(picked);
   Kokkos::deep_copy(exec, host, picked);
   fence(exec, "oktopk::oktopk::quantiles to host");
@@ -450,10 +455,9 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     const std::int64_t selected =
         this->select_into(exec, acc, local_threshold_, repartition_indices_, repartition_values_,
                           this->accumulated_.known_above(local_threshold_));
-    const std::int64_t stride = selected / P;
     std::vector<std::int64_t> boundaries;
-    if (stride >= 1 && P > 1) {
-      pick_quantiles(exec, repartition_indices_, stride, P - 1, boundaries);
+    if (selected >= P && P > 1) {
+      pick_quantiles(exec, repartition_indices_, selected, P - 1, boundaries);
     } else {
       boundaries.assign(P > 1 ? P - 1 : 0, 0);
       for (int i = 0; i < P - 1; ++i) boundaries[i] = (i + 1) * n / P;
