@@ -26,6 +26,10 @@
 #                                          bfloat16 wire against the bfloat16 dense ring, the
 #                                          slowest call against the median, hierarchical
 #                                          against flat
+#   scripts/smpi.sh calibrate [--out DIR]  SMPI against the emulated cluster (root): fits the
+#                                          bed's links from Open MPI's allreduce on it at
+#                                          P = 2, 4, 8, then every method at those P on the
+#                                          bed and under SMPI with the fitted links
 #   scripts/smpi.sh platforms              writes the platform files and prints their paths
 #
 # run's options:
@@ -35,6 +39,7 @@
 #   --compute-speedup S                 charge compute S times faster than measured here (the
 #                                       target node's speed over this CPU's; default 1)
 #   --no-compute                        charge no compute: the network alone
+#   --bed-link LAT,BW                   bed only: links of LAT s and BW bytes/s (calibrate's)
 # Everything after -- goes to oktopk-bench (its --help lists it).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 set -euo pipefail
@@ -93,19 +98,22 @@ oktopk_smpi_platforms() {
   /usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/smpi_platforms.py" --out "$OKTOPK_SMPI_BUILD_DIR/platforms"
 }
 
-# oktopk_smpi_platform_files NAME P [SPEEDUP]: writes the platform and its host file into
-# build-smpi/platforms/, prints their paths, one per line.
+# oktopk_smpi_platform_files NAME P [SPEEDUP [BED_LINK]]: writes the platform and its host
+# file into build-smpi/platforms/, prints their paths, one per line.
 oktopk_smpi_platform_files() {
+  local link=()
+  [ -z "${4:-}" ] || link=(--bed-link "$4")
   /usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/smpi_platforms.py" --out "$OKTOPK_SMPI_BUILD_DIR/platforms" \
-    --platform "$1" --np "$2" --speedup "${3:-1}"
+    --platform "$1" --np "$2" --speedup "${3:-1}" "${link[@]}"
 }
 
 # oktopk_smpi_run [--platform NAME] [--np P] [--compute-speedup S | --no-compute] -- BENCH_ARGS
 oktopk_smpi_run() {
-  local platform=daint np=16 speedup=1 compute=yes
+  local platform=daint np=16 speedup=1 compute=yes bed_link=""
   while [ $# -gt 0 ]; do
     case $1 in
       --platform) platform=$2; shift 2 ;;
+      --bed-link) bed_link=$2; shift 2 ;;
       --np) np=$2; shift 2 ;;
       --compute-speedup) speedup=$2; shift 2 ;;
       --no-compute) compute=no; shift ;;
@@ -116,7 +124,7 @@ oktopk_smpi_run() {
   done
   local bench="$OKTOPK_SMPI_BUILD_DIR/apps/oktopk-bench/oktopk-bench"
   [ -x "$bench" ] || { echo "oktopk: smpi.sh run: no $bench: run scripts/smpi.sh build" >&2; return 1; }
-  local files; files=$(oktopk_smpi_platform_files "$platform" "$np" "$speedup")
+  local files; files=$(oktopk_smpi_platform_files "$platform" "$np" "$speedup" "$bed_link")
   local xml hosts; { read -r xml; read -r hosts; } <<< "$files"
   # Under the name the benchmark needs it by (libkokkoscore.so.3.4): SMPI privatizes a library
   # by that name only, and under another (the file's own, .so.3.4.01) the ranks share it.
@@ -240,6 +248,54 @@ oktopk_smpi_targets() {
   oktopk_log "smpi: targets in $((SECONDS - start)) s"
 }
 
+# oktopk_smpi_calibrate [--out DIR]: the emulated cluster of scripts/netbench.sh (1 Gbit/s, one
+# rank per host, the hosts sharing this machine's cores) against SMPI on the bed platform. The
+# links' latency and bandwidth are fitted from Open MPI's allreduce on the bed at P = 2, 4, 8
+# and n = 2^16 to 2^22; then every method runs at those P on both, SMPI charging compute as
+# measured here (each rank a core of its own) and, apart, max(1, P/2) times slower, as the bed's
+# ranks share 2 cores. Needs root (network namespaces).
+oktopk_smpi_calibrate() {
+  local out="$OKTOPK_SOURCE_DIR/data/smpi"
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --out) out=$2; shift 2 ;;
+      *) echo "oktopk: smpi.sh calibrate: unknown option '$1'" >&2; return 2 ;;
+    esac
+  done
+  [ "$(id -u)" = 0 ] || { echo "oktopk: smpi.sh calibrate: the emulated cluster needs root" >&2; return 1; }
+  oktopk_setup
+  oktopk_configure_and_build oktopk-bench
+  oktopk_smpi_build
+  mkdir -p "$out"
+  local start=$SECONDS P e n
+  local bench="$OKTOPK_BUILD_DIR/apps/oktopk-bench/oktopk-bench"
+  local netbench=(bash "$OKTOPK_SOURCE_DIR/scripts/netbench.sh" --rate 1gbit)
+  export OMP_NUM_THREADS=1 OMP_PROC_BIND=false OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  for P in 2 4 8; do
+    for e in 16 18 20 22; do
+      "${netbench[@]}" --hosts "$P" --no-validate -- "$bench" --algo dense --mpi-baseline \
+        --n $((1 << e)) --iters 5 --warmup 1 --format csv > "$out/bed-fit-$P-2e$e.csv"
+    done
+  done
+  local link; link=$(/usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/smpi_tables.py" bed-link --dir "$out")
+  oktopk_log "smpi: calibrate: the bed's links: $link (latency s, bytes/s)"
+  echo "$link" > "$out/bed-link.txt"
+  for P in 2 4 8; do
+    n=4194304; [ "$P" != 8 ] || n=2097152
+    local args=(--algo all --n "$n" --density 0.01 --iters 5 --warmup 2 --format csv)
+    "${netbench[@]}" --hosts "$P" -- "$bench" "${args[@]}" > "$out/bed-$P.csv"
+    oktopk_smpi_run --platform bed --bed-link "$link" --np "$P" -- "${args[@]}" \
+      > "$out/bed-smpi-$P.csv"
+    oktopk_smpi_run --platform bed --bed-link "$link" --np "$P" \
+      --compute-speedup "$(awk -v p="$P" 'BEGIN { print (p > 2 ? 2 / p : 1) }')" -- "${args[@]}" \
+      > "$out/bed-smpi-shared-$P.csv"
+    oktopk_log "smpi: calibrate: P = $P done"
+  done
+  /usr/bin/python3 "$OKTOPK_SOURCE_DIR/scripts/smpi_tables.py" calibration --dir "$out" \
+    | tee "$out/calibration.md"
+  oktopk_log "smpi: calibrate in $((SECONDS - start)) s"
+}
+
 # oktopk_smpi_tables [--platform daint|fattree] [--network-only | --compute-speedup S]
 #                    [--np-list LIST] [--out DIR]
 oktopk_smpi_tables() {
@@ -300,6 +356,7 @@ case ${1:-} in
   smoke) oktopk_smpi_smoke ;;
   tables) shift; oktopk_smpi_tables "$@" ;;
   targets) shift; oktopk_smpi_targets "$@" ;;
+  calibrate) shift; oktopk_smpi_calibrate "$@" ;;
   platforms) oktopk_smpi_platforms ;;
   -h|--help) oktopk_smpi_usage ;;
   *) oktopk_smpi_usage >&2; exit 2 ;;

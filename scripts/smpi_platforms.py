@@ -3,12 +3,14 @@
 """smpi_platforms.py: SimGrid platform files for scripts/smpi.sh, and the host file that places
 P ranks on each.
 
-  smpi_platforms.py --out DIR [--platform NAME --np P [--speedup S]]
+  smpi_platforms.py --out DIR [--platform NAME --np P [--speedup S] [--bed-link LAT,BW]]
 
 Without --platform, writes every platform for P = 256 and prints their paths. With it, writes
 DIR/NAME-P[-xS].xml and DIR/NAME-P.hosts and prints both paths, one per line. --speedup S
 divides nothing on the network: it makes the hosts S times faster than scripts/smpi.sh's
-host-speed, so that SMPI charges each rank's measured compute divided by S.
+host-speed, so that SMPI charges each rank's measured compute divided by S. --bed-link gives
+the bed's links a latency of LAT seconds and BW bytes/s each, as fitted on the emulated cluster
+(scripts/smpi.sh calibrate), instead of its nominal figures.
 
 The platforms (every figure, and where it comes from, is also written into the file):
   daint     Piz Daint (Cray XC50, the paper's machine): one P100 per node, Aries dragonfly.
@@ -140,23 +142,37 @@ def gpunodes(P, speedup):
     return GPUNODES_NOTES, "\n".join(lines) + "\n", hosts
 
 
-def bed(P, speedup):
+BED_FITTED_NOTES = """The links' latency and bandwidth are not the nominal figures above: they
+were fitted on the emulated cluster itself (scripts/smpi.sh calibrate): {lat:g} s and {bw:g}
+bytes/s per link, so {lat2:g} s per message host to host."""
+
+
+def bed(P, speedup, link=None):
+    lat, bw = ("25us", "125MBps") if link is None else (f"{link[0]:.6g}s", f"{link[1]:.6g}Bps")
+    notes = BED_NOTES
+    if link is not None:
+        notes += "\n" + BED_FITTED_NOTES.format(lat=link[0], bw=link[1], lat2=2 * link[0])
     xml = (f'<zone id="world" routing="Full">\n'
            f'  <cluster id="bed" prefix="host" suffix="" radical="0-{max(P, 2) - 1}"'
-           f' speed="{speed(speedup)}" bw="125MBps" lat="25us" loopback_bw="100GBps"'
+           f' speed="{speed(speedup)}" bw="{bw}" lat="{lat}" loopback_bw="100GBps"'
            f' loopback_lat="0"/>\n'
            f'</zone>\n')
-    return BED_NOTES, xml, [f"host{i}" for i in range(P)]
+    return notes, xml, [f"host{i}" for i in range(P)]
 
 
 PLATFORMS = {"daint": daint, "fattree": fattree, "gpunodes": gpunodes, "bed": bed}
 
 
-def write(out, name, P, speedup):
-    notes, body, hosts = PLATFORMS[name](P, speedup)
+def write(out, name, P, speedup, bed_link=None):
+    if bed_link is None:
+        notes, body, hosts = PLATFORMS[name](P, speedup)
+    else:
+        notes, body, hosts = bed(P, speedup, bed_link)
     if speedup != 1:
         notes += "\n" + SPEEDUP_NOTE.format(speed=speed(speedup), speedup=f"{speedup:g}")
     suffix = "" if speedup == 1 else f"-x{speedup:g}"
+    if bed_link is not None:
+        suffix += f"-lat{bed_link[0]:g}-bw{bed_link[1]:g}"
     xml_path = os.path.join(out, f"{name}-{P}{suffix}.xml")
     hosts_path = os.path.join(out, f"{name}-{P}.hosts")
     with open(xml_path, "w") as f:
@@ -174,7 +190,20 @@ def main():
     p.add_argument("--np", type=int, default=256, help="ranks (default 256)")
     p.add_argument("--speedup", type=float, default=1.0,
                    help="hosts this many times faster than the simulating machine (default 1)")
+    p.add_argument("--bed-link", metavar="LAT,BW",
+                   help="the bed's links: latency in s and bandwidth in bytes/s (fitted ones)")
     args = p.parse_args()
+    link = None
+    if args.bed_link is not None:
+        if args.platform != "bed":
+            p.error("--bed-link needs --platform bed")
+        try:
+            link = tuple(float(x) for x in args.bed_link.split(","))
+        except ValueError:
+            link = ()
+        if len(link) != 2 or not all(x > 0 for x in link):
+            p.error(f"--bed-link takes LATENCY_S,BANDWIDTH_BPS, both positive, not "
+                    f"'{args.bed_link}'")
     if args.np < 1:
         p.error("--np must be at least 1")
     if not args.speedup > 0:
@@ -182,7 +211,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     names = [args.platform] if args.platform else sorted(PLATFORMS)
     for name in names:
-        for path in write(args.out, name, args.np, args.speedup):
+        for path in write(args.out, name, args.np, args.speedup, link):
             print(path)
 
 

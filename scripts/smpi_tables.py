@@ -14,6 +14,19 @@
       only; NAME default daint) beside scripts/alphabeta.py's prediction with alpha S seconds
       and B bytes/s (default 1e-6 and 10e9, its aries profile): time per call of every method,
       Ok-Topk's words per rank against the 6k(P-1)/P bound, and the model's error.
+      With compute charged, also the time per training step: the step's forward and backward
+      pass, charged as 6 n T / F seconds (T tokens per GPU per step, F the GPU's sustained
+      flop/s: --step-tokens, default 4096, and --step-flops, default 3.72e12, 40% of a P100's
+      9.3 Tflop/s in float32), then the call, which starts once the whole gradient is there.
+  smpi_tables.py bed-link --dir DIR
+      The bed's links from DIR/bed-fit-P-2eE.csv (Open MPI's allreduce on the emulated
+      cluster): alpha and beta of the ring's 2(P-1)(alpha + 4n/P beta), by least squares of the
+      relative error, printed as "LATENCY_S,BANDWIDTH_BPS" of one link (a message crosses two:
+      host to switch, switch to host).
+  smpi_tables.py calibration --dir DIR
+      Every method on the bed (DIR/bed-P.csv) against SMPI on the bed platform with those links
+      (DIR/bed-smpi-P.csv: compute as measured here; bed-smpi-shared-P.csv: compute charged
+      P/2 times slower, as P ranks sharing 2 cores).
   smpi_tables.py targets --dir DIR
       The targets of DIR/target-*.csv (scripts/smpi.sh targets): Ok-Topk on the bfloat16 wire
       against the bfloat16 dense ring (goal 5x), the slowest call against the median (goal
@@ -38,7 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def read_rows(path):
     with open(path) as f:
-        return [r for r in csv.DictReader(line for line in f if not line.startswith("#"))]
+        return [r for r in csv.DictReader(line for line in f if not line.startswith(("#", "[")))]
 
 
 def speedup(args):
@@ -108,6 +121,25 @@ def weak(args):
                 print(f"| {P} | {float(r['words_per_rank_max_over_k']):.3f} | "
                       f"{float(r['words_per_call_max_over_k']):.3f} | {6 * (P - 1) / P:.3f} |")
         print()
+        n = int(next(iter(next(iter(full.values())).values()))["n"])
+        step_ms = 1e3 * 6 * n * args.step_tokens / args.step_flops
+        print(f"Time per training step (ms): a BERT-like step's forward and backward pass over "
+              f"n = {n} parameters, {args.step_tokens:g} tokens per GPU at "
+              f"{args.step_flops / 1e12:g} Tflop/s ({step_ms:.3f} ms), then the call; "
+              f"dense / method in brackets:\n")
+        print("| P | " + " | ".join(methods) + " |")
+        print("|---" * (len(methods) + 1) + "|")
+        for P, rows in full.items():
+            dense = step_ms + ms(rows["dense"]) if "dense" in rows else None
+            cells = []
+            for m in methods:
+                if m not in rows:
+                    cells.append("")
+                    continue
+                t = step_ms + ms(rows[m])
+                cells.append(f"{t:.2f} ({dense / t:.2f})" if dense else f"{t:.2f}")
+            print(f"| {P} | " + " | ".join(cells) + " |")
+        print()
     if net:
         print(f"Network only (compute not charged): SMPI against scripts/alphabeta.py with "
               f"alpha = {args.alpha:g} s and {args.bandwidth / 1e9:g} GB/s (ms per call; "
@@ -152,6 +184,59 @@ def weak(args):
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)
         print(f"(plot: {args.plot})", file=sys.stderr)
+
+
+def bed_link(args):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(args.dir, "bed-fit-*-2e*.csv"))):
+        for r in read_rows(path):
+            if r["algo"] == "mpi_allreduce":
+                rows.append((int(r["P"]), int(r["n"]), float(r["time_s_med"])))
+    if len({P for P, _, _ in rows}) < 1 or len(rows) < 2:
+        sys.exit(f"smpi_tables.py bed-link: fewer than 2 mpi_allreduce rows in "
+                 f"{args.dir}/bed-fit-*.csv")
+    # t = a alpha + b beta, weighted by 1/t: the normal equations of the relative error.
+    saa = sab = sbb = sat = sbt = 0.0
+    for P, n, t in rows:
+        a, b = 2 * (P - 1) / t, 2 * (P - 1) / P * 4 * n / t
+        saa, sab, sbb, sat, sbt = saa + a * a, sab + a * b, sbb + b * b, sat + a, sbt + b
+    det = saa * sbb - sab * sab
+    if det <= 0:
+        sys.exit("smpi_tables.py bed-link: the fit is singular (one size only?)")
+    alpha = (sat * sbb - sbt * sab) / det
+    beta = (saa * sbt - sab * sat) / det
+    if not (alpha > 0 and beta > 0):
+        sys.exit(f"smpi_tables.py bed-link: the fit gave alpha = {alpha:g}, beta = {beta:g}")
+    print(f"{alpha / 2:.6g},{1 / beta:.6g}")
+    worst = max(abs((2 * (P - 1) * alpha + 2 * (P - 1) / P * 4 * n * beta) / t - 1)
+                for P, n, t in rows)
+    print(f"bed-link: alpha {1e3 * alpha:.3f} ms, {8 / beta / 1e9:.3f} Gbit/s, from {len(rows)} "
+          f"calls; largest error {100 * worst:.0f}%", file=sys.stderr)
+
+
+def calibration(args):
+    bed = by_p(os.path.join(args.dir, "bed-[0-9]*.csv"))
+    sim = by_p(os.path.join(args.dir, "bed-smpi-[0-9]*.csv"))
+    shared = by_p(os.path.join(args.dir, "bed-smpi-shared-[0-9]*.csv"))
+    if not bed or not sim:
+        sys.exit(f"smpi_tables.py calibration: no bed-P.csv or bed-smpi-P.csv in {args.dir}")
+    print("The emulated cluster (1 Gbit/s, P ranks on 2 cores) against SMPI on the bed "
+          "platform with its fitted links (ms per call; error = SMPI / bed - 1). \"own core\": "
+          "compute as measured here on one core; \"shared\": compute charged max(1, P/2) "
+          "times slower, as on the bed's shared cores:\n")
+    print("| P | n | method | bed | SMPI, own core | error | SMPI, shared | error |")
+    print("|---|---|---|---|---|---|---|---|")
+    for P, rows in bed.items():
+        for m in [m for m in METHODS if m in rows and m in sim.get(P, {})]:
+            b, s = ms(rows[m]), ms(sim[P][m])
+            cells = [f"{s:.1f}", f"{100 * (s / b - 1):+.0f}%"]
+            if m in shared.get(P, {}):
+                h = ms(shared[P][m])
+                cells += [f"{h:.1f}", f"{100 * (h / b - 1):+.0f}%"]
+            else:
+                cells += ["", ""]
+            print(f"| {P} | {rows[m]['n']} | {m} | {b:.1f} | " + " | ".join(cells) + " |")
+    print()
 
 
 def one(path):
@@ -233,10 +318,19 @@ def main():
     w.add_argument("--alpha", type=float, default=1e-6, help="the model's latency in s")
     w.add_argument("--bandwidth", type=float, default=10e9, help="the model's bytes/s")
     w.add_argument("--plot", help="also a PNG of the compute-charged times")
+    w.add_argument("--step-tokens", type=float, default=4096,
+                   help="tokens per GPU per training step (default 4096)")
+    w.add_argument("--step-flops", type=float, default=0.4 * 9.3e12,
+                   help="the GPU's sustained flop/s in the step (default 40%% of a P100's)")
     t = sub.add_parser("targets", help="the targets the emulated cluster could not measure")
     t.add_argument("--dir", required=True)
+    b = sub.add_parser("bed-link", help="the bed's links, fitted from Open MPI's allreduce")
+    b.add_argument("--dir", required=True)
+    c = sub.add_parser("calibration", help="the bed against SMPI on the bed platform")
+    c.add_argument("--dir", required=True)
     args = p.parse_args()
-    return {"speedup": speedup, "weak": weak, "targets": targets}[args.command](args)
+    return {"speedup": speedup, "weak": weak, "targets": targets, "bed-link": bed_link,
+            "calibration": calibration}[args.command](args)
 
 
 if __name__ == "__main__":
