@@ -87,6 +87,11 @@ typedef struct oktopk_phase_stats {
 /* The library's version, "MAJOR.MINOR.PATCH". Never fails. */
 const char* oktopk_version(void);
 
+/* The MPI library this copy of OkTopk was compiled against, as its mpi.h names it
+ * ("Open MPI 4.1.4", "MPICH 4.0.2"; "" for another MPI). A program that loads a second MPI
+ * (mpi4py, another library) must load one of the same family. Never fails. */
+const char* oktopk_mpi_library(void);
+
 /* The message of this thread's last failed call ("" if none). Never fails. The text stays
  * valid until this thread's next failing call. */
 const char* oktopk_last_error(void);

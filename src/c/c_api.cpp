@@ -8,6 +8,8 @@
 #include <oktopk/make_sparse_allreduce.hpp>
 #include <oktopk/progress.hpp>
 
+#include "mpi_library.hpp"
+
 #include <Kokkos_Core.hpp>
 
 #include <atomic>
@@ -660,6 +662,8 @@ int get_residual_call(const char* where, const oktopk_handle* handle, int dtype,
 extern "C" {
 
 const char* oktopk_version(void) { return OKTOPK_VERSION_STRING; }
+
+const char* oktopk_mpi_library(void) { return OKTOPK_MPI_NAME; }
 
 const char* oktopk_last_error(void) { return last_error.c_str(); }
 

@@ -675,6 +675,9 @@ PYBIND11_MODULE(_oktopk, m) {
       "package oktopk (oktopk.Handle), which wraps this module.";
 
   m.def("version", &oktopk_version, "The OkTopk library's version, \"MAJOR.MINOR.PATCH\".");
+  m.def("mpi_library", &oktopk_mpi_library,
+        "The MPI the library was compiled against, as its mpi.h names it (\"Open MPI 4.1.4\", "
+        "\"MPICH 4.0.2\"; \"\" for another MPI).");
   // pybind11 reads numpy's array descriptors through its own copy of their layout, which
   // numpy 2 changed; releases before 2.12 know only numpy 1's.
   m.attr("pybind11_version") = py::make_tuple(PYBIND11_VERSION_MAJOR, PYBIND11_VERSION_MINOR);

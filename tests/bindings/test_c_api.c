@@ -1222,6 +1222,27 @@ static void test_node_traffic(void) {
   free(out);
 }
 
+/* oktopk_mpi_library names the MPI this test runs with: the one whose mpi.h it was compiled
+ * against is the one linked, so MPI_Get_library_version names the same family and release. */
+static void test_mpi_library(void) {
+  const char* compiled = oktopk_mpi_library();
+  char running[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(running, &length);
+  const char* release = NULL;
+  int same_family = 0;
+  if (strncmp(compiled, "Open MPI ", 9) == 0) {
+    release = compiled + 9;
+    same_family = strncmp(running, "Open MPI v", 10) == 0 &&
+                  strncmp(running + 10, release, strlen(release)) == 0;
+  } else if (strncmp(compiled, "MPICH ", 6) == 0) {
+    release = compiled + 6;
+    const char* version = strstr(running, "MPICH Version:");
+    same_family = version != NULL && strstr(version, release) != NULL;
+  }
+  check(release != NULL && strlen(release) >= 3 && same_family, "mpi_library names the MPI run");
+}
+
 int main(int argc, char** argv) {
   /* --single: MPI without threads, so that queued calls run in oktopk_test and oktopk_wait;
    * otherwise MPI_THREAD_MULTIPLE and OkTopk's progress thread. */
@@ -1243,6 +1264,7 @@ int main(int argc, char** argv) {
   check(oktopk_initialize(&argc, &argv) == OKTOPK_SUCCESS, "initialize");
   check(oktopk_initialize(NULL, NULL) == OKTOPK_SUCCESS, "initialize twice");
   check(strlen(oktopk_version()) >= 5, "version");
+  test_mpi_library();
 
   const char* methods[] = {"dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2"};
   for (size_t m = 0; m < sizeof methods / sizeof methods[0]; ++m) test_method(methods[m], 3001);

@@ -641,6 +641,14 @@ def test_wire():
 
 def main():
     check(oktopk.version().count(".") == 2, "version")
+    # The MPI compiled against is of the family mpi4py loaded (the import refuses others).
+    loaded = MPI.Get_library_version()
+    check(oktopk._mpi_family(oktopk.mpi_library()) is not None and
+          oktopk._mpi_family(oktopk.mpi_library()) == oktopk._mpi_family(loaded),
+          f"mpi_library: {oktopk.mpi_library()!r} against mpi4py's {loaded.splitlines()[0]!r}")
+    check(oktopk._mpi_family("MPICH Version:\t4.0.2") == "MPICH" and
+          oktopk._mpi_family("Open MPI v4.1.4, package: Debian") == "Open MPI" and
+          oktopk._mpi_family("SMPI 3.32") is None, "the MPI families' names")
     # Kokkos' arguments go before the first handle, and only then.
     oktopk.initialize("--kokkos-disable-warnings")
     e = raises(RuntimeError, oktopk.initialize, "--kokkos-num-threads=1")

@@ -51,10 +51,38 @@ if int(_np.__version__.split(".")[0]) >= 2 and _oktopk.pybind11_version < (2, 12
         f"but numpy {_np.__version__} is loaded: install numpy < 2 beside it, or rebuild "
         "oktopk with pybind11 >= 2.12")
 
+
+
+def _mpi_family(name):
+    """``"Open MPI"``, ``"MPICH"`` (MPICH and the MPIs that share its ABI) or ``None``, from an
+    MPI's own name of itself (mpi.h's, or the text of ``MPI_Get_library_version``)."""
+    if "Open MPI" in name:
+        return "Open MPI"
+    if any(mark in name for mark in ("MPICH", "MVAPICH", "Intel(R) MPI")):
+        return "MPICH"
+    return None
+
+
+def _check_mpi_library():
+    # Two MPI libraries in one process (the one liboktopk links, the one mpi4py loaded) give
+    # crashes or wrong communicators at the first call, not an error: refuse at import.
+    compiled = _oktopk.mpi_library()
+    loaded = " ".join(_MPI.Get_library_version().strip().splitlines()[0].split())
+    if None not in (_mpi_family(compiled), _mpi_family(loaded)) and \
+            _mpi_family(compiled) != _mpi_family(loaded):
+        raise ImportError(
+            f"oktopk: the library was compiled against {compiled}, but mpi4py has loaded "
+            f"another MPI ({loaded}); one process cannot use both. Install mpi4py built for "
+            f"{compiled} (with that MPI's mpicc on PATH: pip install --no-binary=mpi4py mpi4py), "
+            "or build oktopk against mpi4py's MPI")
+
+
+_check_mpi_library()
+
 _atexit.register(_oktopk.shutdown)
 
-__all__ = ["Handle", "Request", "ALGORITHMS", "DTYPES", "initialize", "version", "backend",
-           "device"]
+__all__ = ["Handle", "Request", "ALGORITHMS", "DTYPES", "initialize", "version", "mpi_library",
+           "backend", "device"]
 
 #: The methods a handle can run.
 ALGORITHMS = ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2")
@@ -70,6 +98,13 @@ _NUMPY_DTYPES = {"float32": _np.float32, "float64": _np.float64, "bfloat16": _np
 def version():
     """The OkTopk library's version, ``"MAJOR.MINOR.PATCH"``."""
     return _oktopk.version()
+
+
+def mpi_library():
+    """The MPI the library was compiled against, as its ``mpi.h`` names it (``"Open MPI
+    4.1.4"``, ``"MPICH 4.0.2"``; ``""`` for another MPI). Importing oktopk fails with
+    ``ImportError`` when mpi4py has loaded an MPI of the other family."""
+    return _oktopk.mpi_library()
 
 
 def backend():
