@@ -362,6 +362,23 @@ EOF
   oktopk_log "CUDA 12.4 laid out in $root ($((SECONDS - start))s)"
 }
 
+# oktopk_work_dir NAME KEEP: sets OKTOPK_WORK to the folder KEEP (made where absent; it must be
+# empty, and is left afterwards) or, when KEEP is empty, to a new temporary folder removed at
+# exit. NAME (the script's) goes into the folder's name and the errors.
+oktopk_work_dir() {
+  local name=$1 keep=$2
+  if [ -n "$keep" ]; then
+    if [ -e "$keep" ] && [ -n "$(ls -A "$keep")" ]; then
+      echo "oktopk: $name: --keep $keep: the folder is not empty" >&2; return 2
+    fi
+    mkdir -p "$keep"
+    OKTOPK_WORK=$(cd "$keep" && pwd)
+  else
+    OKTOPK_WORK=$(mktemp -d "/tmp/oktopk-$name.XXXXXX")
+    trap 'rm -rf "$OKTOPK_WORK"' EXIT
+  fi
+}
+
 oktopk_setup() {
   oktopk_install_packages
   oktopk_build_kokkos

@@ -11,8 +11,8 @@
 #      naming both libraries, when mpi4py loads MPICH;
 #   3. `pip install .` in a fresh virtual environment over Debian's python3-torch: the DDP
 #      hook's tests at P = 2 (a 2-rank DDP run through the hook) and the handle tests at P = 2.
-#   scripts/pip-check.sh [--keep DIR]    (--keep: work in DIR and leave it; default a temporary
-#                                        folder, removed)
+#   scripts/pip-check.sh [--keep DIR]    (--keep: work in DIR, empty or new, and leave it;
+#                                        default a temporary folder, removed)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 set -euo pipefail
 
@@ -28,12 +28,8 @@ done
 oktopk_setup   # Debian packages (python3-venv, MPICH for step 2's refusal) and Kokkos
 oktopk_install_missing libmpich12
 start=$SECONDS
-if [ -n "$keep" ]; then
-  work=$keep; rm -rf "$work"; mkdir -p "$work"
-else
-  work=$(mktemp -d /tmp/oktopk-pip.XXXXXX)
-  trap 'rm -rf "$work"' EXIT
-fi
+oktopk_work_dir pip-check "$keep"
+work=$OKTOPK_WORK
 oktopk_log "pip-check: work dir $work"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_PROGRESS_BAR=off PYTHONDONTWRITEBYTECODE=1
 unset PYTHONPATH LD_LIBRARY_PATH

@@ -13,7 +13,8 @@
 #   scripts/spack-check.sh --spack DIR [--spec SPEC] [--keep DIR2]
 #     --spack DIR   a Spack checkout (its bin/spack); Spack is on neither PyPI nor Debian
 #     --spec SPEC   what step 2 and 3 build (default oktopk@main)
-#     --keep DIR2   work in DIR2 and leave it (default a temporary folder, removed)
+#     --keep DIR2   work in DIR2, empty or new, and leave it (default a temporary folder,
+#                   removed)
 # Spack's configuration and caches go to the work folder (SPACK_USER_CONFIG_PATH,
 # SPACK_USER_CACHE_PATH), never to ~/.spack.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -22,7 +23,7 @@ set -euo pipefail
 spack_root="" spec="oktopk@main" keep=""
 while (($#)); do
   case $1 in
-    -h|--help) sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --spack) spack_root=${2:?"oktopk: spack-check.sh: --spack needs a folder"}; shift 2 ;;
     --spec) spec=${2:?"oktopk: spack-check.sh: --spec needs a spec"}; shift 2 ;;
     --keep) keep=${2:?"oktopk: spack-check.sh: --keep needs a folder"}; shift 2 ;;
@@ -35,13 +36,8 @@ spack_root=$(cd "$spack_root" && pwd)
 
 oktopk_setup   # the Debian packages and the README's Kokkos, which become externals
 start=$SECONDS
-if [ -n "$keep" ]; then
-  work=$keep; rm -rf "$work"; mkdir -p "$work"
-else
-  work=$(mktemp -d /tmp/oktopk-spack.XXXXXX)
-  trap 'rm -rf "$work"' EXIT
-fi
-work=$(cd "$work" && pwd)
+oktopk_work_dir spack-check "$keep"
+work=$OKTOPK_WORK
 oktopk_log "spack-check: Spack $(git -C "$spack_root" describe --always 2>/dev/null || echo '?') in $spack_root, work dir $work"
 
 # Spack's concretizer needs clingo: from PyPI, in an environment under the dependency prefix.
