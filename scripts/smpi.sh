@@ -30,6 +30,11 @@
 #                                          bed's links from Open MPI's allreduce on it at
 #                                          P = 2, 4, 8, then every method at those P on the
 #                                          bed and under SMPI with the fitted links
+#   scripts/smpi.sh all [--np-list LIST] [--out DIR]
+#                                          every table of docs/simulation.md in one run (root):
+#                                          tables on Piz Daint, the fat tree's network-only
+#                                          tables, targets, then calibrate (--np-list goes to
+#                                          both tables)
 #   scripts/smpi.sh platforms              writes the platform files and prints their paths
 #
 # run's options:
@@ -350,6 +355,26 @@ oktopk_smpi_tables() {
   oktopk_log "smpi: tables in $((SECONDS - start)) s"
 }
 
+# oktopk_smpi_all [--np-list LIST] [--out DIR]: every table of docs/simulation.md, one after
+# another; root is checked first, as calibrate needs it after an hour of the others.
+oktopk_smpi_all() {
+  local nps="16 32 64 128 256" out="$OKTOPK_SOURCE_DIR/data/smpi"
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --np-list) nps=$2; shift 2 ;;
+      --out) out=$2; shift 2 ;;
+      *) echo "oktopk: smpi.sh all: unknown option '$1'" >&2; return 2 ;;
+    esac
+  done
+  [ "$(id -u)" = 0 ] || { echo "oktopk: smpi.sh all: calibrate's emulated cluster needs root" >&2; return 1; }
+  local start=$SECONDS
+  oktopk_smpi_tables --np-list "$nps" --out "$out"
+  oktopk_smpi_tables --platform fattree --network-only --np-list "$nps" --out "$out"
+  oktopk_smpi_targets --out "$out"
+  oktopk_smpi_calibrate --out "$out"
+  oktopk_log "smpi: all in $((SECONDS - start)) s"
+}
+
 case ${1:-} in
   build) oktopk_smpi_build ;;
   run) shift; oktopk_smpi_run "$@" ;;
@@ -357,6 +382,7 @@ case ${1:-} in
   tables) shift; oktopk_smpi_tables "$@" ;;
   targets) shift; oktopk_smpi_targets "$@" ;;
   calibrate) shift; oktopk_smpi_calibrate "$@" ;;
+  all) shift; oktopk_smpi_all "$@" ;;
   platforms) oktopk_smpi_platforms ;;
   -h|--help) oktopk_smpi_usage ;;
   *) oktopk_smpi_usage >&2; exit 2 ;;

@@ -9,7 +9,9 @@
 #      a store in the work folder), then tests/consumer/project built against that install with
 #      find_package(OkTopk) and run at P = 2;
 #   4. a GPU spec, oktopk@main+cuda cuda_arch=60 %gcc ^kokkos@3.7, concretized without the
-#      externals: Kokkos must come out +cuda +cuda_lambda cuda_arch=60.
+#      externals: Kokkos must come out +cuda +cuda_lambda cuda_arch=60;
+#   5. oktopk@main+python+apps concretized without them: Kokkos +shared, with py-pybind11,
+#      py-numpy, py-mpi4py, kokkos-kernels and zlib-api's provider among the dependencies.
 #   scripts/spack-check.sh --spack DIR [--spec SPEC] [--keep DIR2]
 #     --spack DIR   a Spack checkout (its bin/spack); Spack is on neither PyPI nor Debian
 #     --spec SPEC   what step 2 and 3 build (default oktopk@main)
@@ -23,7 +25,7 @@ set -euo pipefail
 spack_root="" spec="oktopk@main" keep=""
 while (($#)); do
   case $1 in
-    -h|--help) sed -n '3,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --spack) spack_root=${2:?"oktopk: spack-check.sh: --spack needs a folder"}; shift 2 ;;
     --spec) spec=${2:?"oktopk: spack-check.sh: --spec needs a spec"}; shift 2 ;;
     --keep) keep=${2:?"oktopk: spack-check.sh: --keep needs a folder"}; shift 2 ;;
@@ -126,5 +128,13 @@ kokkos_variants=$(echo "$kokkos_line" | sed -E 's/([+~ ])/\n\1/g; s/^ +//; s/\n 
 for needed in +cuda +cuda_lambda cuda_arch=60; do
   grep -qFx -- "$needed" <<<"$kokkos_variants" || {
     echo "oktopk: spack-check: the GPU spec's Kokkos lacks $needed: $kokkos_line" >&2; exit 1; }
+done
+step "5. oktopk@main+python+apps %gcc"
+spack spec oktopk@main+python+apps %gcc | tee "$work/python-spec.log"
+concretized "$work/python-spec.log" | grep -Eq '\^kokkos@[^ ]*\+shared' ||
+  { echo "oktopk: spack-check: +python's Kokkos is not +shared" >&2; exit 1; }
+for needed in py-pybind11 py-numpy py-mpi4py kokkos-kernels 'zlib(-ng)?'; do
+  concretized "$work/python-spec.log" | grep -Eq "\^${needed}@" ||
+    { echo "oktopk: spack-check: +python+apps lacks the dependency $needed" >&2; exit 1; }
 done
 step "passed"
