@@ -20,7 +20,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # The floor of a header, by its path under include/oktopk/ (docs/design.md, "Floors").
 floor_of() {
   case $1 in
-    fwd.hpp | error.hpp | config.hpp | algorithm.hpp | options.hpp | layout.hpp | \
+    fwd.hpp | error.hpp | config.hpp | algorithm.hpp | options.hpp | layout.hpp | shards.hpp | \
       section_file.hpp | half.hpp | device.hpp | impl/base/*) echo 1 ;;
     select.hpp | topk.hpp | pack.hpp | residual.hpp | impl/kernels/*) echo 2 ;;
     communicator.hpp | node_topology.hpp | progress.hpp | gpu_aware_mpi.hpp | simulated_mpi.hpp | \

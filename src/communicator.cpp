@@ -14,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 namespace oktopk {
 
@@ -68,6 +69,8 @@ constexpr const char* kAlltoall = "oktopk::Communicator::alltoall";
 constexpr const char* kAllgather = "oktopk::Communicator::allgather";
 constexpr const char* kAllgatherv = "oktopk::Communicator::allgatherv";
 constexpr const char* kBcast = "oktopk::Communicator::bcast";
+constexpr const char* kReduceScatter = "oktopk::Communicator::reduce_scatter";
+constexpr const char* kReduceScatterBlock = "oktopk::Communicator::reduce_scatter_block";
 constexpr const char* kBarrier = "oktopk::Communicator::barrier";
 constexpr const char* kCheckAgreement = "oktopk::Communicator::check_agreement";
 
@@ -641,6 +644,43 @@ void Communicator::bcast_impl(void* buffer, count_type count, MPI_Datatype type,
            PhaseTraffic{(size_ - 1) * own, bytes, size_ - 1, size_, own_between,
                         (root_between ? own : 0) + off_node});
   }
+}
+
+void Communicator::reduce_scatter_impl(const void* send, void* receive, const int* counts,
+                                       MPI_Datatype type, MPI_Op op) const {
+  OKTOPK_REQUIRE(counts != nullptr, std::invalid_argument, kReduceScatter,
+                 "counts must not be null");
+  count_type total = 0;
+  count_type on_node = 0;
+  for (int r = 0; r < size_; ++r) {
+    OKTOPK_REQUIRE(counts[r] >= 0, std::invalid_argument, kReduceScatter,
+                   "counts[" << r << "] = " << counts[r] << " is negative");
+    total += counts[r];
+  }
+  for (const int q : nodes_->same_node) on_node += counts[q];
+  OKTOPK_REQUIRE(total <= INT_MAX, std::invalid_argument, kReduceScatter,
+                 "the counts add up to " << total << ", more than one MPI call can address");
+  const std::int64_t size = type_size(kReduceScatter, type);
+  // MPI_Reduce_scatter takes a non-const count array in MPI 2.
+  std::vector<int> block_counts(counts, counts + size_);
+  OKTOPK_MPI_CHECK(kReduceScatter,
+                   MPI_Reduce_scatter(send, receive, block_counts.data(), type, op, state_->comm));
+  const std::int64_t own = counts[rank_] * size;
+  charge("reduce_scatter", -1,
+         PhaseTraffic{total * size - own, (size_ - 1) * own, size_ - 1, size_ - 1,
+                      (total - on_node) * size, (size_ - ranks_on_node()) * own});
+}
+
+void Communicator::reduce_scatter_block_impl(const void* send, void* receive, count_type count,
+                                             MPI_Datatype type, MPI_Op op) const {
+  const int n = checked_count(kReduceScatterBlock, "count_per_rank", count);
+  const std::int64_t bytes = count * type_size(kReduceScatterBlock, type);
+  OKTOPK_MPI_CHECK(kReduceScatterBlock,
+                   MPI_Reduce_scatter_block(send, receive, n, type, op, state_->comm));
+  const std::int64_t others = (size_ - 1) * bytes;
+  const std::int64_t between = (size_ - ranks_on_node()) * bytes;
+  charge("reduce_scatter", -1,
+         PhaseTraffic{others, others, size_ - 1, size_ - 1, between, between});
 }
 
 void Communicator::barrier() const { OKTOPK_MPI_CHECK(kBarrier, MPI_Barrier(state_->comm)); }

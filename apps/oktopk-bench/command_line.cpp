@@ -43,7 +43,8 @@ between_nodes_bytes_per_rank_max: as bytes_per_rank_max, of the bytes to and fro
   other nodes (the handles' nodes: option node_size, shared memory by default; collectives
   split as the accounting charges them, each block straight to its peer).
 With --mpi-baseline, a last row mpi_allreduce times a bare MPI_Allreduce of the same
-  gradients (host memory, separate send and receive buffers, no averaging; wrong is '-').
+  gradients (host memory, separate send and receive buffers, no averaging; wrong is '-');
+  with --reduce-scatter, a row mpi_reduce_scatter_block times a bare MPI_Reduce_scatter_block.
 
 Options (--flag value or --flag=value; a later flag overrides an earlier one):
   --algo LIST            comma-separated methods, or all (default all):
@@ -87,8 +88,14 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
   --sparse-result        call reduce_sparse, which returns the result as indices and values,
                          instead of reduce, which writes n floats (--check scatters the
                          entries into n floats after the timed call)
+  --reduce-scatter       call reduce_scatter: each rank receives its equal shard of the
+                         result, n/P entries, and no allgather is made (methods oktopk and
+                         dense; --check gathers the shards into n values after the timed
+                         call, as --sparse-result scatters its entries)
   --mpi-baseline         also time a bare MPI_Allreduce of the same gradients (row
                          mpi_allreduce), the floor the dense method is measured against;
+                         with --reduce-scatter a bare MPI_Reduce_scatter_block of n/P
+                         entries a rank (row mpi_reduce_scatter_block; P must divide n);
                          float32 and float64 only (MPI has no 16-bit floating type)
   --format F             table, csv or json (default table)
   --phases               also print, per method and phase, the time (median over iterations
@@ -105,6 +112,7 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
                          call: timed iteration from 0; operation: send or recv (peer = the
                          other rank; a receive is logged when it completes, with its actual
                          size) or a collective, allreduce alltoall allgather allgatherv bcast
+                         reduce_scatter
                          (peer -1, bytes = its charged per-rank volume); messages to self are
                          not counted and not listed. Rows are ordered by method, rank, call;
                          per (algo, call, rank) they sum to the bytes behind bytes_per_rank_*
@@ -243,13 +251,14 @@ Args parse(int argc, char* argv[]) {
       has_value = true;
     }
     if (flag == "--check" || flag == "--phases" || flag == "--mpi-baseline" ||
-        flag == "--shifted-draws" || flag == "--sparse-result") {
+        flag == "--shifted-draws" || flag == "--sparse-result" || flag == "--reduce-scatter") {
       if (has_value) throw UsageError(flag + " takes no value");
-      (flag == "--check"           ? a.check
-       : flag == "--phases"        ? a.phases
-       : flag == "--mpi-baseline"  ? a.mpi_baseline
-       : flag == "--sparse-result" ? a.sparse_result
-                                   : a.shifted_draws) = true;
+      (flag == "--check"            ? a.check
+       : flag == "--phases"         ? a.phases
+       : flag == "--mpi-baseline"   ? a.mpi_baseline
+       : flag == "--sparse-result"  ? a.sparse_result
+       : flag == "--reduce-scatter" ? a.reduce_scatter
+                                    : a.shifted_draws) = true;
       continue;
     }
     if (!has_value) {
@@ -349,6 +358,19 @@ Args parse(int argc, char* argv[]) {
   if (a.mpi_baseline && a.dtype != "float32" && a.dtype != "float64") {
     throw UsageError("--mpi-baseline times MPI_Allreduce, which has no " + a.dtype +
                      " type: use --dtype float32 or float64");
+  }
+  if (a.reduce_scatter && a.sparse_result) {
+    throw UsageError("--reduce-scatter and --sparse-result are different calls: pick one");
+  }
+  if (a.reduce_scatter) {
+    for (const oktopk::Algorithm m : a.algorithms) {
+      if (m != oktopk::Algorithm::OkTopk && m != oktopk::Algorithm::Dense) {
+        throw UsageError(
+            "--reduce-scatter takes --algo oktopk and dense, the methods with a "
+            "reduce-scatter (pass --algo oktopk,dense); got " +
+            oktopk::to_string(m));
+      }
+    }
   }
   if (a.shifted_draws && (a.dist.kind == DistKind::Rows || a.dist.kind == DistKind::Levels ||
                           a.dist.kind == DistKind::File)) {

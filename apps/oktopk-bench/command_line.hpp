@@ -40,6 +40,8 @@ struct Args {
   bool shifted_draws = false;
   /// Calls reduce_sparse (the result as indices and values) instead of reduce.
   bool sparse_result = false;
+  /// Calls reduce_scatter (each rank its equal shard of the result) instead of reduce.
+  bool reduce_scatter = false;
   bool help = false;
   std::string format = "table";
   std::string dtype = "float32";  // the gradient's type, by the library's name for it

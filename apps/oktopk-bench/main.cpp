@@ -45,7 +45,8 @@ void run_benchmark(const Args& args, const oktopk::Communicator& world, Gradient
     printer.row(run_algorithm(exec, world, args, args.algorithms[a], source, progress, trace));
   }
   if (args.mpi_baseline) {
-    progress.start("mpi_allreduce", rows - 1, rows);
+    progress.start(args.reduce_scatter ? "mpi_reduce_scatter_block" : "mpi_allreduce", rows - 1,
+                   rows);
     printer.row(run_mpi_baseline(exec, world, args, source, progress, trace));
   }
   printer.end();

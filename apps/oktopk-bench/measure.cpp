@@ -161,6 +161,31 @@ std::int64_t count_nonzeros(const Exec& exec, const ValuesOf<Value>& out) {
   return count;
 }
 
+/// out = every rank's shard (`shards`: the P + 1 boundaries), gathered: a reduce_scatter's
+/// whole result, for the oracle, which also checks that every rank holds the same output.
+template <class Value>
+void gather_shards(const Exec& exec, const oktopk::Communicator& world,
+                   const std::vector<std::int64_t>& shards, const ValuesOf<Value>& shard,
+                   const ValuesOf<Value>& out) {
+  const int P = world.size();
+  std::vector<int> counts(static_cast<std::size_t>(P));
+  std::vector<int> displacements(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) {
+    counts[static_cast<std::size_t>(r)] = static_cast<int>(shards[static_cast<std::size_t>(r) + 1] -
+                                                           shards[static_cast<std::size_t>(r)]);
+    displacements[static_cast<std::size_t>(r)] =
+        static_cast<int>(shards[static_cast<std::size_t>(r)]);
+  }
+  auto mine = Kokkos::create_mirror_view(shard);
+  auto all = Kokkos::create_mirror_view(out);
+  Kokkos::deep_copy(exec, mine, shard);
+  exec.fence();
+  world.allgatherv(mine.data(), static_cast<std::int64_t>(mine.extent(0)), all.data(),
+                   counts.data(), displacements.data());
+  Kokkos::deep_copy(exec, out, all);
+  exec.fence();
+}
+
 /// acc = residual + grad, in the handle's arithmetic type: the method's input as it computes it.
 template <class Value, class Arithmetic>
 void form_input(const Exec& exec,
@@ -208,6 +233,13 @@ Result run_typed(const Exec& exec, const oktopk::Communicator& world, const Args
   result.algo = oktopk::to_string(algorithm);
   result.k = handle->k();
   typename Handle::sparse_result_type entries;  // --sparse-result
+  // --reduce-scatter: this rank's equal shard.
+  const std::vector<std::int64_t> shards = oktopk::equal_shard_offsets(args.n, P);
+  const std::int64_t shard_begin = shards[static_cast<std::size_t>(world.rank())];
+  const std::int64_t shard_end = shards[static_cast<std::size_t>(world.rank()) + 1];
+  ValuesOf<Value> shard(
+      "oktopk::bench::shard",
+      args.reduce_scatter ? static_cast<std::size_t>(shard_end - shard_begin) : 0);
 
   for (std::int64_t call = 0; call < calls; ++call) {
     source.fill(exec, call, draws);
@@ -224,6 +256,8 @@ Result run_typed(const Exec& exec, const oktopk::Communicator& world, const Args
     const double start = MPI_Wtime();
     if (args.sparse_result) {
       handle->reduce_sparse(exec, grad, entries);
+    } else if (args.reduce_scatter) {
+      handle->reduce_scatter(exec, grad, shard);
     } else {
       handle->reduce(exec, grad, out);
     }
@@ -233,6 +267,8 @@ Result run_typed(const Exec& exec, const oktopk::Communicator& world, const Args
       // The output the oracle and the counts read, untimed.
       scatter_entries<Value>(exec, entries, out);
     }
+    if (args.reduce_scatter && timed && args.check)
+      gather_shards<Value>(exec, world, shards, shard, out);
     if (timed) {
       const auto j = static_cast<std::size_t>(call - args.warmup);
       const oktopk::ReduceStats& stats = handle->stats();
@@ -242,7 +278,9 @@ Result run_typed(const Exec& exec, const oktopk::Communicator& world, const Args
       bytes_call_max =
           std::max(bytes_call_max, static_cast<double>(max_bytes(stats.total_traffic())));
       trace.add_call(result.algo, call - args.warmup, comm);
-      nnz_sum += static_cast<double>(count_nonzeros<Value>(exec, out));
+      // A shard's non-zeros, summed over the ranks: the whole result's.
+      nnz_sum += static_cast<double>(args.reduce_scatter ? count_nonzeros<Value>(exec, shard)
+                                                         : count_nonzeros<Value>(exec, out));
       if (args.phases) {
         for (const auto& [name, phase] : stats.phases) {
           phase_log[j][name] = {phase.seconds, max_bytes(phase.traffic),
@@ -272,7 +310,12 @@ Result run_typed(const Exec& exec, const oktopk::Communicator& world, const Args
   result.between_nodes_bytes_max = between_nodes_bytes_sum / static_cast<double>(iters);
   world.allreduce_in_place(&result.between_nodes_bytes_max, 1, MPI_MAX);
   result.nnz_avg = nnz_sum / static_cast<double>(iters);
-  result.nnz = count_nonzeros<Value>(exec, out);
+  result.nnz =
+      args.reduce_scatter ? count_nonzeros<Value>(exec, shard) : count_nonzeros<Value>(exec, out);
+  if (args.reduce_scatter) {
+    world.allreduce_in_place(&result.nnz_avg, 1, MPI_SUM);
+    world.allreduce_in_place(&result.nnz, 1, MPI_SUM);
+  }
   if (args.phases) result.phases = aggregate_phases(world, phase_log);
   trace.flush();
   return result;
@@ -290,14 +333,20 @@ Result run_mpi_typed(const Exec& exec, const oktopk::Communicator& world, const 
   Vector draws("oktopk::bench::draws", n);
   const ValuesOf<Value> grad = gradient_for<Value>(draws);
   Kokkos::View<Value*, Kokkos::HostSpace> send("oktopk::bench::mpi_send", n);
-  Kokkos::View<Value*, Kokkos::HostSpace> receive("oktopk::bench::mpi_receive", n);
+  const int P = world.size();
+  if (args.reduce_scatter && args.n % P != 0) {
+    throw UsageError("--mpi-baseline with --reduce-scatter needs P to divide --n (" +
+                     std::to_string(args.n) + " on " + std::to_string(P) + " ranks)");
+  }
+  const std::size_t received = args.reduce_scatter ? n / static_cast<std::size_t>(P) : n;
+  Kokkos::View<Value*, Kokkos::HostSpace> receive("oktopk::bench::mpi_receive", received);
   const std::int64_t calls = args.warmup + args.iters;
   const auto iters = static_cast<std::size_t>(args.iters);
   std::vector<double> seconds(iters, 0.0);
   double bytes_sum = 0.0;
   double between_nodes_bytes_sum = 0.0;
   Result result;
-  result.algo = "mpi_allreduce";
+  result.algo = args.reduce_scatter ? "mpi_reduce_scatter_block" : "mpi_allreduce";
   result.unchecked = true;
   result.k = std::min<std::int64_t>(
       args.n, static_cast<std::int64_t>(std::floor(args.density * static_cast<double>(args.n))));
@@ -310,7 +359,11 @@ Result run_mpi_typed(const Exec& exec, const oktopk::Communicator& world, const 
     if (trace.enabled()) comm.set_message_log(call >= args.warmup);
     world.barrier();
     const double start = MPI_Wtime();
-    comm.allreduce(send.data(), receive.data(), args.n, MPI_SUM);
+    if (args.reduce_scatter) {
+      comm.reduce_scatter_block(send.data(), receive.data(), args.n / P, MPI_SUM);
+    } else {
+      comm.allreduce(send.data(), receive.data(), args.n, MPI_SUM);
+    }
     const double elapsed = MPI_Wtime() - start;
     if (call >= args.warmup) {
       seconds[static_cast<std::size_t>(call - args.warmup)] = elapsed;
@@ -330,7 +383,8 @@ Result run_mpi_typed(const Exec& exec, const oktopk::Communicator& world, const 
   result.bytes_call_max = result.bytes_max;  // the same bytes every call
   result.between_nodes_bytes_max = between_nodes_bytes_sum / static_cast<double>(iters);
   world.allreduce_in_place(&result.between_nodes_bytes_max, 1, MPI_MAX);
-  for (std::size_t i = 0; i < n; ++i) result.nnz += receive(i) != Value{0} ? 1 : 0;
+  for (std::size_t i = 0; i < received; ++i) result.nnz += receive(i) != Value{0} ? 1 : 0;
+  if (args.reduce_scatter) world.allreduce_in_place(&result.nnz, 1, MPI_SUM);
   result.nnz_avg = static_cast<double>(result.nnz);
   trace.flush();
   return result;

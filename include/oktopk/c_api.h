@@ -210,6 +210,26 @@ int oktopk_reduce_device_typed(oktopk_handle* handle, int dtype, const void* gra
 int oktopk_reduce_sparse_typed(oktopk_handle* handle, int dtype, const void* grad,
                                const int32_t** indices, const void** values, int64_t* count);
 
+/* Collective. For sharded data parallelism (ZeRO, FSDP): `shard` receives this rank's shard of
+ * what oktopk_reduce would write into out on the same gradients, entries [shard_offsets[rank],
+ * shard_offsets[rank + 1]), with the same error feedback; no rank receives the others' shards.
+ * shard_offsets: num_offsets = P + 1 boundaries from 0 to n, never decreasing, the same on
+ * every rank, or NULL (num_offsets 0) on every rank for equal shards ([r*n/P, (r+1)*n/P));
+ * shard_length must be this rank's shard's length. Methods "oktopk" (bit for bit oktopk_reduce's
+ * slice) and "dense" (one MPI_Reduce_scatter, float and double gradients); the others, hierarchical
+ * handles, bad offsets or lengths on any rank fail on every rank with
+ * OKTOPK_ERROR_INVALID_ARGUMENT, the handle unchanged. The _typed forms take arrays of the handle's
+ * dtype, host memory or (_device) the memory of Kokkos's default execution space, as
+ * oktopk_reduce_typed and oktopk_reduce_device_typed do. */
+int oktopk_reduce_scatter(oktopk_handle* handle, const float* grad, float* shard,
+                          int64_t shard_length, const int64_t* shard_offsets, int64_t num_offsets);
+int oktopk_reduce_scatter_typed(oktopk_handle* handle, int dtype, const void* grad, void* shard,
+                                int64_t shard_length, const int64_t* shard_offsets,
+                                int64_t num_offsets);
+int oktopk_reduce_scatter_device_typed(oktopk_handle* handle, int dtype, const void* grad,
+                                       void* shard, int64_t shard_length,
+                                       const int64_t* shard_offsets, int64_t num_offsets);
+
 /* An asynchronous reduce in flight (oktopk_reduce_async). */
 typedef struct oktopk_request oktopk_request;
 

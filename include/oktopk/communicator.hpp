@@ -94,6 +94,9 @@ std::int64_t agreement_digest(double value);
 ///              messages 2(P-1) each way;
 ///   allgatherv (every block reaches every other rank once, c_r = this rank's bytes,
 ///              T = total): sent = (P-1)·c_r, received = T - c_r, messages P-1 each way;
+///   reduce_scatter (each block c_q goes straight to rank q; c_r = this rank's block, T = total):
+///              sent = T - c_r, received = (P-1)·c_r, messages P-1 each way (and
+///              reduce_scatter_block, with c_q = c for every q);
 ///   bcast      (scatter + allgather, root q): root sent (B - b_q) + (P-1)·b_q, received B - b_q;
 ///              others sent (P-1)·b_r, received B; messages P-1 each way for the allgather,
 ///              plus the scatter's: P-1 sent by the root, one received by each other rank.
@@ -251,6 +254,15 @@ class Communicator {
                   const int* displacements) const;
   template <class T>
   void bcast(T* buffer, count_type count, int root) const;
+  /// MPI_Reduce_scatter: `send` holds counts[0] + ... + counts[P-1] elements, and this rank
+  /// receives the reduction of block rank() (counts[rank()] elements). `counts` has size()
+  /// entries.
+  template <class T>
+  void reduce_scatter(const T* send, T* receive, const int* counts, MPI_Op op) const;
+  /// MPI_Reduce_scatter_block: `send` holds size() blocks of `count_per_rank` elements, and this
+  /// rank receives the reduction of block rank().
+  template <class T>
+  void reduce_scatter_block(const T* send, T* receive, count_type count_per_rank, MPI_Op op) const;
   void barrier() const;
 
   // ---- agreement ----------------------------------------------------------------------------
@@ -299,6 +311,10 @@ class Communicator {
   void allgatherv_impl(const void* send, count_type count, void* receive, const int* counts,
                        const int* displacements, MPI_Datatype type) const;
   void bcast_impl(void* buffer, count_type count, MPI_Datatype type, int root) const;
+  void reduce_scatter_impl(const void* send, void* receive, const int* counts, MPI_Datatype type,
+                           MPI_Op op) const;
+  void reduce_scatter_block_impl(const void* send, void* receive, count_type count,
+                                 MPI_Datatype type, MPI_Op op) const;
 
   // A Communicator that owns `comm` (freed with its last copy, also when this throws).
   static Communicator adopt(const char* where, MPI_Comm comm);
@@ -382,6 +398,17 @@ void Communicator::allgatherv(const T* send, count_type count, T* receive, const
 template <class T>
 void Communicator::bcast(T* buffer, count_type count, int root) const {
   bcast_impl(buffer, count, impl::mpi_datatype<T>(), root);
+}
+
+template <class T>
+void Communicator::reduce_scatter(const T* send, T* receive, const int* counts, MPI_Op op) const {
+  reduce_scatter_impl(send, receive, counts, impl::mpi_datatype<T>(), op);
+}
+
+template <class T>
+void Communicator::reduce_scatter_block(const T* send, T* receive, count_type count_per_rank,
+                                        MPI_Op op) const {
+  reduce_scatter_block_impl(send, receive, count_per_rank, impl::mpi_datatype<T>(), op);
 }
 
 }  // namespace oktopk

@@ -17,6 +17,7 @@
 #include <oktopk/progress.hpp>
 #include <oktopk/residual.hpp>
 #include <oktopk/select.hpp>
+#include <oktopk/shards.hpp>
 #include <oktopk/simulated_mpi.hpp>
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/stats.hpp>

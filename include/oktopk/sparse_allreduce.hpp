@@ -12,6 +12,7 @@
 #include <oktopk/node_topology.hpp>
 #include <oktopk/options.hpp>
 #include <oktopk/progress.hpp>
+#include <oktopk/shards.hpp>
 #include <oktopk/stats.hpp>
 #include <oktopk/impl/base/explicit_instantiation.hpp>
 #include <oktopk/impl/base/value_traits.hpp>
@@ -22,6 +23,7 @@
 #include <istream>
 #include <memory>
 #include <ostream>
+#include <vector>
 
 namespace oktopk {
 
@@ -121,6 +123,31 @@ class SparseAllreduce {
   /// untouched and `result` alive (and not read) until the request completes.
   ReduceRequest reduce_sparse_async(const ExecSpace& exec, const const_vector_type& grad,
                                     sparse_result_type& result);
+
+  /// \brief Collective. Writes into `shard` this rank's shard of what reduce() would write into
+  /// `out` on the same inputs: entries [shard_offsets[rank], shard_offsets[rank + 1]) of the
+  /// average, with the same error feedback (the residual ends as reduce() would leave it), for
+  /// methods oktopk and dense; each rank receives only its own shard, so no allgather is made.
+  /// `shard_offsets`: P + 1 boundaries from 0 to n, never decreasing, the same on every rank;
+  /// empty gives equal_shard_offsets(size(), P). `shard` must have the rank's shard's length.
+  ///
+  /// Method oktopk reduces in its balanced regions as reduce() does, then sends each selected
+  /// entry to the owner of its shard, and each region's owner tells every rank which of the
+  /// entries it sent were selected (one byte each), for the error feedback: its shards are
+  /// reduce()'s output bit for bit. Its dense warm-up calls average the whole vector, as
+  /// reduce() does, and copy the shard out. Method dense is one MPI_Reduce_scatter, then /P:
+  /// equal to reduce()'s slice up to the order of MPI's sums; it takes float and double
+  /// gradients with the native wire. The other methods are refused on every rank with
+  /// std::invalid_argument saying why, as are hierarchical handles (Options::hierarchical).
+  ///
+  /// Errors and failures are those of reduce(), with bad shard offsets or lengths, or offsets
+  /// that differ between ranks, refused on every rank alike. stats() count the call's traffic
+  /// per phase (oktopk: "shard_exchange" and "feedback" instead of "allgatherv"); `segments`
+  /// is left empty and result() is empty until the next reduce() or reduce_sparse(). Runs after
+  /// every call launched before it in this process (reduce_async's queue).
+  void reduce_scatter(const ExecSpace& exec, const const_vector_type& grad,
+                      const vector_type& shard,
+                      const std::vector<std::int64_t>& shard_offsets = {});
 
   Algorithm algorithm() const;
   std::int64_t size() const;

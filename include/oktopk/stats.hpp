@@ -51,6 +51,8 @@ struct ReduceStats {
   bool balanced = false;
   /// TopkDSA: the allgather carried the dense regions.
   bool dense_switch = false;
+  /// The call was a reduce_scatter: this rank received its shard only.
+  bool reduce_scatter = false;
   /// A top-k method (topka, topkdsa, gaussiank, oktopk, gtopk) selected nothing on any rank
   /// although some rank's input had a non-zero entry: the output is all zero and the whole
   /// input stays in the residual. The methods' tie rules (docs/algorithms.md) keep this from

@@ -26,6 +26,7 @@
 #include <string>
 #include <unistd.h>
 #include <utility>
+#include <vector>
 
 namespace {
 
@@ -154,6 +155,11 @@ class TypedHandle {
   // *indices and *values point to.
   virtual void reduce_sparse_host(const void* grad, const std::int32_t** indices,
                                   const void** values, std::int64_t* count) = 0;
+  // reduce_scatter of n gradient values into `shard_length` values of this rank's shard, host
+  // arrays or the execution space's (`device`); `offsets`: `count` boundaries, none (or NULL)
+  // for equal shards.
+  virtual void reduce_scatter(const void* grad, void* shard, std::int64_t shard_length,
+                              const std::int64_t* offsets, std::int64_t count, bool device) = 0;
   // Copies the residual into n host values of the residual's type.
   virtual void copy_residual(void* out) const = 0;
   virtual void save_state(std::ostream& os) const = 0;
@@ -266,6 +272,31 @@ class HandleOf final : public TypedHandle {
     *count = sparse_.size;
   }
 
+  void reduce_scatter(const void* grad, void* shard, std::int64_t shard_length,
+                      const std::int64_t* offsets, std::int64_t count, bool device) override {
+    const Exec exec;
+    std::vector<std::int64_t> given;
+    if (offsets != nullptr && count > 0) given.assign(offsets, offsets + count);
+    const auto length = shard_length < 0 ? 0 : shard_length;
+    if (device || host_reads_device_memory) {
+      handle_->reduce_scatter(exec, device_input(grad),
+                              wrap<Kokkos::View<Value*, Exec::memory_space, Unmanaged>>(
+                                  static_cast<Value*>(shard), length),
+                              given);
+    } else {
+      const auto host_shard = wrap<Kokkos::View<Value*, Kokkos::HostSpace, Unmanaged>>(
+          static_cast<Value*>(shard), length);
+      if (staged_shard_.extent(0) != host_shard.extent(0)) {
+        staged_shard_ = DeviceVector(
+            Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::c_api::staged_shard"),
+            host_shard.extent(0));
+      }
+      handle_->reduce_scatter(exec, staged_input(exec, grad), staged_shard_, given);
+      Kokkos::deep_copy(exec, host_shard, staged_shard_);
+    }
+    exec.fence();
+  }
+
   void copy_residual(void* out) const override {
     const Exec exec;
     const Kokkos::View<Residual*, Kokkos::HostSpace, Unmanaged> host(
@@ -301,6 +332,7 @@ class HandleOf final : public TypedHandle {
   // Copies of host arrays where the host cannot reach the execution space's memory.
   DeviceVector staged_grad_;
   DeviceVector staged_out_;
+  DeviceVector staged_shard_;
   // The last reduce_sparse's result, and its host copy where the host cannot reach it.
   oktopk::SparseResult<Exec::memory_space, Value> sparse_;
   Kokkos::View<oktopk::index_type*, Kokkos::HostSpace> sparse_indices_host_;
@@ -599,6 +631,34 @@ int reduce_async_call(const char* where, const char* typed, oktopk_handle* handl
                      });
 }
 
+// A reduce_scatter: a rank whose arrays are of another type than the handle's, or (device
+// arrays) in memory its GPU cannot use, refuses the call as refuse_reduce does.
+int reduce_scatter_call(const char* where, const char* typed, oktopk_handle* handle, int dtype,
+                        const void* grad, void* shard, std::int64_t shard_length,
+                        const std::int64_t* shard_offsets, std::int64_t num_offsets,
+                        ArraysIn arrays) {
+  return guarded([&] {
+    require_handle(handle, where);
+    TypedHandle& h = *handle->typed;
+    std::string refusal;
+    if (dtype != h.dtype()) {
+      refusal = dtype_mismatch(h, dtype, typed);
+    } else if (arrays != ArraysIn::Host) {
+      refusal = refuse_array("grad", grad, h.size());
+      if (refusal.empty()) refusal = refuse_array("shard", shard, shard_length);
+    }
+    oktopk::run_on_progress_thread([&] {
+      if (!refusal.empty()) refuse_reduce(where, h, refusal);
+      try {
+        h.reduce_scatter(grad, shard, shard_length, shard_offsets, num_offsets,
+                         arrays != ArraysIn::Host);
+      } catch (const std::invalid_argument&) {
+        rethrow_agreed(where, h, std::string());
+      }
+    });
+  });
+}
+
 int reduce_sparse_call(const char* where, const char* typed, oktopk_handle* handle, int dtype,
                        const void* grad, const int32_t** indices, const void** values,
                        int64_t* count) {
@@ -771,6 +831,27 @@ int oktopk_reduce(oktopk_handle* handle, const float* grad, float* out) {
 
 int oktopk_reduce_typed(oktopk_handle* handle, int dtype, const void* grad, void* out) {
   return reduce_call("oktopk_reduce_typed", nullptr, handle, dtype, grad, out, ArraysIn::Host);
+}
+
+int oktopk_reduce_scatter(oktopk_handle* handle, const float* grad, float* shard,
+                          int64_t shard_length, const int64_t* shard_offsets, int64_t num_offsets) {
+  return reduce_scatter_call("oktopk_reduce_scatter", "oktopk_reduce_scatter_typed", handle,
+                             OKTOPK_FLOAT32, grad, shard, shard_length, shard_offsets, num_offsets,
+                             ArraysIn::Host);
+}
+
+int oktopk_reduce_scatter_typed(oktopk_handle* handle, int dtype, const void* grad, void* shard,
+                                int64_t shard_length, const int64_t* shard_offsets,
+                                int64_t num_offsets) {
+  return reduce_scatter_call("oktopk_reduce_scatter_typed", nullptr, handle, dtype, grad, shard,
+                             shard_length, shard_offsets, num_offsets, ArraysIn::Host);
+}
+
+int oktopk_reduce_scatter_device_typed(oktopk_handle* handle, int dtype, const void* grad,
+                                       void* shard, int64_t shard_length,
+                                       const int64_t* shard_offsets, int64_t num_offsets) {
+  return reduce_scatter_call("oktopk_reduce_scatter_device_typed", nullptr, handle, dtype, grad,
+                             shard, shard_length, shard_offsets, num_offsets, ArraysIn::Device);
 }
 
 int oktopk_reduce_async(oktopk_handle* handle, const float* grad, float* out,

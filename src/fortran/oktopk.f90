@@ -58,7 +58,7 @@ module oktopk
             oktopk_get_num_segments, oktopk_get_segment_stats, oktopk_get_num_phases, &
             oktopk_get_phase_stats, oktopk_save_state, &
             oktopk_restore_state, oktopk_get_dtype, oktopk_last_error, oktopk_version, &
-            oktopk_reduce_on_stream, oktopk_get_device
+            oktopk_reduce_on_stream, oktopk_get_device, oktopk_reduce_scatter
 
   !> Collective. out = the average over ranks of the sparsified gradients: real(4) arrays for
   !> a handle made with dtype = OKTOPK_FLOAT32 (the default), real(8) ones for OKTOPK_FLOAT64.
@@ -82,6 +82,16 @@ module oktopk
   interface oktopk_reduce_on_stream
     module procedure reduce_on_stream_real4, reduce_on_stream_real8, reduce_on_stream_address
   end interface oktopk_reduce_on_stream
+
+  !> Collective. For sharded data parallelism: shard receives this rank's part, entries
+  !> shard_offsets(rank + 1) + 1 to shard_offsets(rank + 2) (1-based), of what oktopk_reduce
+  !> would write on the same gradients, with the same error feedback. shard_offsets (optional):
+  !> the P + 1 0-based boundaries from 0 to n, the same on every rank; absent for equal shards
+  !> ([r*n/P, (r+1)*n/P)). Methods "oktopk" and "dense"; the others, a wrong size(shard) or bad
+  !> offsets on any rank fail on every rank (the C interface's oktopk_reduce_scatter_typed).
+  interface oktopk_reduce_scatter
+    module procedure reduce_scatter_real4, reduce_scatter_real8
+  end interface oktopk_reduce_scatter
 
   interface address_of
     module procedure address_of_real4, address_of_real8
@@ -166,6 +176,16 @@ module oktopk
       integer(c_int), value :: dtype
       integer(c_int) :: code
     end function c_reduce_typed
+
+    function c_reduce_scatter_typed(handle, dtype, grad, shard, shard_length, offsets, &
+                                    num_offsets) result(code) &
+        bind(c, name="oktopk_reduce_scatter_typed")
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: handle, grad, shard, offsets
+      integer(c_int), value :: dtype
+      integer(c_int64_t), value :: shard_length, num_offsets
+      integer(c_int) :: code
+    end function c_reduce_scatter_typed
 
     function c_reduce_on_stream(handle, dtype, grad, out, stream) result(code) &
         bind(c, name="oktopk_reduce_on_stream")
@@ -366,6 +386,51 @@ contains
     address = address_of(handle, buffer)
     code = int(c_reduce_typed(handle%ptr, int(OKTOPK_FLOAT64, c_int), address, address))
   end function reduce_inplace_real8
+
+  integer function reduce_scatter_real4(handle, grad, shard, shard_offsets) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    real(c_float), intent(in), target, contiguous :: grad(:)
+    real(c_float), intent(inout), target, contiguous :: shard(:)
+    integer(c_int64_t), intent(in), target, contiguous, optional :: shard_offsets(:)
+    type(c_ptr) :: shard_ptr
+    shard_ptr = c_null_ptr
+    if (size(shard) > 0) shard_ptr = c_loc(shard)
+    code = int(c_reduce_scatter_typed(handle%ptr, int(OKTOPK_FLOAT32, c_int), &
+                                      address_of(handle, grad), shard_ptr, &
+                                      size(shard, kind=c_int64_t), offsets_of(shard_offsets), &
+                                      count_of(shard_offsets)))
+  end function reduce_scatter_real4
+
+  integer function reduce_scatter_real8(handle, grad, shard, shard_offsets) result(code)
+    type(oktopk_handle), intent(in) :: handle
+    real(c_double), intent(in), target, contiguous :: grad(:)
+    real(c_double), intent(inout), target, contiguous :: shard(:)
+    integer(c_int64_t), intent(in), target, contiguous, optional :: shard_offsets(:)
+    type(c_ptr) :: shard_ptr
+    shard_ptr = c_null_ptr
+    if (size(shard) > 0) shard_ptr = c_loc(shard)
+    code = int(c_reduce_scatter_typed(handle%ptr, int(OKTOPK_FLOAT64, c_int), &
+                                      address_of(handle, grad), shard_ptr, &
+                                      size(shard, kind=c_int64_t), offsets_of(shard_offsets), &
+                                      count_of(shard_offsets)))
+  end function reduce_scatter_real8
+
+  ! The C interface's shard offsets and their count: NULL and 0 (equal shards) when absent or
+  ! empty (c_loc of a zero-sized array is not a valid address).
+  function offsets_of(shard_offsets) result(address)
+    integer(c_int64_t), intent(in), target, contiguous, optional :: shard_offsets(:)
+    type(c_ptr) :: address
+    address = c_null_ptr
+    if (present(shard_offsets)) then
+      if (size(shard_offsets) > 0) address = c_loc(shard_offsets)
+    end if
+  end function offsets_of
+
+  integer(c_int64_t) function count_of(shard_offsets) result(count)
+    integer(c_int64_t), intent(in), optional :: shard_offsets(:)
+    count = 0
+    if (present(shard_offsets)) count = size(shard_offsets, kind=c_int64_t)
+  end function count_of
 
   integer function reduce_on_stream_real4(handle, grad, out, stream) result(code)
     type(oktopk_handle), intent(in) :: handle

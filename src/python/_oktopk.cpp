@@ -255,7 +255,7 @@ struct Problem {
 };
 
 Problem array_problem(const py::handle& object, const char* name, const HandleCore& core,
-                      bool writable) {
+                      bool writable, bool of_length_n = true) {
   const std::string wanted =
       core.dtype == OKTOPK_BFLOAT16 ? "bfloat16 (uint16 bit patterns)" : dtype_name(core.dtype);
   if (!py::isinstance<py::array>(object))
@@ -271,7 +271,7 @@ Problem array_problem(const py::handle& object, const char* name, const HandleCo
   if ((array.flags() & py::array::c_style) == 0)
     return {true, std::string(name) + " must be C-contiguous (numpy.ascontiguousarray)"};
   if (writable && !array.writeable()) return {false, std::string(name) + " is read-only"};
-  if (static_cast<std::int64_t>(array.size()) != core.n)
+  if (of_length_n && static_cast<std::int64_t>(array.size()) != core.n)
     return {false, std::string(name) + " has " + std::to_string(array.size()) +
                        " elements, the handle's n is " + std::to_string(core.n)};
   return {};
@@ -422,6 +422,33 @@ class Handle {
                   static_cast<std::size_t>(count) * item_bytes(dtype));
     }
     return py::make_tuple(index_array, value_array);
+  }
+
+  // Collective. oktopk_reduce_scatter_typed: `shard` (writable, of the handle's dtype) receives
+  // this rank's shard; `offsets` empty for equal shards. The library checks the shard's length
+  // against the offsets, and the offsets, on every rank.
+  void reduce_scatter(const py::object& grad, const py::object& shard,
+                      const std::vector<std::int64_t>& offsets) {
+    oktopk_handle* handle = get();
+    Problem problem = array_problem(grad, "grad", *core_, false);
+    if (problem.empty()) problem = array_problem(shard, "shard", *core_, true, false);
+    if (!problem.empty()) fail_reduce(problem);
+    const auto g = py::reinterpret_borrow<py::array>(grad);
+    auto out = py::reinterpret_borrow<py::array>(shard);
+    const void* data = g.data();
+    void* shard_data = out.mutable_data();
+    const auto length = static_cast<std::int64_t>(out.size());
+    const int dtype = core_->dtype;
+    int code = OKTOPK_SUCCESS;
+    std::string message;
+    {
+      py::gil_scoped_release release;
+      code = oktopk_reduce_scatter_typed(handle, dtype, data, shard_data, length,
+                                         offsets.empty() ? nullptr : offsets.data(),
+                                         static_cast<std::int64_t>(offsets.size()));
+      if (code != OKTOPK_SUCCESS) message = oktopk_last_error();
+    }
+    if (code != OKTOPK_SUCCESS) raise_code(code, message);
   }
 
   // Joins the reduce the peers are making without arrays (oktopk_reduce_refused), so that
@@ -749,6 +776,11 @@ PYBIND11_MODULE(_oktopk, m) {
            "Collective. The average over ranks of the sparsified grad in sparse form: (indices "
            "int32 ascending, values of the handle's dtype, bfloat16 as uint16), new arrays. "
            "Releases the GIL.")
+      .def("reduce_scatter", &Handle::reduce_scatter, py::arg("grad"), py::arg("shard"),
+           py::arg("offsets") = std::vector<std::int64_t>(),
+           "Collective. shard = this rank's part [offsets[rank], offsets[rank + 1]) of what "
+           "reduce would write (offsets: P + 1 boundaries, [] for equal shards); "
+           "oktopk_reduce_scatter_typed. Releases the GIL.")
       .def("reduce_async", &Handle::reduce_async, py::arg("grad"), py::arg("out"),
            "Collective. Launches reduce(grad, out) and returns a Request; the arrays stay "
            "referenced until it completes.")

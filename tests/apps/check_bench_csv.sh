@@ -5,7 +5,7 @@
 #   check_bench_csv.sh csv ALGOS -- COMMAND...
 #       COMMAND exits 0 and prints the CSV header, then one row per method of ALGOS (a comma
 #       list, or all) in that order, each with wrong == 0 (the --mpi-baseline row,
-#       mpi_allreduce, with wrong '-' and a positive time).
+#       mpi_allreduce or mpi_reduce_scatter_block, with wrong '-' and a positive time).
 #   check_bench_csv.sh replay ALGOS FILE -- COMMAND...
 #       COMMAND --dump-gradients FILE, then COMMAND --dist file:FILE: both pass the csv check,
 #       and their rows are equal apart from the time columns (7 and 8).
@@ -42,7 +42,7 @@ check_csv() {
       names = names (rows++ ? "," : "") $1
       if (NF != 16) { print "row with " NF " fields: " $0; bad = 1 }
       else if ($16 < 0 || $16 > $10) { print "between-node bytes outside [0, bytes]: " $0; bad = 1 }
-      else if ($1 == "mpi_allreduce") {  # --mpi-baseline: a bare sum, not checked
+      else if ($1 == "mpi_allreduce" || $1 == "mpi_reduce_scatter_block") {  # --mpi-baseline: a bare sum, not checked
         if ($13 != "-" || $7 <= 0) { print "baseline row: " $0; bad = 1 }
       }
       else if ($13 != "0") { print "method " $1 ": wrong = " $13; bad = 1 }

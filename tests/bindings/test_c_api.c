@@ -1243,6 +1243,88 @@ static void test_mpi_library(void) {
   check(release != NULL && strlen(release) >= 3 && same_family, "mpi_library names the MPI run");
 }
 
+/* reduce_scatter: each rank's shard is the slice of a twin's oktopk_reduce (Ok-Topk bit for
+ * bit; Dense within its rounding), for equal shards (NULL offsets) and given ones, float32 and
+ * float64; other methods, a wrong dtype and a wrong shard length fail on every rank. */
+static void test_reduce_scatter(void) {
+  const int64_t n = 3001;
+  const int dtypes[] = {OKTOPK_FLOAT32, OKTOPK_FLOAT64};
+  const char* methods[] = {"oktopk", "dense"};
+  int64_t* offsets = malloc((size_t)(size + 1) * sizeof(int64_t));
+  for (int r = 0; r <= size; ++r) offsets[r] = (int64_t)r * n / size;
+  /* Given offsets: everything from rank 1 on shifted towards the end. */
+  int64_t* given = malloc((size_t)(size + 1) * sizeof(int64_t));
+  for (int r = 0; r <= size; ++r) given[r] = r == size ? n : (int64_t)r * (n / (2 * size));
+  for (size_t m = 0; m < 2; ++m) {
+    for (size_t t = 0; t < 2; ++t) {
+      const int dtype = dtypes[t];
+      const size_t width = dtype == OKTOPK_FLOAT64 ? sizeof(double) : sizeof(float);
+      oktopk_handle* twin = NULL;
+      oktopk_handle* h = NULL;
+      int ok = oktopk_create_typed(MPI_COMM_WORLD, methods[m], n, dtype, "density=0.02", 0, NULL,
+                                   NULL, NULL, NULL, &twin) == OKTOPK_SUCCESS &&
+               oktopk_create_typed(MPI_COMM_WORLD, methods[m], n, dtype, "density=0.02", 0, NULL,
+                                   NULL, NULL, NULL, &h) == OKTOPK_SUCCESS;
+      void* grad = malloc((size_t)n * width);
+      void* out = malloc((size_t)n * width);
+      void* shard = malloc((size_t)n * width);
+      int64_t differ = 0;
+      for (int call = 0; call < 4 && ok; ++call) {
+        const int64_t* bounds = call % 2 == 0 ? offsets : given;
+        const int64_t begin = bounds[rank];
+        const int64_t length = bounds[rank + 1] - begin;
+        fill_typed(dtype, grad, n, rank, call);
+        ok =
+            oktopk_reduce_typed(twin, dtype, grad, out) == OKTOPK_SUCCESS &&
+            oktopk_reduce_scatter_typed(h, dtype, grad, shard, length, call % 2 == 0 ? NULL : given,
+                                        call % 2 == 0 ? 0 : size + 1) == OKTOPK_SUCCESS;
+        for (int64_t j = 0; j < length && ok; ++j) {
+          const double a = dtype == OKTOPK_FLOAT64 ? ((double*)shard)[j] : ((float*)shard)[j];
+          const double b =
+              dtype == OKTOPK_FLOAT64 ? ((double*)out)[begin + j] : ((float*)out)[begin + j];
+          const int same_bits =
+              memcmp((char*)shard + j * width, (char*)out + (begin + j) * width, width) == 0;
+          if (m == 0 ? !same_bits : !(fabs(a - b) <= 1e-5 * (fabs(b) + 1.0))) ++differ;
+        }
+      }
+      char what[160];
+      snprintf(what, sizeof what, "reduce_scatter %s %s: the shards are reduce's slices",
+               methods[m], dtype == OKTOPK_FLOAT64 ? "float64" : "float32");
+      check(ok && differ == 0, what);
+      if (m == 0 && dtype == OKTOPK_FLOAT32) {
+        const int64_t length = offsets[rank + 1] - offsets[rank];
+        int code =
+            oktopk_reduce_scatter(h, grad, shard, rank == size - 1 ? length + 1 : length, NULL, 0);
+        check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
+                  strstr(oktopk_last_error(), "reduce_scatter: rank ") != NULL,
+              "reduce_scatter with a wrong shard length on one rank: an error on every rank");
+        code = oktopk_reduce_scatter_typed(h, rank == 0 ? OKTOPK_FLOAT64 : OKTOPK_FLOAT32, grad,
+                                           shard, length, NULL, 0);
+        check(code == OKTOPK_ERROR_INVALID_ARGUMENT &&
+                  agreed_message("oktopk_reduce_scatter_typed", 0, "the arrays are OKTOPK_FLOAT64"),
+              "reduce_scatter with the wrong dtype on one rank: an error on every rank");
+      }
+      oktopk_destroy(twin);
+      oktopk_destroy(h);
+      free(grad);
+      free(out);
+      free(shard);
+    }
+  }
+  oktopk_handle* topka = NULL;
+  float* g = malloc((size_t)n * sizeof(float));
+  fill(g, n, rank, 0);
+  check(oktopk_create(MPI_COMM_WORLD, "topka", n, "density=0.02", &topka) == OKTOPK_SUCCESS &&
+            oktopk_reduce_scatter(topka, g, g, offsets[rank + 1] - offsets[rank], NULL, 0) ==
+                OKTOPK_ERROR_INVALID_ARGUMENT &&
+            strstr(oktopk_last_error(), "has no reduce-scatter") != NULL,
+        "reduce_scatter of topka: refused on every rank");
+  oktopk_destroy(topka);
+  free(g);
+  free(offsets);
+  free(given);
+}
+
 int main(int argc, char** argv) {
   /* --single: MPI without threads, so that queued calls run in oktopk_test and oktopk_wait;
    * otherwise MPI_THREAD_MULTIPLE and OkTopk's progress thread. */
@@ -1280,6 +1362,7 @@ int main(int argc, char** argv) {
     for (size_t m = 0; m < sizeof methods / sizeof methods[0]; ++m)
       test_typed_method(methods[m], dtypes[t], 2001);
   test_typed_errors();
+  test_reduce_scatter();
 
   check(oktopk_finalize() == OKTOPK_SUCCESS, "finalize");
   if (rank == 0) {

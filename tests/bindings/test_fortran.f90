@@ -36,6 +36,7 @@ program test_fortran
   call test_layout('topka')
   call test_layout_errors()
   call test_on_stream()
+  call test_reduce_scatter()
 
   call check(oktopk_finalize() == OKTOPK_SUCCESS, 'finalize')
   if (rank == 0) write (*, '(i0, a, i0, a)') passed, ' passed, ', failed, ' failed'
@@ -479,5 +480,57 @@ contains
     code = oktopk_destroy(h)
     code = oktopk_destroy(twin)
   end subroutine test_on_stream
+
+  ! reduce_scatter: the shard is the slice of a twin's reduce, bit for bit (oktopk), with equal
+  ! shards and with given offsets; a shard of the wrong size on one rank fails on every rank.
+  subroutine test_reduce_scatter()
+    type(oktopk_handle) :: a, b
+    real(c_float), allocatable :: grad(:), out(:), shard(:)
+    integer(c_int64_t), allocatable :: offsets(:)
+    integer(c_int64_t) :: first, last
+    integer :: c, r, code
+    logical :: ok, same
+    character(len=:), allocatable :: message
+    call check(oktopk_create(MPI_COMM_WORLD, 'oktopk', n, 'density=0.02', a) == OKTOPK_SUCCESS &
+               .and. oktopk_create(MPI_COMM_WORLD, 'oktopk', n, 'density=0.02', b) &
+               == OKTOPK_SUCCESS, 'reduce_scatter: create two oktopk handles')
+    allocate(grad(n), out(n), offsets(nranks + 1))
+    ! Given offsets: the last rank's shard the largest.
+    do r = 0, nranks - 1
+      offsets(r + 1) = r * (n / (2 * nranks))
+    end do
+    offsets(nranks + 1) = n
+    ok = .true.
+    same = .true.
+    do c = 1, 4
+      call fill(grad, rank, c)
+      if (mod(c, 2) == 1) then
+        first = rank * n / nranks
+        last = (rank + 1) * n / nranks
+      else
+        first = offsets(rank + 1)
+        last = offsets(rank + 2)
+      end if
+      allocate(shard(last - first))
+      ok = ok .and. oktopk_reduce(a, grad, out) == OKTOPK_SUCCESS
+      if (mod(c, 2) == 1) then
+        ok = ok .and. oktopk_reduce_scatter(b, grad, shard) == OKTOPK_SUCCESS
+      else
+        ok = ok .and. oktopk_reduce_scatter(b, grad, shard, offsets) == OKTOPK_SUCCESS
+      end if
+      same = same .and. all(bits(shard) == bits(out(first + 1:last)))
+      deallocate(shard)
+    end do
+    call check(ok, 'reduce_scatter: every call succeeds')
+    call check(same, 'reduce_scatter: the shards are reduce''s slices, bit for bit')
+    allocate(shard(merge(1, 0, rank == nranks - 1) + (rank + 1) * n / nranks - rank * n / nranks))
+    code = oktopk_reduce_scatter(b, grad, shard)
+    message = oktopk_last_error()
+    call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. &
+               index(message, 'reduce_scatter: rank') > 0, &
+               'reduce_scatter: a wrong shard size on one rank fails on every rank')
+    call check(oktopk_destroy(a) == OKTOPK_SUCCESS .and. oktopk_destroy(b) == OKTOPK_SUCCESS, &
+               'reduce_scatter: destroy')
+  end subroutine test_reduce_scatter
 
 end program test_fortran

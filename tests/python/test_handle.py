@@ -4,7 +4,8 @@ every rank, in place equals out of place, dense is the mean, errors are exceptio
 kind on every rank where the library agrees on them, and never a hang when one rank alone passes
 a bad array), torch tensors are reduced in place, states round-trip, and asynchronous calls on
 four handles at once, completed out of order, equal the same calls made blocking; sparse
-results are the entries of the dense ones; gradients whose magnitudes tie still keep k entries.
+results are the entries of the dense ones, and reduce_scatter returns their slices; gradients
+whose magnitudes tie still keep k entries.
 
 Run: mpiexec -n P python3 -m mpi4py test_handle.py (PYTHONPATH: the build's python folder)."""
 
@@ -639,6 +640,54 @@ def test_wire():
           f"wire=fp8: {e}")
 
 
+def test_reduce_scatter():
+    """reduce_scatter returns reduce's slice, bit for bit for oktopk, for equal shards and given
+    offsets, on arrays and CPU tensors; other methods and bad offsets fail on every rank."""
+    n = 4000
+    given = [r * (n // (2 * size)) for r in range(size)] + [n]
+    check(oktopk.equal_shard_offsets(10, 4) == [0, 2, 5, 7, 10], "equal_shard_offsets")
+    for method in ("oktopk", "dense"):
+        a = oktopk.Handle(comm, method, n, **OPTIONS)
+        b = oktopk.Handle(comm, method, n, **OPTIONS)
+        ok = True
+        for call in range(6):
+            offsets = oktopk.equal_shard_offsets(n, size) if call % 2 == 0 else given
+            grad = gradient(rank, n, call)
+            out = a.reduce(grad)
+            shard = b.reduce_scatter(grad, shard_offsets=None if call % 2 == 0 else offsets)
+            part = out[offsets[rank]:offsets[rank + 1]]
+            if method == "oktopk":
+                ok &= shard.dtype == np.float32 and np.array_equal(shard.view(np.uint32),
+                                                                   part.view(np.uint32))
+            else:
+                ok &= bool(np.all(np.abs(shard - part) <= 1e-5 * (1 + np.abs(part))))
+        check(ok, f"{method}: reduce_scatter returns reduce's slice")
+    torch = import_torch()
+    if torch is not None:
+        h = oktopk.Handle(comm, "oktopk", n, **OPTIONS)
+        twin = oktopk.Handle(comm, "oktopk", n, **OPTIONS)
+        grad = torch.from_numpy(gradient(rank, n, 0))
+        shard = h.reduce_scatter(grad)
+        begin, end = oktopk.equal_shard_offsets(n, size)[rank:rank + 2]
+        check(isinstance(shard, torch.Tensor) and
+              torch.equal(shard, twin.reduce(grad.clone())[begin:end]),
+              "reduce_scatter of a tensor: a tensor, reduce's slice")
+    topka = oktopk.Handle(comm, "topka", n, **OPTIONS)
+    e = raises(ValueError, topka.reduce_scatter, gradient(rank, n, 0))
+    check(e is not None and "has no reduce-scatter" in str(e),
+          f"reduce_scatter of topka: ValueError on every rank ({e})")
+    h = oktopk.Handle(comm, "oktopk", n, **OPTIONS)
+    if size > 1:
+        bad = given if rank == size - 1 else oktopk.equal_shard_offsets(n, size)
+        e = raises(ValueError, h.reduce_scatter, gradient(rank, n, 0), None, bad)
+        check(e is not None and "different shard offsets" in str(e),
+              f"reduce_scatter with offsets that differ: ValueError on every rank ({e})")
+    short = [0, n] if rank == 0 else oktopk.equal_shard_offsets(n, size)
+    e = raises((TypeError, ValueError), h.reduce_scatter, gradient(rank, n, 0), None, short)
+    check(size == 1 and e is None or e is not None and "expected" in str(e),
+          f"reduce_scatter with too few offsets on rank 0: an error on every rank ({e})")
+
+
 def main():
     check(oktopk.version().count(".") == 2, "version")
     # The MPI compiled against is of the family mpi4py loaded (the import refuses others).
@@ -665,6 +714,7 @@ def main():
     test_torch()
     test_device_tensors()
     test_sparse()
+    test_reduce_scatter()
     test_wire()
     test_async()
     # A handle left open: destroyed at exit, before MPI_Finalize.

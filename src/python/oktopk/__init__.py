@@ -82,7 +82,7 @@ _check_mpi_library()
 _atexit.register(_oktopk.shutdown)
 
 __all__ = ["Handle", "Request", "ALGORITHMS", "DTYPES", "initialize", "version", "mpi_library",
-           "backend", "device"]
+           "backend", "device", "equal_shard_offsets"]
 
 #: The methods a handle can run.
 ALGORITHMS = ("dense", "topka", "topkdsa", "gtopk", "gaussiank", "oktopk", "s2")
@@ -138,6 +138,16 @@ _GPU_BACKENDS = ("Cuda", "HIP")
 # Environment variables by which a user chooses Kokkos's GPU: torch's choice then stands back.
 _KOKKOS_DEVICE_VARIABLES = ("KOKKOS_DEVICE_ID", "KOKKOS_MAP_DEVICE_ID_BY",
                             "KOKKOS_VISIBLE_DEVICES")
+
+
+def equal_shard_offsets(n, parts):
+    """The ``parts + 1`` boundaries of nearly equal shards of ``n`` entries, shard r being
+    ``[r * n // parts, (r + 1) * n // parts)``: what :meth:`Handle.reduce_scatter` uses when it
+    is given no offsets (``oktopk::equal_shard_offsets``)."""
+    if n < 0 or parts < 1:
+        raise ValueError(f"oktopk.equal_shard_offsets: need n >= 0 and parts >= 1, "
+                         f"got n = {n}, parts = {parts}")
+    return [r * n // parts for r in range(parts + 1)]
 
 
 def _initialize_for_torch():
@@ -550,6 +560,62 @@ class Handle:
                 pair = torch.from_numpy(indices), torch.from_numpy(values)
             return tuple(t.to(source.device) for t in pair)
         return indices, values
+
+    def reduce_scatter(self, grad, shard=None, shard_offsets=None):
+        """Collective. For sharded data parallelism (ZeRO, FSDP): writes into ``shard`` this
+        rank's part, entries ``shard_offsets[rank]`` to ``shard_offsets[rank + 1]``, of what
+        :meth:`reduce` would write on the same gradients, with the same error feedback, and
+        returns ``shard``; no rank receives the others' parts.
+
+        ``shard_offsets``: P + 1 boundaries from 0 to n, never decreasing, the same on every
+        rank; None for equal shards (:func:`equal_shard_offsets`). ``shard`` defaults to a new
+        numpy array (a new tensor on grad's device if ``grad`` is a tensor). Methods
+        ``"oktopk"`` (bit for bit :meth:`reduce`'s slice) and ``"dense"``; the others, and bad
+        offsets or lengths on any rank, raise ValueError on every rank. A tensor on a GPU goes
+        through the host (a copy of n values there, of the shard back). Releases the GIL.
+        """
+        where = "oktopk.Handle.reduce_scatter"
+        size = self._comm.Get_size()
+        rank = self._comm.Get_rank()
+        problem = None
+        if shard_offsets is None:
+            offsets = equal_shard_offsets(self.n, size)
+        else:
+            offsets = list(shard_offsets)
+            if not all(isinstance(v, _numbers.Integral) and not isinstance(v, bool)
+                       and -(1 << 63) <= int(v) < (1 << 63) for v in offsets):
+                problem = (TypeError, "shard_offsets must hold ints of 64 bits")
+            elif len(offsets) != size + 1:
+                problem = (ValueError, f"shard_offsets has {len(offsets)} entries, "
+                                       f"P + 1 = {size + 1} expected")
+            offsets = [int(v) for v in offsets] if problem is None else [0] * (size + 1)
+        self._refuse(where, problem, False)
+        begin, end = offsets[rank], offsets[rank + 1]
+        length = end - begin if 0 <= begin <= end <= self.n else 0
+        source, target = grad, shard
+        if _on_device(grad):
+            self._refuse(where, _device_tensor_problem(grad, "grad", self.dtype, self.n), False)
+            grad = grad.detach().cpu()
+        if shard is None:
+            if _is_torch_tensor(source):
+                torch = _sys.modules["torch"]
+                shard = torch.empty(length, dtype=getattr(torch, self.dtype))
+            else:
+                shard = _np.empty(length, dtype=_NUMPY_DTYPES[self.dtype])
+        elif _on_device(shard):
+            shard = _sys.modules["torch"].empty(shard.shape, dtype=shard.dtype)
+        g, problem = _as_array(grad, "grad", self.dtype)
+        if problem is None:
+            s, problem = _as_array(shard, "shard", self.dtype)
+        self._refuse(where, None if problem is None else (TypeError, problem), False)
+        with _Prefixed(where):
+            self._handle.reduce_scatter(g, s, [] if shard_offsets is None else offsets)
+        if target is not None and _on_device(target):
+            target.copy_(shard)
+            return target
+        if target is None and _is_torch_tensor(source) and _on_device(source):
+            return shard.to(source.device)
+        return shard
 
     def reduce_async(self, grad, out=None):
         """Collective. Launches ``reduce(grad, out)`` (in place if ``out`` is omitted) and

@@ -55,6 +55,11 @@ class GTopk final : public MethodBase<ExecSpace, Value> {
       : Base(exec, Algorithm::GTopk, comm, n, options, layout) {}
 
  protected:
+  const char* reduce_scatter_refusal() const override {
+    return "its error feedback needs the whole final selection on every rank, which the "
+           "broadcast delivers, so a reduce-scatter would move the same bytes: use reduce";
+  }
+
   void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
                    const vector_type& out) override {
     auto& stats = this->stats_;

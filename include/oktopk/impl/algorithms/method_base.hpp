@@ -21,6 +21,7 @@
 #include <oktopk/impl/handle/call_checks.hpp>
 #include <oktopk/impl/handle/call_driver.hpp>
 #include <oktopk/impl/handle/segment_counts.hpp>
+#include <oktopk/impl/handle/shard_offsets.hpp>
 #include <oktopk/impl/handle/sparse_allreduce_members.hpp>
 #include <oktopk/impl/kernels/accumulate_pass.hpp>
 #include <oktopk/impl/kernels/candidates.hpp>
@@ -37,6 +38,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace oktopk::impl {
 
@@ -68,7 +70,38 @@ class MethodBase : public HandleCore<ExecSpace, Value> {
   }
 
   void reduce_now(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out,
-                  sparse_result_type* sparse) final;
+                  sparse_result_type* sparse) final {
+    run_call(exec, grad, out, sparse, nullptr);
+  }
+
+  void reduce_scatter_now(const ExecSpace& exec, const const_vector_type& grad,
+                          const vector_type& shard,
+                          const std::vector<std::int64_t>& shard_offsets) final {
+    const ShardTarget target{shard, shard_offsets};
+    run_call(exec, grad, vector_type(), nullptr, &target);
+  }
+
+  /// A reduce_scatter call's output: this rank's shard, and every rank's shard boundaries.
+  struct ShardTarget {
+    vector_type shard;
+    const std::vector<std::int64_t>& offsets;
+  };
+
+  /// Why the method has no reduce_scatter (nullptr: it has one, reduce_step_scatter, or for
+  /// the Dense method the driver's dense reduce-scatter). The same on every rank of a handle.
+  virtual const char* reduce_scatter_refusal() const {
+    return "its selected entries reach every rank by an allgather, and it has no "
+           "reduce-scatter path yet: methods oktopk and dense have one";
+  }
+
+  /// reduce_step for reduce_scatter, for a method whose reduce_scatter_refusal() is nullptr:
+  /// `target.shard` receives this rank's shard of what reduce_step would write into `out`, and
+  /// acc what reduce_step would leave in it.
+  virtual void reduce_step_scatter(const ExecSpace& exec, const real_vector_type& acc,
+                                   const ShardTarget& target) {
+    (void)exec, (void)acc, (void)target;
+    OKTOPK_ASSERT(false && "reduce_scatter_refusal() refuses this method's reduce_scatter");
+  }
 
   /// The method's body, for calls after the warm-up. `acc` holds residual + grad; on return
   /// `out` holds the averaged result and `acc` what stays in the residual (the method clears
@@ -119,6 +152,12 @@ class MethodBase : public HandleCore<ExecSpace, Value> {
   template <class In, class Out>
   std::int64_t dense_average(const ExecSpace& exec, const In& in, const Out& out,
                              bool count_nonfinite);
+
+  /// The dense reduce_scatter of the Dense method: target.shard = this rank's shard of the sum
+  /// over ranks of `grad` (one MPI_Reduce_scatter), / P. Returns how many of the shard's
+  /// averages are not finite.
+  std::int64_t dense_reduce_scatter(const ExecSpace& exec, const const_vector_type& grad,
+                                    const ShardTarget& target);
 
   /// A whole dense call (warm-up calls, and the Dense method): dense_average plus its stats.
   template <class In, class Out>
@@ -200,8 +239,24 @@ class MethodBase : public HandleCore<ExecSpace, Value> {
   KthLargestWorkspace<ExecSpace> kth_workspace_;
 
  private:
+  /// One call of reduce(), reduce_sparse() (`sparse` not null) or reduce_scatter() (`scatter`
+  /// not null; `out` is then empty).
+  void run_call(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out,
+                sparse_result_type* sparse, const ShardTarget* scatter);
+
+  /// The dense output of n values that reduce_step_sparse's default compacts, and that
+  /// reduce_scatter's warm-up calls copy their shard from (allocated at its first use).
+  const vector_type& dense_scratch(const ExecSpace& exec) {
+    if (sparse_scratch_.extent(0) == 0) {
+      sparse_scratch_ = vector_type(
+          Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::SparseAllreduce::scratch"),
+          static_cast<std::size_t>(this->n_));
+    }
+    return sparse_scratch_;
+  }
+
   real_vector_type acc_;
-  /// The dense output that reduce_step_sparse's default compacts (allocated at its first use).
+  /// dense_scratch().
   vector_type sparse_scratch_;
   /// sums_for()'s scratch, for 16-bit gradients.
   real_vector_type sums_scratch_;
@@ -213,10 +268,15 @@ class MethodBase : public HandleCore<ExecSpace, Value> {
 };
 
 template <class ExecSpace, class Value>
-void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const_vector_type& grad,
-                                              const vector_type& out, sparse_result_type* sparse) {
-  const char* const where = sparse != nullptr ? "oktopk::SparseAllreduce::reduce_sparse"
-                                              : "oktopk::SparseAllreduce::reduce";
+void MethodBase<ExecSpace, Value>::run_call(const ExecSpace& exec, const const_vector_type& grad,
+                                            const vector_type& out, sparse_result_type* sparse,
+                                            const ShardTarget* scatter) {
+  const CallKind kind = scatter != nullptr  ? CallKind::ReduceScatter
+                        : sparse != nullptr ? CallKind::ReduceSparse
+                                            : CallKind::Reduce;
+  const char* const where = scatter != nullptr  ? "oktopk::SparseAllreduce::reduce_scatter"
+                            : sparse != nullptr ? "oktopk::SparseAllreduce::reduce_sparse"
+                                                : "oktopk::SparseAllreduce::reduce";
   ScopedRegion region(where);
   const ReduceStats previous_stats = this->stats_;  // restored if the call is rejected
   accumulated_.forget();
@@ -228,17 +288,32 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
   // throw together instead of some waiting forever in the next collective. Anything else that
   // fails on some ranks only ends the job (CallDriver::run_or_abort): see docs/reference.md,
   // "Failures".
+  const int me = this->comm_.rank();
+  const std::string offsets_problem =
+      scatter != nullptr ? shard_offsets_problem(scatter->offsets, this->n_, this->comm_.size())
+                         : std::string();
+  const std::int64_t shard_length = scatter != nullptr && offsets_problem.empty()
+                                        ? scatter->offsets[static_cast<std::size_t>(me) + 1] -
+                                              scatter->offsets[static_cast<std::size_t>(me)]
+                                        : 0;
   const bool length_ok =
       static_cast<std::int64_t>(grad.extent(0)) == this->n_ &&
-      (sparse != nullptr || static_cast<std::int64_t>(out.extent(0)) == this->n_);
+      (scatter != nullptr
+           ? offsets_problem.empty() &&
+                 static_cast<std::int64_t>(scatter->shard.extent(0)) == shard_length
+           : sparse != nullptr || static_cast<std::int64_t>(out.extent(0)) == this->n_);
+  // A refused reduce_scatter still agrees first: ranks that make another call here must fail
+  // too, not wait. The refusal is the same on every rank of the handle.
+  const char* const refusal = scatter != nullptr ? reduce_scatter_refusal() : nullptr;
   std::int64_t nonfinite = 0;
-  CallAgreement agreed(length_ok, this->comm_.rank(), this->serial_, sparse != nullptr);
+  CallAgreement agreed(length_ok, me, this->serial_, kind,
+                       scatter != nullptr ? shard_digest(scatter->offsets) : 0);
   const std::int64_t call = this->iteration_ + 1;
   // The call's input (residual + gradient) goes into acc_, checked on the way, unless the
   // method averages the gradient as it is: then the average is checked instead (below).
   const bool as_is = averages_gradient_as_is();
   driver_.run_or_abort(call, [&] {
-    if (length_ok && !as_is) {
+    if (length_ok && !as_is && refusal == nullptr) {
       auto timer = phase(exec, "accumulate");
       if (uses_error_feedback()) {
         nonfinite = accumulated_.run(exec, this->residual_, grad, acc_, accumulate_count_levels(),
@@ -250,12 +325,12 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
     agreed.values[1] = nonfinite == 0 ? 0 : this->comm_.rank() + 1;
     driver_.agree(exec, "check", agreed);
   });
-  if (!agreed.lengths_ok() || agreed.nonfinite_rank() >= 0 || !agreed.same_handle() ||
-      !agreed.same_call()) {
-    this->stats_ = previous_stats;
-  }
-  require_agreed_call(where, agreed, this->comm_.rank(), this->serial_, this->algorithm_, this->n_,
-                      sparse != nullptr, grad.extent(0), out.extent(0));
+  if (!agreed.accepted() || refusal != nullptr) this->stats_ = previous_stats;
+  require_agreed_call(where, agreed, me, this->serial_, this->algorithm_, this->n_, kind,
+                      grad.extent(0), scatter != nullptr ? scatter->shard.extent(0) : out.extent(0),
+                      shard_length, offsets_problem);
+  OKTOPK_REQUIRE(refusal == nullptr, std::invalid_argument, where,
+                 "method " << this->algorithm_ << " has no reduce-scatter: " << refusal);
   OKTOPK_REQUIRE(agreed.nonfinite_rank() < 0, std::invalid_argument, where,
                  "the gradient (plus residual) holds NaN or Inf"
                      << (is_half_v<Value> ? std::string(", or values that round to Inf as ") +
@@ -274,7 +349,13 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
   driver_.run_or_abort(call, [&] {
     ++this->iteration_;
     this->stats_.iteration = this->iteration_;
-    if (as_is) {
+    this->stats_.reduce_scatter = scatter != nullptr;
+    if (as_is && scatter != nullptr) {
+      nonfinite_averages = dense_reduce_scatter(exec, grad, *scatter);
+      auto timer = phase(exec, "check");
+      // Each rank counted its own shard.
+      this->comm_.allreduce_in_place(&nonfinite_averages, 1, MPI_SUM);
+    } else if (as_is) {
       // A sparse call averages into acc_, which an as-is method does not otherwise use.
       nonfinite_averages = sparse != nullptr ? dense_step(exec, grad, acc_, true)
                                              : dense_step(exec, grad, out, true);
@@ -293,19 +374,32 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
       // then, as the Dense method does, so that every rank rejects the call.
       const bool narrow = value_wire<Value>(this->options_) != Wire::Native;
       // In place for a sparse result: the next call's accumulate pass overwrites acc_ anyway.
+      // A reduce_scatter averages the whole vector as reduce() does, for the same bits, and
+      // copies its shard out.
       nonfinite_averages = sparse != nullptr ? dense_step(exec, acc_, acc_, narrow)
-                                             : dense_step(exec, acc_, out, narrow);
+                           : scatter != nullptr
+                               ? dense_step(exec, acc_, dense_scratch(exec), narrow)
+                               : dense_step(exec, acc_, out, narrow);
       if (narrow) {
         auto timer = phase(exec, "check");
         this->comm_.allreduce_in_place(&nonfinite_averages, 1, MPI_SUM);
       }
       if (nonfinite_averages == 0) {
         if (sparse != nullptr) compact_nonzeros(exec, acc_, *sparse);
+        if (scatter != nullptr) {
+          auto output = phase(exec, "output");
+          const auto begin = scatter->offsets[static_cast<std::size_t>(me)];
+          Kokkos::deep_copy(
+              exec, scatter->shard,
+              Kokkos::subview(sparse_scratch_, Kokkos::make_pair(begin, begin + shard_length)));
+        }
         Kokkos::deep_copy(exec, this->residual_, arithmetic_type(0));
       }
     } else {
       if (sparse != nullptr) {
         reduce_step_sparse(exec, acc_, *sparse);
+      } else if (scatter != nullptr) {
+        reduce_step_scatter(exec, acc_, *scatter);
       } else {
         reduce_step(exec, acc_, out);
       }
@@ -322,7 +416,7 @@ void MethodBase<ExecSpace, Value>::reduce_now(const ExecSpace& exec, const const
     }
     for (const auto& [name, traffic] : this->comm_.traffic())
       this->stats_.phases[name].traffic = traffic;
-    if (!this->layout_.empty()) {
+    if (!this->layout_.empty() && scatter == nullptr) {
       this->stats_.segments = sparse != nullptr
                                   ? segment_entries(exec, this->layout_, this->n_, *sparse)
                                   : segment_nonzeros(exec, this->layout_, out);
@@ -383,12 +477,7 @@ template <class ExecSpace, class Value>
 void MethodBase<ExecSpace, Value>::reduce_step_sparse(const ExecSpace& exec,
                                                       const real_vector_type& acc,
                                                       sparse_result_type& result) {
-  if (sparse_scratch_.extent(0) == 0) {
-    sparse_scratch_ = vector_type(
-        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::SparseAllreduce::scratch"),
-        static_cast<std::size_t>(this->n_));
-  }
-  reduce_step(exec, acc, sparse_scratch_);
+  reduce_step(exec, acc, dense_scratch(exec));
   auto timer = phase(exec, "output");
   compact_nonzeros(exec, sparse_scratch_, result);
 }
@@ -462,6 +551,39 @@ std::int64_t MethodBase<ExecSpace, Value>::dense_average(const ExecSpace& exec, 
     if (count_nonfinite) return divide_counting_nonfinite(exec, out, out, P);
     divide(exec, out, out, P);
     return 0;
+  }
+}
+
+template <class ExecSpace, class Value>
+std::int64_t MethodBase<ExecSpace, Value>::dense_reduce_scatter(const ExecSpace& exec,
+                                                                const const_vector_type& grad,
+                                                                const ShardTarget& target) {
+  this->stats_.dense = true;
+  this->stats_.local_threshold = this->stats_.global_threshold =
+      -std::numeric_limits<float>::infinity();
+  this->stats_.local_selected = this->stats_.global_selected = this->n_;
+  auto timer = phase(exec, "dense_reduce_scatter");
+  if constexpr (is_half_v<Value>) {
+    OKTOPK_ASSERT(false && "reduce_scatter_refusal() refuses 16-bit gradients");
+    return 0;
+  } else {
+    const int P = this->comm_.size();
+    std::vector<int> counts(static_cast<std::size_t>(P));
+    for (int r = 0; r < P; ++r) {
+      const std::int64_t count = target.offsets[static_cast<std::size_t>(r) + 1] -
+                                 target.offsets[static_cast<std::size_t>(r)];
+      OKTOPK_REQUIRE(
+          count <= std::numeric_limits<int>::max(), std::runtime_error,
+          "oktopk::SparseAllreduce::reduce_scatter",
+          "shard " << r << " holds " << count << " entries, more than one MPI call can address");
+      counts[static_cast<std::size_t>(r)] = static_cast<int>(count);
+    }
+    const auto send = mpi_send_view(exec, grad);
+    auto receive = mpi_receive_view(exec, target.shard);
+    this->comm_.reduce_scatter(send.data(), receive.data(), counts.data(), MPI_SUM);
+    const auto length = static_cast<std::int64_t>(target.shard.extent(0));
+    mpi_received(exec, receive, target.shard, 0, length);
+    return divide_counting_nonfinite(exec, target.shard, target.shard, static_cast<float>(P));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <oktopk/pack.hpp>
 #include <oktopk/impl/algorithms/method_base.hpp>
 #include <oktopk/impl/collectives/distributed_kth.hpp>
+#include <oktopk/impl/collectives/shard_exchange.hpp>
 #include <oktopk/impl/collectives/sparse_allgatherv.hpp>
 #include <oktopk/impl/collectives/split_and_reduce.hpp>
 #include <oktopk/impl/kernels/threshold_ladder.hpp>
@@ -93,13 +94,13 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
         offsets_(comm.size() + 1, 0),
         offsets_device_(Kokkos::view_alloc(exec, "oktopk::oktopk::region_offsets"),
                         comm.size() + 1) {
-    split_.wire = gather_.wire = wire_;
+    split_.wire = gather_.wire = shards_.wire = wire_;
   }
 
  protected:
   // State between calls: both thresholds (reused and nudged between exact recomputations),
   // the region boundaries (recomputed every tau calls) and, with guard_ladder, both ladders;
-  // offsets_device_ mirrors offsets_. split_, gather_ and the index buffers are rebuilt by
+  // offsets_device_ mirrors offsets_. split_, gather_, shards_ and the index buffers are rebuilt by
   // every call. The options' digest says whether the ladders are there.
   void save_method_state(SectionPayload& out) const override {
     out.put_f32(local_threshold_);
@@ -202,17 +203,92 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     add_wire_error(exec, acc, global_indices_, global_values_, global_selected_, wire_);
   }
 
-  std::int64_t wire_overflows() const override { return split_.overflowed + gather_.overflowed; }
+  const char* reduce_scatter_refusal() const override { return nullptr; }
+
+  /// The regions are reduced and selected as reduce() does, in the balanced regions; then each
+  /// selected entry goes to the owner of its shard, and each region's owner tells every rank
+  /// which of the entries it sent were selected, for the error feedback. The values travel on
+  /// the wire as the allgather sends them and are averaged as reduce()'s output phase does, so
+  /// the shard is reduce()'s output bit for bit, and the residual is reduce()'s.
+  void reduce_step_scatter(const ExecSpace& exec, const real_vector_type& acc,
+                           const typename Base::ShardTarget& target) override {
+    const GlobalSelection selection = select_globally(exec, acc);
+    std::int64_t total = 0;
+    {
+      auto timer = this->phase(exec, "shard_exchange");
+      if (selection.counted) {
+        for (const std::int64_t c : gather_.counts) total += c;
+      } else {
+        total = global_selected_;
+        this->comm_.allreduce_in_place(&total, 1, MPI_SUM);
+      }
+      send_to_shards(exec, this->comm_, global_indices_, global_values_, global_selected_,
+                     target.offsets, shards_);
+    }
+    count_global_selection(selection, total);
+    {
+      auto timer = this->phase(exec, "feedback");
+      return_selection(exec, this->comm_, split_, offsets_, offsets_device_, global_indices_,
+                       global_selected_, acc, wire_, shards_);
+    }
+    auto timer = this->phase(exec, "output");
+    const std::int64_t begin = target.offsets[static_cast<std::size_t>(this->comm_.rank())];
+    Kokkos::deep_copy(exec, target.shard, Value{});
+    scatter_divided(exec, shards_.indices, shards_.values, shards_.received, target.shard,
+                    static_cast<float>(this->comm_.size()), -begin);
+    add_wire_error(exec, acc, global_indices_, global_values_, global_selected_, wire_);
+  }
+
+  std::int64_t wire_overflows() const override {
+    return split_.overflowed + gather_.overflowed + shards_.overflowed;
+  }
 
  private:
-  /// Everything of a call up to the output: the thresholds, the split and reduce of the
-  /// regions, the global selection and the gather of its entries into gather_ (indices
-  /// ascending). Returns what this call's local selection took, which the output phase
-  /// clears in acc. On a narrower wire, the output phase then adds to acc the
-  /// rounding errors of the sums this rank sent (global_values_, which stay unrounded).
+  /// Everything of a call up to the output: select_globally(), then the gather of every rank's
+  /// selected entries into gather_ (indices ascending). Returns what this call's local
+  /// selection took, which the output phase clears in acc. On a narrower wire, the output phase
+  /// then adds to acc the rounding errors of the sums this rank sent (global_values_, which
+  /// stay unrounded).
   LocalSelection select_and_gather(const ExecSpace& exec, const real_vector_type& acc) {
+    const GlobalSelection selection = select_globally(exec, acc);
     const Options& o = this->options_;
-    split_.overflowed = gather_.overflowed = 0;
+    if (selection.counted) {
+      sparse_allgatherv_counted(exec, this->comm_, global_indices_, global_values_, o.balancing,
+                                o.balance_threshold, gather_, this->timed(exec));
+    } else {
+      sparse_allgatherv(exec, this->comm_, global_indices_, global_values_, global_selected_,
+                        o.balancing, o.balance_threshold, gather_, this->timed(exec));
+    }
+    this->stats_.balanced = gather_.balanced;
+    count_global_selection(selection, gather_.total);
+    return selection.local;
+  }
+
+  /// What select_globally() found: the local selection, whether the global threshold came
+  /// from the ladder's counts (gather_.counts then holds every rank's count at it), and
+  /// whether it is exact.
+  struct GlobalSelection {
+    LocalSelection local;
+    bool counted = false;
+    bool global_exact = false;
+  };
+
+  /// The global selection's size over all ranks, into the stats and the nudge of a reused
+  /// global threshold.
+  void count_global_selection(const GlobalSelection& selection, std::int64_t total) {
+    this->stats_.global_selected = total;
+    if (!selection.global_exact && !this->options_.guard_ladder) {
+      const Options& o = this->options_;
+      nudge(global_threshold_, total, o.global_low, o.global_high, o.global_step);
+    }
+  }
+
+  /// A call up to its global selection: the thresholds, the split and reduce of the regions,
+  /// and this rank's part of the global selection, in global_indices_ and global_values_
+  /// (global_selected_ entries, indices ascending).
+  GlobalSelection select_globally(const ExecSpace& exec, const real_vector_type& acc) {
+    const Options& o = this->options_;
+    split_.overflowed = gather_.overflowed = shards_.overflowed = 0;
     auto& stats = this->stats_;
     const std::int64_t k = this->k_;
     // Calls since the warm-up ended, from 0: the schedules of tau' and tau count from there.
@@ -293,19 +369,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
     stats.global_threshold = global_threshold_;
     stats.global_threshold_exact = global_exact;
 
-    if (counted) {
-      sparse_allgatherv_counted(exec, this->comm_, global_indices_, global_values_, o.balancing,
-                                o.balance_threshold, gather_, this->timed(exec));
-    } else {
-      sparse_allgatherv(exec, this->comm_, global_indices_, global_values_, selected, o.balancing,
-                        o.balance_threshold, gather_, this->timed(exec));
-    }
-    stats.balanced = gather_.balanced;
-    stats.global_selected = gather_.total;
-    if (!global_exact && !o.guard_ladder) {
-      nudge(global_threshold_, gather_.total, o.global_low, o.global_high, o.global_step);
-    }
-    return LocalSelection{selected_above, split_.tied_end};
+    return GlobalSelection{LocalSelection{selected_above, split_.tied_end}, counted, global_exact};
   }
 
   /// Reused thresholds drift with the gradient: keep the count passing in range (guard_walk).
@@ -487,6 +551,7 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
   Kokkos::View<count_type*, Memory> offsets_device_;
   SplitReduce<ExecSpace, Real> split_;
   SparseGather<ExecSpace, Real> gather_;
+  ShardExchange<ExecSpace, Real> shards_;
   index_vector_type repartition_indices_{"oktopk::oktopk::repartition_indices", 0};
   real_vector_type repartition_values_{"oktopk::oktopk::repartition_values", 0};
   index_vector_type global_indices_{"oktopk::oktopk::global_indices", 0};

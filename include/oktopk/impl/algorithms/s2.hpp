@@ -144,6 +144,11 @@ class S2Reducer final : public MethodBase<ExecSpace, Value> {
   const CountSketch& sketch() const { return sketch_; }
 
  protected:
+  const char* reduce_scatter_refusal() const override {
+    return "any entry is decoded from the whole summed count-sketch table, so every rank needs "
+           "all of it: use reduce";
+  }
+
   bool uses_error_feedback() const override { return this->options_.s2_error_feedback; }
   std::int64_t wire_overflows() const override { return overflowed_; }
 

@@ -26,6 +26,7 @@
 #include <functional>
 #include <istream>
 #include <ostream>
+#include <vector>
 
 namespace oktopk::impl {
 
@@ -60,6 +61,8 @@ class HandleCore {
                      sparse_result_type& result);
   ReduceRequest reduce_sparse_async(const ExecSpace& exec, const const_vector_type& grad,
                                     sparse_result_type& result);
+  void reduce_scatter(const ExecSpace& exec, const const_vector_type& grad,
+                      const vector_type& shard, const std::vector<std::int64_t>& shard_offsets);
 
   Algorithm algorithm() const { return algorithm_; }
   std::int64_t size() const { return n_; }
@@ -93,6 +96,13 @@ class HandleCore {
   /// impl::MethodBase implements it for every method.
   virtual void reduce_now(const ExecSpace& exec, const const_vector_type& grad,
                           const vector_type& out, sparse_result_type* sparse) = 0;
+
+  /// One reduce_scatter call, on the thread that works the queue: what reduce_scatter()
+  /// promises, with `shard_offsets` already P + 1 boundaries (equal ones where the caller gave
+  /// none), though not yet checked.
+  virtual void reduce_scatter_now(const ExecSpace& exec, const const_vector_type& grad,
+                                  const vector_type& shard,
+                                  const std::vector<std::int64_t>& shard_offsets) = 0;
 
   /// Appends the method's own state carried between calls (beyond the residual and the call
   /// counter, which save_state writes) to `out`; methods with such state override both hooks.

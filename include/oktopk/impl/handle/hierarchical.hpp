@@ -21,6 +21,7 @@
 #include <oktopk/impl/handle/call_checks.hpp>
 #include <oktopk/impl/handle/call_driver.hpp>
 #include <oktopk/impl/handle/segment_counts.hpp>
+#include <oktopk/impl/handle/shard_offsets.hpp>
 #include <oktopk/impl/handle/sparse_allreduce_members.hpp>
 #include <oktopk/impl/kernels/vector_ops.hpp>
 
@@ -174,6 +175,24 @@ class HierarchicalAllreduce final : public HandleCore<ExecSpace, Value> {
   void reduce_now(const ExecSpace& exec, const const_vector_type& grad, const vector_type& out,
                   sparse_result_type* sparse) override;
 
+  /// Refused on every rank: the hierarchical mode has no reduce-scatter. The call agrees first,
+  /// so that ranks that make another call at this position fail too instead of waiting.
+  void reduce_scatter_now(const ExecSpace& exec, const const_vector_type& grad,
+                          const vector_type& shard,
+                          const std::vector<std::int64_t>& shard_offsets) override {
+    constexpr const char* where = "oktopk::SparseAllreduce::reduce_scatter";
+    ScopedRegion region(where);
+    CallAgreement agreed(true, this->comm_.rank(), this->serial_, CallKind::ReduceScatter,
+                         shard_digest(shard_offsets));
+    driver_.run_or_abort(this->iteration_ + 1,
+                         [&] { driver_.agree(exec, "hierarchy_check", agreed); });
+    require_agreed_call(where, agreed, this->comm_.rank(), this->serial_, this->algorithm_,
+                        this->n_, CallKind::ReduceScatter, grad.extent(0), shard.extent(0));
+    OKTOPK_REQUIRE(false, std::invalid_argument, where,
+                   "a hierarchical handle (hierarchical=on) has no reduce-scatter: make the "
+                   "handle with hierarchical=off");
+  }
+
   /// Where this rank's shard lies (ranks per node, local rank, node, shard start and
   /// length), then the method's own checkpoint, whole: its residual, counters and state.
   void save_method_state(SectionPayload& out) const override {
@@ -260,10 +279,11 @@ void HierarchicalAllreduce<ExecSpace, Value>::reduce_now(const ExecSpace& exec,
   const bool length_ok =
       static_cast<std::int64_t>(grad.extent(0)) == this->n_ &&
       (sparse != nullptr || static_cast<std::int64_t>(out.extent(0)) == this->n_);
-  CallAgreement agreed(length_ok, rank, this->serial_, sparse != nullptr);
+  const CallKind kind = sparse != nullptr ? CallKind::ReduceSparse : CallKind::Reduce;
+  CallAgreement agreed(length_ok, rank, this->serial_, kind);
   driver_.run_or_abort(call, [&] { driver_.agree(exec, "hierarchy_check", agreed); });
-  require_agreed_call(where, agreed, rank, this->serial_, this->algorithm_, this->n_,
-                      sparse != nullptr, grad.extent(0), out.extent(0));
+  require_agreed_call(where, agreed, rank, this->serial_, this->algorithm_, this->n_, kind,
+                      grad.extent(0), out.extent(0));
 
   // What each rank adds to its node's sum is residual() + grad: its gradient, plus the
   // residual of its own shard (zero elsewhere, so the other shards' parts are the gradient as

@@ -6,6 +6,7 @@
 
 #include <oktopk/error.hpp>
 #include <oktopk/select.hpp>
+#include <oktopk/shards.hpp>
 #include <oktopk/sparse_allreduce.hpp>
 #include <oktopk/impl/base/kokkos_compat.hpp>
 #include <oktopk/impl/handle/handle_core.hpp>
@@ -24,6 +25,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace oktopk {
 
@@ -81,6 +83,21 @@ ReduceRequest impl::HandleCore<ExecSpace, Value>::reduce_sparse_async(const Exec
   sparse_result_type* target = &result;
   return ReduceRequest(
       impl::enqueue([this, exec, grad, target] { reduce_now(exec, grad, vector_type(), target); }));
+}
+
+template <class ExecSpace, class Value>
+void impl::HandleCore<ExecSpace, Value>::reduce_scatter(
+    const ExecSpace& exec, const const_vector_type& grad, const vector_type& shard,
+    const std::vector<std::int64_t>& shard_offsets) {
+  const std::vector<std::int64_t> offsets =
+      shard_offsets.empty() ? equal_shard_offsets(n_, comm_.size()) : shard_offsets;
+  if (impl::in_progress_task()) {
+    reduce_scatter_now(exec, grad, shard, offsets);
+  } else {
+    ReduceRequest(impl::enqueue([this, exec, grad, shard, offsets] {
+      reduce_scatter_now(exec, grad, shard, offsets);
+    })).wait();
+  }
 }
 
 template <class ExecSpace, class Value>
@@ -304,6 +321,13 @@ void SparseAllreduce<ExecSpace, Value>::reduce_sparse(const ExecSpace& exec,
                                                       const const_vector_type& grad,
                                                       sparse_result_type& result) {
   core_->reduce_sparse(exec, grad, result);
+}
+
+template <class ExecSpace, class Value>
+void SparseAllreduce<ExecSpace, Value>::reduce_scatter(
+    const ExecSpace& exec, const const_vector_type& grad, const vector_type& shard,
+    const std::vector<std::int64_t>& shard_offsets) {
+  core_->reduce_scatter(exec, grad, shard, shard_offsets);
 }
 
 template <class ExecSpace, class Value>

@@ -18,8 +18,8 @@
 namespace oktopk::impl {
 
 /// A dense call (the Dense method, or a warm-up call): the library's MPI path, an
-/// out-of-place SUM allreduce, then a division by P; slack for the ring's order, and for the
-/// roundings of a 16-bit wire.
+/// out-of-place SUM allreduce, then a division by P; slack for the ring's order and a
+/// reduce_scatter's, and for the roundings of a 16-bit wire.
 template <class ExecSpace, class Value, class Real = arithmetic_t<Value>>
 void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Value>& handle,
                     const OracleConstVector<ExecSpace, Real>& acc,
@@ -37,8 +37,11 @@ void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Valu
   divide(exec, expected, expected, static_cast<float>(P));
   const Wire wire = value_wire<Value>(handle.options());
   const bool narrow_wire = wire != Wire::Native;
-  if (!narrow_wire &&
-      !(dense_on_ring<Value, ExecSpace>(handle.options(), handle.size(), P) && P > 2)) {
+  // The ring, and the Dense method's reduce_scatter (MPI_Reduce_scatter), add the P values in
+  // another order than this allreduce.
+  const bool reordered = dense_on_ring<Value, ExecSpace>(handle.options(), handle.size(), P) ||
+                         (handle.stats().reduce_scatter && handle.algorithm() == Algorithm::Dense);
+  if (!narrow_wire && !(reordered && P > 2)) {
     Kokkos::deep_copy(exec, bound, 0.0f);
     return;
   }
@@ -54,7 +57,7 @@ void expected_dense(const ExecSpace& exec, const SparseAllreduce<ExecSpace, Valu
     scale = ring.scale;
     floor = ring.floor;
   } else {
-    // The ring adds the same P values in another order: first-order bound, doubled.
+    // The same P values added in another order: first-order bound, doubled.
     scale = Real(2) * static_cast<Real>(P - 1) * roundoff_v<Real> / static_cast<Real>(P);
   }
   Kokkos::parallel_for(
