@@ -488,12 +488,13 @@ contains
     real(c_float), allocatable :: grad(:), out(:), shard(:)
     integer(c_int64_t), allocatable :: offsets(:)
     integer(c_int64_t) :: first, last
-    integer :: c, r, code
+    integer :: c, r, code, code_a, code_b
     logical :: ok, same
     character(len=:), allocatable :: message
-    call check(oktopk_create(MPI_COMM_WORLD, 'oktopk', n, 'density=0.02', a) == OKTOPK_SUCCESS &
-               .and. oktopk_create(MPI_COMM_WORLD, 'oktopk', n, 'density=0.02', b) &
-               == OKTOPK_SUCCESS, 'reduce_scatter: create two oktopk handles')
+    code_a = oktopk_create(MPI_COMM_WORLD, 'oktopk', n, 'density=0.02', a)
+    code_b = oktopk_create(MPI_COMM_WORLD, 'oktopk', n, 'density=0.02', b)
+    call check(code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS, &
+               'reduce_scatter: create two oktopk handles')
     allocate(grad(n), out(n), offsets(nranks + 1))
     ! Given offsets: the last rank's shard the largest.
     do r = 0, nranks - 1
@@ -512,12 +513,13 @@ contains
         last = offsets(rank + 2)
       end if
       allocate(shard(last - first))
-      ok = ok .and. oktopk_reduce(a, grad, out) == OKTOPK_SUCCESS
+      code_a = oktopk_reduce(a, grad, out)
       if (mod(c, 2) == 1) then
-        ok = ok .and. oktopk_reduce_scatter(b, grad, shard) == OKTOPK_SUCCESS
+        code_b = oktopk_reduce_scatter(b, grad, shard)
       else
-        ok = ok .and. oktopk_reduce_scatter(b, grad, shard, offsets) == OKTOPK_SUCCESS
+        code_b = oktopk_reduce_scatter(b, grad, shard, offsets)
       end if
+      ok = ok .and. code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS
       same = same .and. all(bits(shard) == bits(out(first + 1:last)))
       deallocate(shard)
     end do
@@ -529,8 +531,9 @@ contains
     call check(code == OKTOPK_ERROR_INVALID_ARGUMENT .and. &
                index(message, 'reduce_scatter: rank') > 0, &
                'reduce_scatter: a wrong shard size on one rank fails on every rank')
-    call check(oktopk_destroy(a) == OKTOPK_SUCCESS .and. oktopk_destroy(b) == OKTOPK_SUCCESS, &
-               'reduce_scatter: destroy')
+    code_a = oktopk_destroy(a)
+    code_b = oktopk_destroy(b)
+    call check(code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS, 'reduce_scatter: destroy')
   end subroutine test_reduce_scatter
 
 end program test_fortran
