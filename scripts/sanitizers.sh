@@ -29,7 +29,7 @@ cmake -S "$OKTOPK_SOURCE_DIR" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDeb
 # Only the programs the tests below run: an instrumented compile takes about twice as long.
 suites=(communicator distributed_kth factory methods oktopk_schedule dense_allreduce s2 layout
         baselines mpi_staging checkpoint async sparse_result wire sparse_wire value_types
-        half_gradients)
+        half_gradients reduce_scatter)
 staged=(mpi_staging methods)
 targets=(oktopk_unit_tests oktopk_unit_api_tests oktopk_test_c_api)
 for t in "${suites[@]}"; do targets+=("oktopk_test_$t"); done
