@@ -35,7 +35,7 @@ cmake -S "$OKTOPK_SOURCE_DIR" -B "$OKTOPK_MPICH_BUILD_DIR" -G Ninja -DCMAKE_BUIL
 targets=(oktopk)
 for t in communicator node_topology distributed_kth factory methods oktopk_schedule dense_allreduce \
     s2 layout hierarchical baselines mpi_staging checkpoint async sparse_result wire sparse_wire \
-    value_types half_gradients c_api; do
+    value_types half_gradients c_api reduce_scatter; do
   targets+=("oktopk_test_$t")
 done
 targets+=(oktopk_fault_program)
@@ -52,7 +52,7 @@ log="$OKTOPK_MPICH_BUILD_DIR/mpich-check.log"
 status=0
 (cd "$OKTOPK_MPICH_BUILD_DIR" &&
  ctest -j "$OKTOPK_JOBS" --output-on-failure -L 'mpi|consumer' \
-   -E '_np([5-9]|[1-9][0-9]+)$|^reduce_scatter_|^fidelity_|^fault_.*_(balancing|dense_switch|ring)_np3$|^(factory|methods|oktopk_schedule|dense_allreduce|s2|baselines|layout|wire|sparse_wire|value_types|half_gradients|hierarchical)_host_staging_|^(factory|methods|oktopk_schedule|dense_allreduce|checkpoint|s2|baselines|layout|sparse_result|wire|sparse_wire|value_types|half_gradients)_np[34]$' \
+   -E '_np([5-9]|[1-9][0-9]+)$|^fidelity_|^fault_.*_(balancing|dense_switch|ring)_np3$|^(factory|methods|oktopk_schedule|dense_allreduce|s2|baselines|layout|wire|sparse_wire|value_types|half_gradients|hierarchical)_host_staging_|^(factory|methods|oktopk_schedule|dense_allreduce|checkpoint|s2|baselines|layout|sparse_result|wire|sparse_wire|value_types|half_gradients|reduce_scatter)_np[34]$' \
    "$@") >"$log" 2>&1 || status=$?
 summary=$(grep -E '^[0-9]+% tests passed' "$log" | tail -n 1)
 mpich=$("$OKTOPK_MPICH_EXEC" --version 2>/dev/null | sed -n 's/^ *Version: *//p' | head -n 1)

@@ -82,7 +82,7 @@ oktopk_log "pip-check: $(basename "$wheel"), $(($(stat -c %s "$wheel") / 1024)) 
 "$work/tools/bin/python" - "$wheel" <<'EOF'
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
-needed = ["oktopk/__init__.py", "oktopk/torch.py", "oktopk/liboktopk.so"]
+needed = ["oktopk/__init__.py", "oktopk/torch.py", "oktopk/fsdp.py", "oktopk/liboktopk.so"]
 missing = [n for n in needed if n not in names]
 if not any(n.startswith("oktopk/_oktopk.") and n.endswith(".so") for n in names):
     missing.append("oktopk/_oktopk.*.so")

@@ -215,6 +215,7 @@ const std::vector<std::pair<std::string_view, Setter>>& option_setters() {
       {"hierarchical", setter(&Options::hierarchical)},
       {"threshold_period", setter(&Options::threshold_period)},
       {"repartition_period", setter(&Options::repartition_period)},
+      {"equal_regions", setter(&Options::equal_regions)},
       {"throttle", setter(&Options::throttle)},
       {"balancing", setter(&Options::balancing)},
       {"balance_threshold", setter(&Options::balance_threshold)},
@@ -350,7 +351,8 @@ std::ostream& operator<<(std::ostream& os, const Options& o) {
             << (o.node_size == 0 ? std::string() : std::to_string(o.node_size))
             << (o.hierarchical ? " hierarchical=on" : "")
             << " threshold_period=" << o.threshold_period
-            << " repartition_period=" << o.repartition_period << " throttle=" << o.throttle
+            << " repartition_period=" << o.repartition_period
+            << (o.equal_regions ? " equal_regions=on" : "") << " throttle=" << o.throttle
             << " balancing=" << o.balancing << " balance_threshold=" << o.balance_threshold
             << " guard=" << o.guard_low << "/" << o.guard_factor << "/" << o.guard_step << "/"
             << o.guard_loops << (o.guard_exact ? "/exact" : "") << (o.guard_ladder ? "/ladder" : "")

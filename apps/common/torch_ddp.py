@@ -22,6 +22,8 @@ OKTOPK_HOOKS = ("oktopk", "topka", "topkdsa", "gtopk", "gaussiank", "s2", "dense
 # PyTorch's own: DDP's allreduce, its hooks that send the values as 16-bit floats, and
 # PowerSGD (low-rank compression with error feedback and warm start).
 DDP_HOOKS = ("none", "bf16_compress", "fp16_compress", "powersgd")
+# The OkTopk methods with a reduce-scatter, for --fsdp.
+FSDP_HOOKS = ("oktopk", "topka", "topkdsa", "gaussiank", "dense")
 HOOKS = OKTOPK_HOOKS + DDP_HOOKS
 # The values' type on an OkTopk hook's wire, and its bytes (native: the model's own type).
 WIRE_BYTES = {"native": None, "bf16": 2, "fp16": 2}
@@ -104,6 +106,15 @@ def add_training_arguments(parser, default_lr):
                              "DDP rebuilds its buckets after step 1)")
     parser.add_argument("--whole-model", action="store_true",
                         help="one OkTopk handle over all buckets (global top-k selection)")
+    parser.add_argument("--fsdp", action="store_true",
+                        help="shard the model with FSDP2's fully_shard instead of DDP, each "
+                             "unit's gradient reduce-scattered by OkTopk (oktopk.fsdp; --hook "
+                             "oktopk, topka, topkdsa, gaussiank or dense; needs a PyTorch whose "
+                             "fully_shard takes a custom reduce-scatter)")
+    parser.add_argument("--fsdp-units", default="model", choices=("model", "layers"),
+                        help="with --fsdp: model, one unit over the whole model (one handle, "
+                             "as DDP's one bucket of these models); layers, a unit per layer "
+                             "and the root, each selecting its own top entries (default model)")
     parser.add_argument("--seed", type=int, default=1, help="initialisation and shuffling "
                         "(default 1)")
 
@@ -129,6 +140,11 @@ def check_training_arguments(parser, args, default_lr):
         parser.error(f"--powersgd-rank must be >= 1, not {args.powersgd_rank}")
     if args.wire != "native" and args.hook not in OKTOPK_HOOKS:
         parser.error(f"--wire {args.wire} is for an OkTopk hook, not --hook {args.hook}")
+    if args.fsdp and args.hook not in FSDP_HOOKS:
+        parser.error(f"--fsdp reduce-scatters through --hook {' or '.join(FSDP_HOOKS)}, not "
+                     f"--hook {args.hook}")
+    if args.fsdp and args.whole_model:
+        parser.error("--fsdp makes one handle per FSDP unit; --whole-model is for DDP")
 
 
 def uses_momentum_correction(args):
@@ -142,6 +158,8 @@ def register_hook(model, optimizer, args, sparse_rows=None):
     returns OkTopk's hook state, a PowerSGDCount, or None for DDP's other hooks."""
     import oktopk.torch as okt
 
+    if args.fsdp:
+        return _attach_fsdp_state(model, optimizer, args)
     if args.hook == "powersgd":
         return _register_powersgd(model, args)
     if args.hook in DDP_HOOKS:
@@ -159,6 +177,57 @@ def register_hook(model, optimizer, args, sparse_rows=None):
                                 **settings)
     model.register_comm_hook(state, okt.oktopk_hook)
     return state
+
+
+def _attach_fsdp_state(model, optimizer, args):
+    """OkTopk's reduce-scatter for every FSDP unit of ``model``; returns its state."""
+    from oktopk.fsdp import OkTopkShardState
+
+    settings = {}
+    if uses_momentum_correction(args):
+        settings.update(optimizer=optimizer, momentum_masking=args.momentum_masking)
+    if args.wire != "native":
+        settings.update(wire=args.wire)
+    state = OkTopkShardState(algorithm=args.hook, density=args.density,
+                             start_iter=args.start_iter, **settings)
+    state.attach(model)
+    return state
+
+
+def make_parallel(module, args, layers):
+    """The data-parallel model the flags name: DDP over ``module``, or with --fsdp ``module``
+    itself sharded by FSDP2's fully_shard, the root unit, with each of ``layers`` a unit of its
+    own under --fsdp-units layers. Every rank made ``module`` alike (the same seed), and FSDP keeps
+    each rank's shard of it, so the replicas start equal without a broadcast."""
+    if not args.fsdp:
+        return make_ddp(module)
+    import torch
+
+    try:
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+    except Exception:  # noqa: BLE001 -- torch 1.13's FSDP raises ValueError on Python 3.11
+        FSDPModule = None
+    if FSDPModule is None or not hasattr(FSDPModule, "set_custom_reduce_scatter"):
+        raise UsageError(f"--fsdp needs FSDP2's fully_shard with a custom reduce-scatter, "
+                         f"which this PyTorch ({torch.__version__}) lacks")
+    if args.fsdp_units == "layers":
+        for layer in layers:
+            fully_shard(layer)
+    fully_shard(module)
+    return module
+
+
+def whole_model(model, args, fresh):
+    """Collective with --fsdp: a module with all of the trained parameters, for evaluation and
+    the replicas' check. DDP's own module; with --fsdp, ``fresh()`` (a new module of the same
+    kind) loaded with every shard gathered, in the same order on every rank."""
+    if not args.fsdp:
+        return model.module
+    full = {name: value.full_tensor() if hasattr(value, "full_tensor") else value
+            for name, value in model.state_dict().items()}
+    replica = fresh()
+    replica.load_state_dict(full)
+    return replica
 
 
 @functools.lru_cache(maxsize=None)
@@ -315,10 +384,15 @@ def describe_optimizer(args):
     if args.hook == "powersgd":
         return (f"SGD lr {args.lr}, momentum {args.momentum} and weight decay "
                 f"{args.weight_decay} in the optimizer; PowerSGD rank {args.powersgd_rank}")
+    if args.fsdp and uses_momentum_correction(args):
+        return (f"SGD lr {args.lr}, momentum {args.momentum} in the reduce-scatter (momentum "
+                f"correction, masking {args.momentum_masking}), weight decay "
+                f"{args.weight_decay} in the optimizer; FSDP")
     where = (f"in the hook (momentum correction, masking {args.momentum_masking})"
              if uses_momentum_correction(args) else "in the optimizer")
+    sharding = "; FSDP" if args.fsdp else ""
     return (f"SGD lr {args.lr}, momentum {args.momentum} and weight decay {args.weight_decay} "
-            f"{where}")
+            f"{where}{sharding}")
 
 
 def bytes_sent(state, args, n, value_bytes, iteration):
@@ -326,7 +400,10 @@ def bytes_sent(state, args, n, value_bytes, iteration):
     each: the OkTopk hook's own count for its sparse methods, else the dense ring's
     2 (P - 1) / P of the n values in the width they travel in: 2 bytes with DDP's compression
     hooks, the wire's with OkTopk's dense method, the model's with DDP's allreduce and in the
-    hook's warm-up. PowerSGD's: the ring's 2 (P - 1) / P of the elements it allreduced."""
+    hook's warm-up. PowerSGD's: the ring's 2 (P - 1) / P of the elements it allreduced. With
+    --fsdp, the reduce-scatters' own count, their dense warm-up included."""
+    if args.fsdp:
+        return state.bytes_sent_last_iteration()
     if args.hook == "powersgd" and iteration >= args.start_iter:
         return 2 * (size - 1) / size * value_bytes * state.elements_since_last()
     if args.hook in ("bf16_compress", "fp16_compress"):
@@ -338,6 +415,15 @@ def bytes_sent(state, args, n, value_bytes, iteration):
     else:
         return state.bytes_sent_last_iteration()
     return 2 * (size - 1) / size * width * n
+
+
+def check_parameters(model, args):
+    """Collective: the line rank 0 prints about the parameters at the end. DDP's replicas must
+    be the same bits (ReplicaError otherwise); FSDP keeps shards, which nothing replicates."""
+    if args.fsdp:
+        return f"(parameters sharded over {size} ranks, gathered for the evaluation)"
+    check_replicas(model.module)
+    return f"(parameters identical on all {size} ranks)"
 
 
 def check_replicas(model):

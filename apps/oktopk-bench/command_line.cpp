@@ -89,9 +89,10 @@ Options (--flag value or --flag=value; a later flag overrides an earlier one):
                          instead of reduce, which writes n floats (--check scatters the
                          entries into n floats after the timed call)
   --reduce-scatter       call reduce_scatter: each rank receives its equal shard of the
-                         result, n/P entries, and no allgather is made (methods oktopk and
-                         dense; --check gathers the shards into n values after the timed
-                         call, as --sparse-result scatters its entries)
+                         result, n/P entries, and no allgather is made (methods oktopk,
+                         topka, topkdsa, gaussiank and dense; --check gathers the shards
+                         into n values after the timed call, as --sparse-result scatters
+                         its entries)
   --mpi-baseline         also time a bare MPI_Allreduce of the same gradients (row
                          mpi_allreduce), the floor the dense method is measured against;
                          with --reduce-scatter a bare MPI_Reduce_scatter_block of n/P
@@ -364,10 +365,10 @@ Args parse(int argc, char* argv[]) {
   }
   if (a.reduce_scatter) {
     for (const oktopk::Algorithm m : a.algorithms) {
-      if (m != oktopk::Algorithm::OkTopk && m != oktopk::Algorithm::Dense) {
+      if (m == oktopk::Algorithm::GTopk || m == oktopk::Algorithm::S2Reducer) {
         throw UsageError(
-            "--reduce-scatter takes --algo oktopk and dense, the methods with a "
-            "reduce-scatter (pass --algo oktopk,dense); got " +
+            "--reduce-scatter takes --algo oktopk, topka, topkdsa, gaussiank and dense, the "
+            "methods with a reduce-scatter; got " +
             oktopk::to_string(m));
       }
     }

@@ -18,6 +18,11 @@ densities up to 0.01 clears the velocity of the entries a reduce released from t
 (--momentum-masking: auto, the default; held, always so; sent, of every entry the rank sent;
 off).
 
+With --fsdp the model is sharded by FSDP2's fully_shard instead (one unit, or with --fsdp-units
+layers each encoder layer a unit and the model the root) and each unit's gradient is
+reduce-scattered by OkTopk (oktopk.fsdp; --hook oktopk, topka, topkdsa, gaussiank or dense);
+the validation loss uses the shards gathered.
+
 The text is scripts/kjv-corpus.sh's: one verse a line, led by its reference ("Ge1:1 In the
 beginning ..."), which is dropped. Words are lowercased runs of letters (an apostrophe between
 letters stays inside a word); every verse ends with "</s>"; the vocabulary is the most frequent
@@ -99,6 +104,9 @@ def parse_arguments(argv):
         parser.error(f"--vocab must be >= 3, not {args.vocab}")
     if args.sparse_rows == "on" and args.hook not in common.OKTOPK_HOOKS:
         parser.error(f"--sparse-rows on needs an OkTopk hook (not --hook {args.hook})")
+    if args.sparse_rows == "on" and args.fsdp:
+        parser.error("--sparse-rows on is for the DDP hook: an FSDP unit's gradient interleaves "
+                     "the shards of its parameters, so it has no rows")
     return args
 
 
@@ -186,6 +194,12 @@ def make_model(torch, vocab, d_model, heads, seq_len):
     return LanguageModel()
 
 
+def fresh_model(torch, args, vocab, device):
+    net = make_model(torch, vocab, args.d_model, args.heads, args.seq_len).to(device)
+    net.mask = net.mask.to(device)  # not a buffer: to() leaves it
+    return net
+
+
 def validation_loss(torch, model, tokens, starts, length, device):
     """Mean loss per token over the held-out windows at ``starts``, each rank taking a shard
     (the models are identical)."""
@@ -231,9 +245,8 @@ def train(args):
     directory = common.init_process_group("oktopk_lm_")
     # An exception from here on may be this rank's alone: common.run ends the job, so there
     # is no cleanup to make on the way out (a barrier would wait for peers that never come).
-    net = make_model(torch, vocab, args.d_model, args.heads, args.seq_len).to(device)
-    net.mask = net.mask.to(device)  # not a buffer: to() leaves it
-    model = common.make_ddp(net)
+    net = fresh_model(torch, args, vocab, device)
+    model = common.make_parallel(net, args, list(net.encoder.layers))
     n = sum(p.numel() for p in model.parameters())
     optimizer = common.make_optimizer(torch, model.parameters(), args)
     state = common.register_hook(
@@ -287,10 +300,11 @@ def train(args):
     train_loss_last = comm.allreduce(sum(last)) / (size * len(last))
     bytes_per_step = comm.allreduce(bytes_total) / (size * args.steps)
     model.eval()
-    val_loss = validation_loss(torch, net, val_tokens, val_starts, args.seq_len, device)
-    common.check_replicas(net)
+    whole = common.whole_model(model, args, lambda: fresh_model(torch, args, vocab, device))
+    val_loss = validation_loss(torch, whole, val_tokens, val_starts, args.seq_len, device)
+    parameters = common.check_parameters(model, args)
     if rank == 0:
-        print(f"(parameters identical on all {size} ranks)", flush=True)
+        print(parameters, flush=True)
         print(f"final train_loss_last{LAST}={train_loss_last:.4f} val_loss={val_loss:.4f} "
               f"bytes_per_step={bytes_per_step:.0f}", flush=True)
     common.destroy_process_group(directory)

@@ -24,6 +24,12 @@ gloo in PyTorch 1.13 can neither broadcast nor sum bfloat16: with such a backend
 broadcast of a bfloat16 model goes through MPI as bit patterns, and a bfloat16 mean of DDP's
 own hooks is summed as float32 and rounded once (apps/common/torch_ddp.py).
 
+With --fsdp the model is sharded by FSDP2's fully_shard instead (one unit, or with --fsdp-units
+layers each Linear layer a unit and the Sequential the root) and each unit's gradient is
+reduce-scattered by OkTopk (oktopk.fsdp; --hook oktopk, topka, topkdsa, gaussiank or dense):
+each rank keeps and updates only its shard of the parameters, and the accuracy uses the shards
+gathered (there are no replicas to check at the end).
+
 The processes find each other through MPI (mpi4py), not torch.distributed.run: rank 0 makes a
 store file for gloo and broadcasts its path, so no port is fixed (apps/common/torch_ddp.py).
 """
@@ -141,7 +147,8 @@ def train(args):
     # An exception from here on may be this rank's alone: common.run ends the job, so there
     # is no cleanup to make on the way out (a barrier would wait for peers that never come).
     dtype = getattr(torch, args.dtype)
-    model = common.make_ddp(make_model(torch).to(dtype))
+    net = make_model(torch).to(dtype)
+    model = common.make_parallel(net, args, [m for m in net if len(list(m.parameters()))])
     n = sum(p.numel() for p in model.parameters())
     optimizer = common.make_optimizer(torch, model.parameters(), args)
     state = common.register_hook(model, optimizer, args)
@@ -176,16 +183,17 @@ def train(args):
             iteration += 1
         seconds = time.perf_counter() - start
         model.eval()
-        test_acc = accuracy(torch, model.module, x_test, y_test, dtype)
+        whole = common.whole_model(model, args, lambda: make_model(torch).to(dtype))
+        test_acc = accuracy(torch, whole, x_test, y_test, dtype)
         train_loss = comm.allreduce(loss_sum) / (size * steps)
         per_step = comm.allreduce(epoch_bytes) / (size * steps)
         bytes_total += per_step
         if rank == 0:
             print(f"{epoch:5d}  {train_loss:10.4f}  {test_acc:8.4f}  {seconds:7.2f}  "
                   f"{per_step:14.0f}", flush=True)
-    common.check_replicas(model.module)
+    parameters = common.check_parameters(model, args)
     if rank == 0:
-        print(f"(parameters identical on all {size} ranks)", flush=True)
+        print(parameters, flush=True)
         print(f"final test_acc={test_acc:.4f} bytes_per_step={bytes_total / args.epochs:.0f}",
               flush=True)
     common.destroy_process_group(directory)

@@ -69,6 +69,8 @@ typedef struct oktopk_stats {
   /* 1 if a top-k method selected nothing on any rank although some rank's input had a
    * non-zero entry (the C++ ReduceStats::selected_nothing) */
   int32_t selected_nothing;
+  /* 1 if the call was a reduce-scatter (oktopk_reduce_scatter and its kin) */
+  int32_t reduce_scatter;
 } oktopk_stats;
 
 /* One phase of a handle's last reduce call on this rank: its time and traffic, the traffic
@@ -215,9 +217,10 @@ int oktopk_reduce_sparse_typed(oktopk_handle* handle, int dtype, const void* gra
  * shard_offsets[rank + 1]), with the same error feedback; no rank receives the others' shards.
  * shard_offsets: num_offsets = P + 1 boundaries from 0 to n, never decreasing, the same on
  * every rank, or NULL (num_offsets 0) on every rank for equal shards ([r*n/P, (r+1)*n/P));
- * shard_length must be this rank's shard's length. Methods "oktopk" (bit for bit oktopk_reduce's
- * slice) and "dense" (one MPI_Reduce_scatter, float and double gradients); the others, hierarchical
- * handles, bad offsets or lengths on any rank fail on every rank with
+ * shard_length must be this rank's shard's length. Methods "oktopk", "topka", "topkdsa" and
+ * "gaussiank" (bit for bit oktopk_reduce's slice) and "dense" (one MPI_Reduce_scatter, float and
+ * double gradients); "gtopk", "s2", hierarchical handles, bad offsets or lengths on any rank fail
+ * on every rank with
  * OKTOPK_ERROR_INVALID_ARGUMENT, the handle unchanged. The _typed forms take arrays of the handle's
  * dtype, host memory or (_device) the memory of Kokkos's default execution space, as
  * oktopk_reduce_typed and oktopk_reduce_device_typed do. */

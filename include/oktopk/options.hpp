@@ -84,6 +84,10 @@ struct Options {
   /// traces under it (docs/benchmarks.md); a repartition costs one allreduce of P - 1 numbers
   /// and a selection that filters the accumulate pass's candidates (host spaces).
   std::int64_t repartition_period = 8;
+  /// Regions fixed at the equal parts [r·n/P, (r+1)·n/P), which are reduce_scatter's default
+  /// shards, instead of recomputed from the local selections: what a reduce-scatter without
+  /// the balance would do (docs/benchmarks.md measures what it costs on skewed gradients).
+  bool equal_regions = false;
   /// Messages in flight per group of the split-and-reduce (min(throttle, P - 1)).
   int throttle = 4;
   Balancing balancing = Balancing::Adaptive;
@@ -180,6 +184,10 @@ struct Options {
   }
   Options& set_repartition_period(std::int64_t v) {
     repartition_period = v;
+    return *this;
+  }
+  Options& set_equal_regions(bool v) {
+    equal_regions = v;
     return *this;
   }
   Options& set_throttle(int v) {

@@ -127,18 +127,22 @@ class SparseAllreduce {
   /// \brief Collective. Writes into `shard` this rank's shard of what reduce() would write into
   /// `out` on the same inputs: entries [shard_offsets[rank], shard_offsets[rank + 1]) of the
   /// average, with the same error feedback (the residual ends as reduce() would leave it), for
-  /// methods oktopk and dense; each rank receives only its own shard, so no allgather is made.
+  /// methods oktopk, topka, topkdsa, gaussiank and dense; each rank receives only its own
+  /// shard, so no allgather is made.
   /// `shard_offsets`: P + 1 boundaries from 0 to n, never decreasing, the same on every rank;
   /// empty gives equal_shard_offsets(size(), P). `shard` must have the rank's shard's length.
   ///
   /// Method oktopk reduces in its balanced regions as reduce() does, then sends each selected
   /// entry to the owner of its shard, and each region's owner tells every rank which of the
   /// entries it sent were selected (one byte each), for the error feedback: its shards are
-  /// reduce()'s output bit for bit. Its dense warm-up calls average the whole vector, as
-  /// reduce() does, and copy the shard out. Method dense is one MPI_Reduce_scatter, then /P:
-  /// equal to reduce()'s slice up to the order of MPI's sums; it takes float and double
-  /// gradients with the native wire. The other methods are refused on every rank with
-  /// std::invalid_argument saying why, as are hierarchical handles (Options::hierarchical).
+  /// reduce()'s output bit for bit. TopkA and Gaussian-k send each selected entry to its
+  /// shard's owner, which sums them in rank order as reduce() does; TopkDSA sends its regions'
+  /// non-zeros after reduce()'s split-and-reduce: their shards too are reduce()'s output bit
+  /// for bit. Dense warm-up calls average the whole vector, as reduce() does, and copy the
+  /// shard out. Method dense is one MPI_Reduce_scatter, then /P: equal to reduce()'s slice up
+  /// to the order of MPI's sums; it takes float and double gradients with the native wire.
+  /// Methods gtopk and s2 are refused on every rank with std::invalid_argument saying why, as
+  /// are hierarchical handles (Options::hierarchical).
   ///
   /// Errors and failures are those of reduce(), with bad shard offsets or lengths, or offsets
   /// that differ between ranks, refused on every rank alike. stats() count the call's traffic

@@ -1019,6 +1019,7 @@ int oktopk_get_stats(const oktopk_handle* handle, oktopk_stats* stats) {
     stats->bytes_sent_between_nodes = traffic.bytes_sent_between_nodes;
     stats->bytes_received_between_nodes = traffic.bytes_received_between_nodes;
     stats->selected_nothing = s.selected_nothing ? 1 : 0;
+    stats->reduce_scatter = s.reduce_scatter ? 1 : 0;
   });
 }
 

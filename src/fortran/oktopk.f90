@@ -33,7 +33,7 @@ module oktopk
     real(c_float) :: local_threshold, global_threshold
     integer(c_int32_t) :: dense
     integer(c_int64_t) :: bytes_sent_between_nodes, bytes_received_between_nodes
-    integer(c_int32_t) :: selected_nothing
+    integer(c_int32_t) :: selected_nothing, reduce_scatter
   end type oktopk_stats
 
   !> One phase of the last reduce call on this rank (the C struct oktopk_phase_stats); name is
@@ -87,8 +87,9 @@ module oktopk
   !> shard_offsets(rank + 1) + 1 to shard_offsets(rank + 2) (1-based), of what oktopk_reduce
   !> would write on the same gradients, with the same error feedback. shard_offsets (optional):
   !> the P + 1 0-based boundaries from 0 to n, the same on every rank; absent for equal shards
-  !> ([r*n/P, (r+1)*n/P)). Methods "oktopk" and "dense"; the others, a wrong size(shard) or bad
-  !> offsets on any rank fail on every rank (the C interface's oktopk_reduce_scatter_typed).
+  !> ([r*n/P, (r+1)*n/P)). Methods "oktopk", "topka", "topkdsa", "gaussiank" and "dense";
+  !> "gtopk", "s2", a wrong size(shard) or bad offsets on any rank fail on every rank (the C
+  !> interface's oktopk_reduce_scatter_typed).
   interface oktopk_reduce_scatter
     module procedure reduce_scatter_real4, reduce_scatter_real8
   end interface oktopk_reduce_scatter

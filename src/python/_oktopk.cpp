@@ -508,6 +508,7 @@ class Handle {
     d["bytes_sent_between_nodes"] = s.bytes_sent_between_nodes;
     d["bytes_received_between_nodes"] = s.bytes_received_between_nodes;
     d["selected_nothing"] = s.selected_nothing != 0;
+    d["reduce_scatter"] = s.reduce_scatter != 0;
     std::int64_t phase_count = 0;
     check(oktopk_get_num_phases(get(), &phase_count));
     py::dict phases;

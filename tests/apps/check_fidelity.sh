@@ -3,22 +3,29 @@
 # A training fidelity check: runs a baseline training command and a candidate one, each of which
 # prints one line "final test_acc=0.XXXX ...", and fails unless the candidate's accuracy is at
 # most TOLERANCE (in accuracy, 0.005 = half a point) below the baseline's.
-#   check_fidelity.sh [--require PATH] [--seeds "S1 S2 ..."] TOLERANCE
+#   check_fidelity.sh [--require PATH] [--skip-if REGEX] [--seeds "S1 S2 ..."] TOLERANCE
 #                     BASELINE_COMMAND... ::: CANDIDATE_COMMAND...
 # --require: exit 77 (skipped) when PATH, e.g. a dataset, does not exist.
+# --skip-if: exit 77 (skipped) when a command fails with a line matching REGEX (grep -E), e.g.
+# a program's message that this PyTorch lacks what it needs.
 # --seeds: run both commands once per seed, with "--seed S" appended, and compare the means (a
 # single seed's gap swings by most of a point with the arithmetic: docs/benchmarks.md, "The
 # 3-epoch MLP result and the thread count").
 # The commands' outputs are shown when the check fails, or when they print no accuracy.
 set -uo pipefail
-usage='usage: check_fidelity.sh [--require PATH] [--seeds "S1 S2 ..."] TOLERANCE'
-usage+=' BASELINE_COMMAND... ::: CANDIDATE_COMMAND...'
+usage='usage: check_fidelity.sh [--require PATH] [--skip-if REGEX] [--seeds "S1 S2 ..."]'
+usage+=' TOLERANCE BASELINE_COMMAND... ::: CANDIDATE_COMMAND...'
 seeds=("")
+skip_if=""
 while [ $# -gt 0 ]; do
   case $1 in
     --require)
       [ -e "${2:-}" ] ||
         { echo "check_fidelity.sh: skipped: ${2:-(no path)} does not exist"; exit 77; }
+      shift 2 ;;
+    --skip-if)
+      [ -n "${2:-}" ] || { echo "$usage" >&2; exit 2; }
+      skip_if=$2
       shift 2 ;;
     --seeds)
       read -r -a seeds <<< "${2:-}"
@@ -40,6 +47,10 @@ accuracy() {
   local log
   log=$(mktemp)
   if ! "$@" > "$log" 2>&1; then
+    if [ -n "$skip_if" ] && grep -Eq -- "$skip_if" "$log"; then
+      echo "check_fidelity.sh: skipped: $(grep -Em1 -- "$skip_if" "$log")" >&2; rm -f "$log"
+      return 77
+    fi
     echo "check_fidelity.sh: failed: $*" >&2; cat "$log" >&2; rm -f "$log"; return 1
   fi
   local value
@@ -56,8 +67,8 @@ base_values=() cand_values=()
 for seed in "${seeds[@]}"; do
   extra=()
   [ -n "$seed" ] && extra=(--seed "$seed")
-  base=$(accuracy "${baseline[@]}" "${extra[@]}") || exit 1
-  cand=$(accuracy "${candidate[@]}" "${extra[@]}") || exit 1
+  base=$(accuracy "${baseline[@]}" "${extra[@]}") || exit $?
+  cand=$(accuracy "${candidate[@]}" "${extra[@]}") || exit $?
   echo "${seed:+seed $seed: }baseline test_acc=$base candidate test_acc=$cand"
   base_values+=("$base") cand_values+=("$cand")
 done

@@ -1243,19 +1243,20 @@ static void test_mpi_library(void) {
   check(release != NULL && strlen(release) >= 3 && same_family, "mpi_library names the MPI run");
 }
 
-/* reduce_scatter: each rank's shard is the slice of a twin's oktopk_reduce (Ok-Topk bit for
- * bit; Dense within its rounding), for equal shards (NULL offsets) and given ones, float32 and
- * float64; other methods, a wrong dtype and a wrong shard length fail on every rank. */
+/* reduce_scatter: each rank's shard is the slice of a twin's oktopk_reduce (the sparse methods
+ * bit for bit; Dense within its rounding), for equal shards (NULL offsets) and given ones,
+ * float32 and float64; gTopk, a wrong dtype and a wrong shard length fail on every rank. */
 static void test_reduce_scatter(void) {
   const int64_t n = 3001;
   const int dtypes[] = {OKTOPK_FLOAT32, OKTOPK_FLOAT64};
-  const char* methods[] = {"oktopk", "dense"};
+  const char* methods[] = {"oktopk", "topka", "topkdsa", "gaussiank", "dense"};
+  const size_t dense = 4;
   int64_t* offsets = malloc((size_t)(size + 1) * sizeof(int64_t));
   for (int r = 0; r <= size; ++r) offsets[r] = (int64_t)r * n / size;
   /* Given offsets: everything from rank 1 on shifted towards the end. */
   int64_t* given = malloc((size_t)(size + 1) * sizeof(int64_t));
   for (int r = 0; r <= size; ++r) given[r] = r == size ? n : (int64_t)r * (n / (2 * size));
-  for (size_t m = 0; m < 2; ++m) {
+  for (size_t m = 0; m < sizeof methods / sizeof methods[0]; ++m) {
     for (size_t t = 0; t < 2; ++t) {
       const int dtype = dtypes[t];
       const size_t width = dtype == OKTOPK_FLOAT64 ? sizeof(double) : sizeof(float);
@@ -1284,13 +1285,18 @@ static void test_reduce_scatter(void) {
               dtype == OKTOPK_FLOAT64 ? ((double*)out)[begin + j] : ((float*)out)[begin + j];
           const int same_bits =
               memcmp((char*)shard + j * width, (char*)out + (begin + j) * width, width) == 0;
-          if (m == 0 ? !same_bits : !(fabs(a - b) <= 1e-5 * (fabs(b) + 1.0))) ++differ;
+          if (m != dense ? !same_bits : !(fabs(a - b) <= 1e-5 * (fabs(b) + 1.0))) ++differ;
         }
       }
       char what[160];
       snprintf(what, sizeof what, "reduce_scatter %s %s: the shards are reduce's slices",
                methods[m], dtype == OKTOPK_FLOAT64 ? "float64" : "float32");
       check(ok && differ == 0, what);
+      oktopk_stats twin_stats, stats;
+      check(oktopk_get_stats(twin, &twin_stats) == OKTOPK_SUCCESS &&
+                oktopk_get_stats(h, &stats) == OKTOPK_SUCCESS && twin_stats.reduce_scatter == 0 &&
+                stats.reduce_scatter == 1,
+            "reduce_scatter: the stats say which call was a reduce-scatter");
       if (m == 0 && dtype == OKTOPK_FLOAT32) {
         const int64_t length = offsets[rank + 1] - offsets[rank];
         int code =
@@ -1311,15 +1317,15 @@ static void test_reduce_scatter(void) {
       free(shard);
     }
   }
-  oktopk_handle* topka = NULL;
+  oktopk_handle* gtopk = NULL;
   float* g = malloc((size_t)n * sizeof(float));
   fill(g, n, rank, 0);
-  check(oktopk_create(MPI_COMM_WORLD, "topka", n, "density=0.02", &topka) == OKTOPK_SUCCESS &&
-            oktopk_reduce_scatter(topka, g, g, offsets[rank + 1] - offsets[rank], NULL, 0) ==
+  check(oktopk_create(MPI_COMM_WORLD, "gtopk", n, "density=0.02", &gtopk) == OKTOPK_SUCCESS &&
+            oktopk_reduce_scatter(gtopk, g, g, offsets[rank + 1] - offsets[rank], NULL, 0) ==
                 OKTOPK_ERROR_INVALID_ARGUMENT &&
             strstr(oktopk_last_error(), "has no reduce-scatter") != NULL,
-        "reduce_scatter of topka: refused on every rank");
-  oktopk_destroy(topka);
+        "reduce_scatter of gtopk: refused on every rank");
+  oktopk_destroy(gtopk);
   free(g);
   free(offsets);
   free(given);

@@ -491,6 +491,7 @@ contains
     integer :: c, r, code, code_a, code_b
     logical :: ok, same
     character(len=:), allocatable :: message
+    type(oktopk_stats) :: stats_a, stats_b
     code_a = oktopk_create(MPI_COMM_WORLD, 'oktopk', n, 'density=0.02', a)
     code_b = oktopk_create(MPI_COMM_WORLD, 'oktopk', n, 'density=0.02', b)
     call check(code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS, &
@@ -525,6 +526,11 @@ contains
     end do
     call check(ok, 'reduce_scatter: every call succeeds')
     call check(same, 'reduce_scatter: the shards are reduce''s slices, bit for bit')
+    code_a = oktopk_get_stats(a, stats_a)
+    code_b = oktopk_get_stats(b, stats_b)
+    call check(code_a == OKTOPK_SUCCESS .and. code_b == OKTOPK_SUCCESS .and. &
+               stats_a%reduce_scatter == 0 .and. stats_b%reduce_scatter == 1, &
+               'reduce_scatter: stats say which call was a reduce-scatter')
     allocate(shard(merge(1, 0, rank == nranks - 1) + (rank + 1) * n / nranks - rank * n / nranks))
     code = oktopk_reduce_scatter(b, grad, shard)
     message = oktopk_last_error()

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// reduce_scatter: for Ok-Topk, every rank's shard is the matching slice of a twin handle's
-// reduce() output on the same gradients, bit for bit, with the same residual and statistics,
-// on warm-up, exact and reused-threshold calls, for equal and uneven shards, float, double and
-// bfloat16 gradients and a bfloat16 wire; its traffic has no allgather and stays within the
-// bound of docs/reference.md. For Dense, the shard is the slice of reduce()'s average up to the
-// order of MPI's sums. The other methods, hierarchical handles and bad arguments are refused on
-// every rank with the handle unchanged.
+// reduce_scatter: for Ok-Topk, TopkA, TopkDSA and Gaussian-k, every rank's shard is the
+// matching slice of a twin handle's reduce() output on the same gradients, bit for bit, with
+// the same residual and statistics, on warm-up, exact and reused-threshold calls, with Ok-Topk's
+// regions balanced or fixed at the equal shards (then only counts cross ranks), for equal and
+// uneven shards, float, double and bfloat16 gradients and a bfloat16 wire (TopkDSA also past its
+// dense switch); its traffic has no allgather and stays within the bounds of docs/reference.md.
+// For Dense, the shard is the slice of reduce()'s average up to the order of MPI's sums. gTopk,
+// S2, hierarchical handles and bad arguments are refused on every rank with the handle
+// unchanged.
 #include "mpi/method_checks.hpp"
 
 #include <oktopk/any_space.hpp>
@@ -90,17 +92,18 @@ std::int64_t sum_over_ranks(std::int64_t x) {
   return x;
 }
 
-/// Twin handles of Ok-Topk fed the same gradients, one calling reduce(), one reduce_scatter():
-/// the shard against the slice, the residuals, the statistics, and the traffic bound.
+/// Twin handles of `method` fed the same gradients, one calling reduce(), one
+/// reduce_scatter(): the shard against the slice, the residuals, the statistics, and the traffic
+/// bounds.
 template <class Value>
-void expect_shards_of_twin(std::int64_t n, const Options& options,
+void expect_shards_of_twin(Algorithm method, std::int64_t n, const Options& options,
                            const std::vector<std::int64_t>& given_offsets, int calls) {
   const int P = world_size();
   const int me = world_rank();
-  auto reducing = oktopk::make_sparse_allreduce<Exec, Value>(Algorithm::OkTopk,
-                                                             oktopk::Communicator(), n, options);
-  auto scattering = oktopk::make_sparse_allreduce<Exec, Value>(Algorithm::OkTopk,
-                                                               oktopk::Communicator(), n, options);
+  auto reducing =
+      oktopk::make_sparse_allreduce<Exec, Value>(method, oktopk::Communicator(), n, options);
+  auto scattering =
+      oktopk::make_sparse_allreduce<Exec, Value>(method, oktopk::Communicator(), n, options);
   const std::vector<std::int64_t> offsets =
       given_offsets.empty() ? oktopk::equal_shard_offsets(n, P) : given_offsets;
   const std::int64_t begin = offsets[static_cast<std::size_t>(me)];
@@ -109,6 +112,7 @@ void expect_shards_of_twin(std::int64_t n, const Options& options,
   Kokkos::View<Value*, Exec::memory_space> out("test::out", static_cast<std::size_t>(n));
   Kokkos::View<Value*, Exec::memory_space> shard("test::shard", static_cast<std::size_t>(length));
   std::int64_t sparse_calls = 0;
+  std::int64_t dense_switches = 0;
   for (const Dist d : {Dist::Uniform, Dist::Correlated, Dist::Heavy, Dist::Ties, Dist::Rows}) {
     for (int call = 0; call < calls; ++call) {
       const std::int64_t t = scattering->stats().iteration;
@@ -147,24 +151,43 @@ void expect_shards_of_twin(std::int64_t n, const Options& options,
       EXPECT_FALSE(rs.reduce_scatter);
       if (ss.dense) continue;
       ++sparse_calls;
-      // No allgather of entries: what "allgatherv" still sends is the ladder's counts, one
-      // int32 per level.
-      EXPECT_LE(sent_bytes(ss, "allgatherv"), (P - 1) * 4 * oktopk::impl::max_count_levels);
-      EXPECT_EQ(sent_bytes(ss, "balance"), 0);
-      // The bound: the entries of this rank's region go out once, as the allgather's pairs,
-      // plus the counts' alltoall (8 bytes a rank) and the total's allreduce; the feedback is
-      // one byte per entry of the local selection.
       // An entry: its 4-byte index and its value on the wire.
       const std::int64_t entry_bytes =
           4 + (options.wire == oktopk::Wire::Native
                    ? static_cast<std::int64_t>(sizeof(oktopk::impl::arithmetic_t<Value>))
                    : 2);
-      EXPECT_LE(sent_bytes(ss, "shard_exchange"), entry_bytes * ss.global_selected + 16 * P);
-      // One byte back for each entry another rank sent this one.
-      EXPECT_LE(sum_over_ranks(sent_bytes(ss, "feedback")), sum_over_ranks(ss.local_selected));
-      // Over all ranks, the shard exchange sends each selected entry at most once.
+      // What a rank sends to the shards' owners: Ok-Topk and TopkDSA their region's reduced
+      // entries, TopkA and Gaussian-k their local selection, each entry once, as the
+      // allgather's pairs, plus the counts' alltoall (8 bytes a rank) and the total's
+      // allreduce.
+      const bool regions = method == Algorithm::OkTopk || method == Algorithm::TopkDSA;
+      EXPECT_LE(sent_bytes(ss, "shard_exchange"),
+                entry_bytes * (regions ? ss.global_selected : ss.local_selected) + 16 * P);
+      // Over all ranks, the shard exchange sends each entry at most once.
       EXPECT_LE(sum_over_ranks(sent_bytes(ss, "shard_exchange")),
-                entry_bytes * ss.global_selected + 16 * P * P);
+                entry_bytes * (regions ? ss.global_selected : sum_over_ranks(ss.local_selected)) +
+                    16 * P * P);
+      EXPECT_EQ(sent_bytes(ss, "balance"), 0);
+      if (method == Algorithm::OkTopk) {
+        // No allgather of entries: what "allgatherv" still sends is the ladder's counts, one
+        // int32 per level.
+        EXPECT_LE(sent_bytes(ss, "allgatherv"), (P - 1) * 4 * oktopk::impl::max_count_levels);
+        // One byte back for each entry another rank sent this one.
+        EXPECT_LE(sum_over_ranks(sent_bytes(ss, "feedback")), sum_over_ranks(ss.local_selected));
+      } else {
+        // Every selected entry reaches the result: no feedback, and no allgather at all.
+        EXPECT_EQ(sent_bytes(ss, "allgatherv"), 0);
+        EXPECT_EQ(sent_bytes(ss, "feedback"), 0);
+      }
+      if (method == Algorithm::OkTopk && options.equal_regions && given_offsets.empty()) {
+        EXPECT_EQ(sent_bytes(ss, "repartition"), 0);
+        // Each region is its owner's shard: only the counts and the total travel.
+        EXPECT_LE(sent_bytes(ss, "shard_exchange"), 16 * P);
+      }
+      if (method == Algorithm::TopkDSA) {
+        EXPECT_EQ(sent_bytes(ss, "split_reduce"), sent_bytes(rs, "split_reduce"));
+        if (rs.dense_switch) ++dense_switches;
+      }
       // Less traffic than the allgather once there are entries to gather (counts and totals
       // cost more than they save on a handful).
       if (P >= 4 && ss.global_selected >= 4 * P) {
@@ -173,6 +196,11 @@ void expect_shards_of_twin(std::int64_t n, const Options& options,
     }
   }
   if (n >= 1000) EXPECT_GT(sparse_calls, 0) << "no call after the warm-up";
+  // At density 0.3 on 3 ranks or more, uncorrelated selections fill more than half of the
+  // vector: reduce() sends TopkDSA's regions dense.
+  if (method == Algorithm::TopkDSA && options.density >= 0.3 && P >= 3 && n >= 1000) {
+    EXPECT_GT(dense_switches, 0) << "reduce() never took its dense switch";
+  }
 }
 
 TEST(ReduceScatterOkTopk, ShardsAreTheTwinReducesOutput) {
@@ -186,11 +214,12 @@ TEST(ReduceScatterOkTopk, ShardsAreTheTwinReducesOutput) {
               .set_balancing(oktopk::Balancing::On)
               .set_repartition_period(2),
           Options{}.set_density(0.01).set_warmup_iterations(1).set_dense_allreduce(
-              oktopk::DenseAlgorithm::Ring)}) {
+              oktopk::DenseAlgorithm::Ring),
+          Options{}.set_density(0.02).set_equal_regions(true)}) {
       std::ostringstream described;
       described << "n = " << n << ", " << options;
       SCOPED_TRACE(described.str());
-      expect_shards_of_twin<float>(n, options, {}, 3);
+      expect_shards_of_twin<float>(Algorithm::OkTopk, n, options, {}, 3);
     }
   }
 }
@@ -199,19 +228,48 @@ TEST(ReduceScatterOkTopk, UnevenShards) {
   const int P = world_size();
   for (const std::int64_t n : {std::int64_t{3}, std::int64_t{4001}}) {
     SCOPED_TRACE("n = " + std::to_string(n));
-    expect_shards_of_twin<float>(n, Options{}.set_density(0.03), uneven_offsets(n, P), 2);
+    expect_shards_of_twin<float>(Algorithm::OkTopk, n, Options{}.set_density(0.03),
+                                 uneven_offsets(n, P), 2);
     // Everything on the last rank.
     std::vector<std::int64_t> last(static_cast<std::size_t>(P) + 1, 0);
     last[static_cast<std::size_t>(P)] = n;
-    expect_shards_of_twin<float>(n, Options{}.set_density(0.03), last, 2);
+    expect_shards_of_twin<float>(Algorithm::OkTopk, n, Options{}.set_density(0.03), last, 2);
   }
 }
 
 TEST(ReduceScatterOkTopk, GradientTypesAndWires) {
-  expect_shards_of_twin<double>(3001, Options{}.set_density(0.02), {}, 3);
-  expect_shards_of_twin<oktopk::bfloat16>(3001, Options{}.set_density(0.02), {}, 3);
-  expect_shards_of_twin<float>(3001, Options{}.set_density(0.02).set_wire(oktopk::Wire::BFloat16),
-                               {}, 3);
+  expect_shards_of_twin<double>(Algorithm::OkTopk, 3001, Options{}.set_density(0.02), {}, 3);
+  expect_shards_of_twin<oktopk::bfloat16>(Algorithm::OkTopk, 3001, Options{}.set_density(0.02), {},
+                                          3);
+  expect_shards_of_twin<float>(Algorithm::OkTopk, 3001,
+                               Options{}.set_density(0.02).set_wire(oktopk::Wire::BFloat16), {}, 3);
+}
+
+TEST(ReduceScatterTopk, ShardsAreTheTwinReducesOutput) {
+  const int P = world_size();
+  for (const Algorithm method : {Algorithm::TopkA, Algorithm::TopkDSA, Algorithm::GaussianK}) {
+    for (const std::int64_t n :
+         {std::int64_t{1}, std::int64_t{5}, std::int64_t{3001}, std::int64_t{20000}}) {
+      // TopkDSA past its dense switch too (density 0.3 on 3 ranks or more).
+      for (const Options& options :
+           {Options{}.set_density(0.02), Options{}.set_density(0.02).set_warmup_iterations(1),
+            Options{}.set_density(0.3).set_warmup_iterations(1)}) {
+        std::ostringstream described;
+        described << oktopk::to_string(method) << ", n = " << n << ", " << options;
+        SCOPED_TRACE(described.str());
+        expect_shards_of_twin<float>(method, n, options, {}, 2);
+      }
+    }
+    SCOPED_TRACE(oktopk::to_string(method));
+    expect_shards_of_twin<float>(method, 4001, Options{}.set_density(0.03), uneven_offsets(4001, P),
+                                 2);
+    expect_shards_of_twin<double>(method, 3001, Options{}.set_density(0.02), {}, 2);
+    expect_shards_of_twin<oktopk::bfloat16>(method, 3001, Options{}.set_density(0.02), {}, 2);
+    for (const double density : {0.02, 0.3}) {
+      expect_shards_of_twin<float>(
+          method, 3001, Options{}.set_density(density).set_wire(oktopk::Wire::BFloat16), {}, 2);
+    }
+  }
 }
 
 TEST(ReduceScatterDense, IsTheSliceOfTheAverage) {
@@ -264,8 +322,7 @@ TEST(ReduceScatter, RefusesMethodsWithoutOneOnEveryRank) {
   const auto offsets = oktopk::equal_shard_offsets(n, world_size());
   Vector shard("test::shard", static_cast<std::size_t>(offsets[me + 1] - offsets[me]));
   Exec exec;
-  for (const Algorithm a : {Algorithm::TopkA, Algorithm::TopkDSA, Algorithm::GaussianK,
-                            Algorithm::GTopk, Algorithm::S2Reducer}) {
+  for (const Algorithm a : {Algorithm::GTopk, Algorithm::S2Reducer}) {
     SCOPED_TRACE(oktopk::to_string(a));
     auto h = oktopk::make_sparse_allreduce<Exec>(a, oktopk::Communicator(), n,
                                                  Options{}.set_density(0.05));

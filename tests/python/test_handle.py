@@ -81,7 +81,8 @@ def test_method(method, n):
     keys = {"iteration", "k", "local_selected", "global_selected", "bytes_sent",
             "bytes_received", "messages_sent", "messages_received", "seconds",
             "local_threshold", "global_threshold", "dense", "bytes_sent_between_nodes",
-            "bytes_received_between_nodes", "selected_nothing", "phases", "segments"}
+            "bytes_received_between_nodes", "selected_nothing", "reduce_scatter", "phases",
+            "segments"}
     check(set(stats) == keys and stats["iteration"] == calls and stats["k"] == a.k
           and (size == 1 or stats["bytes_sent"] > 0) and stats["seconds"] >= 0
           and isinstance(stats["dense"], bool) and stats["dense"] == (method == "dense")
@@ -646,7 +647,7 @@ def test_reduce_scatter():
     n = 4000
     given = [r * (n // (2 * size)) for r in range(size)] + [n]
     check(oktopk.equal_shard_offsets(10, 4) == [0, 2, 5, 7, 10], "equal_shard_offsets")
-    for method in ("oktopk", "dense"):
+    for method in ("oktopk", "topka", "topkdsa", "gaussiank", "dense"):
         a = oktopk.Handle(comm, method, n, **OPTIONS)
         b = oktopk.Handle(comm, method, n, **OPTIONS)
         ok = True
@@ -656,12 +657,14 @@ def test_reduce_scatter():
             out = a.reduce(grad)
             shard = b.reduce_scatter(grad, shard_offsets=None if call % 2 == 0 else offsets)
             part = out[offsets[rank]:offsets[rank + 1]]
-            if method == "oktopk":
+            if method != "dense":
                 ok &= shard.dtype == np.float32 and np.array_equal(shard.view(np.uint32),
                                                                    part.view(np.uint32))
             else:
                 ok &= bool(np.all(np.abs(shard - part) <= 1e-5 * (1 + np.abs(part))))
         check(ok, f"{method}: reduce_scatter returns reduce's slice")
+        check(b.stats()["reduce_scatter"] and not a.stats()["reduce_scatter"],
+              f"{method}: stats()['reduce_scatter'] tells the calls apart")
     torch = import_torch()
     if torch is not None:
         h = oktopk.Handle(comm, "oktopk", n, **OPTIONS)
@@ -672,10 +675,10 @@ def test_reduce_scatter():
         check(isinstance(shard, torch.Tensor) and
               torch.equal(shard, twin.reduce(grad.clone())[begin:end]),
               "reduce_scatter of a tensor: a tensor, reduce's slice")
-    topka = oktopk.Handle(comm, "topka", n, **OPTIONS)
-    e = raises(ValueError, topka.reduce_scatter, gradient(rank, n, 0))
+    gtopk = oktopk.Handle(comm, "gtopk", n, **OPTIONS)
+    e = raises(ValueError, gtopk.reduce_scatter, gradient(rank, n, 0))
     check(e is not None and "has no reduce-scatter" in str(e),
-          f"reduce_scatter of topka: ValueError on every rank ({e})")
+          f"reduce_scatter of gtopk: ValueError on every rank ({e})")
     h = oktopk.Handle(comm, "oktopk", n, **OPTIONS)
     if size > 1:
         bad = given if rank == size - 1 else oktopk.equal_shard_offsets(n, size)

@@ -244,6 +244,7 @@ TEST(OptionsTest, PrintsEveryFieldOnOneLine) {
                                "hierarchical=on",
                                "threshold_period=11",
                                "repartition_period=13",
+                               "equal_regions=on",
                                "throttle=3",
                                "balancing=on",
                                "balance_threshold=1.5",

@@ -570,8 +570,9 @@ class Handle:
         ``shard_offsets``: P + 1 boundaries from 0 to n, never decreasing, the same on every
         rank; None for equal shards (:func:`equal_shard_offsets`). ``shard`` defaults to a new
         numpy array (a new tensor on grad's device if ``grad`` is a tensor). Methods
-        ``"oktopk"`` (bit for bit :meth:`reduce`'s slice) and ``"dense"``; the others, and bad
-        offsets or lengths on any rank, raise ValueError on every rank. A tensor on a GPU goes
+        ``"oktopk"``, ``"topka"``, ``"topkdsa"`` and ``"gaussiank"`` (bit for bit
+        :meth:`reduce`'s slice) and ``"dense"``; ``"gtopk"`` and ``"s2"``, and bad offsets or
+        lengths on any rank, raise ValueError on every rank. A tensor on a GPU goes
         through the host (a copy of n values there, of the shard back). Releases the GIL.
         """
         where = "oktopk.Handle.reduce_scatter"
@@ -707,7 +708,7 @@ class Handle:
         bytes_sent_between_nodes and bytes_received_between_nodes (of the bytes, those to and
         from ranks on other nodes: the handle's nodes, option node_size), selected_nothing
         (a top-k method selected nothing on any rank although some rank's input had a non-zero
-        entry), phases: {phase name:
+        entry), reduce_scatter (the call was a :meth:`reduce_scatter`), phases: {phase name:
         dict of seconds, bytes_sent, bytes_received, messages_sent, messages_received,
         bytes_sent_between_nodes, bytes_received_between_nodes} (they sum to the call's), and
         segments: per segment of the layout (none without one), a dict of name, kind

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Gaussian-k (Shi et al., arXiv 1911.08772): a threshold from a normal fit of the gradient,
-// corrected by a few counting passes, then an allgatherv of every rank's selection, summed.
+// corrected by a few counting passes, then an allgatherv of every rank's selection, summed; for
+// reduce_scatter, each selected entry sent only to its shard's owner.
 #pragma once
 
 #include <oktopk/pack.hpp>
@@ -8,6 +9,7 @@
 #include <oktopk/select.hpp>
 #include <oktopk/topk.hpp>
 #include <oktopk/impl/algorithms/method_base.hpp>
+#include <oktopk/impl/collectives/shard_exchange.hpp>
 #include <oktopk/impl/collectives/sparse_allgatherv.hpp>
 #include <oktopk/impl/collectives/wire_values.hpp>
 
@@ -31,14 +33,42 @@ class GaussianK final : public MethodBase<ExecSpace, Value> {
   GaussianK(const ExecSpace& exec, const Communicator& comm, std::int64_t n, const Options& options,
             const Layout& layout = Layout())
       : Base(exec, Algorithm::GaussianK, comm, n, options, layout) {
-    gather_.wire = wire_;
+    gather_.wire = shards_.wire = wire_;
   }
 
  protected:
+  const char* reduce_scatter_refusal() const override { return nullptr; }
+
   void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
                    const vector_type& out) override {
+    const std::int64_t selected = select(exec, acc);
+    sparse_allgatherv(exec, this->comm_, indices_, values_, selected, Balancing::Off, 1.0, gather_,
+                      this->timed(exec));
+    this->stats_.global_selected = gather_.total;
+    {
+      auto timer = this->phase(exec, "reduce");
+      average_gathered(exec, gather_, this->sums_for(exec, out), out, this->comm_.size());
+    }
+    clear_sent(exec, acc, selected);
+  }
+
+  void reduce_step_scatter(const ExecSpace& exec, const real_vector_type& acc,
+                           const typename Base::ShardTarget& target) override {
+    const std::int64_t selected = select(exec, acc);
+    this->stats_.global_selected = sparse_reduce_scatter(
+        exec, this->comm_, indices_, values_, selected, target.offsets, shards_,
+        this->sums_for(exec, target.shard), target.shard, this->timed(exec));
+    clear_sent(exec, acc, selected);
+  }
+
+  std::int64_t wire_overflows() const override { return gather_.overflowed + shards_.overflowed; }
+
+ private:
+  /// The local selection at the corrected threshold into indices_ and values_; returns how
+  /// many.
+  std::int64_t select(const ExecSpace& exec, const real_vector_type& acc) {
     auto& stats = this->stats_;
-    gather_.overflowed = 0;
+    gather_.overflowed = shards_.overflowed = 0;
     const Options& options = this->options_;
     const std::int64_t k = this->k_;
     std::int64_t selected = 0;
@@ -79,28 +109,21 @@ class GaussianK final : public MethodBase<ExecSpace, Value> {
     }
     stats.local_selected = selected;
     stats.global_threshold = -std::numeric_limits<float>::infinity();
-    sparse_allgatherv(exec, this->comm_, indices_, values_, selected, Balancing::Off, 1.0, gather_,
-                      this->timed(exec));
-    stats.global_selected = gather_.total;
-    {
-      auto timer = this->phase(exec, "reduce");
-      average_gathered(exec, gather_, this->sums_for(exec, out), out, this->comm_.size());
-    }
-    {
-      auto timer = this->phase(exec, "residual");
-      // What the others received leaves the residual; a narrower wire's rounding error stays.
-      keep_wire_error_at(exec, acc, indices_, selected, wire_);
-    }
+    return selected;
   }
 
-  std::int64_t wire_overflows() const override { return gather_.overflowed; }
+  /// What the others received leaves the residual; a narrower wire's rounding error stays.
+  void clear_sent(const ExecSpace& exec, const real_vector_type& acc, std::int64_t selected) {
+    auto timer = this->phase(exec, "residual");
+    keep_wire_error_at(exec, acc, indices_, selected, wire_);
+  }
 
- private:
   /// The type the values travel in (value_wire()).
   const Wire wire_ = value_wire<Value>(this->options_);
   typename Base::index_vector_type indices_{"oktopk::GaussianK::indices", 0};
   real_vector_type values_{"oktopk::GaussianK::values", 0};
   SparseGather<ExecSpace, Real> gather_;
+  ShardExchange<ExecSpace, Real> shards_;
 };
 
 }  // namespace oktopk::impl

@@ -89,10 +89,7 @@ class MethodBase : public HandleCore<ExecSpace, Value> {
 
   /// Why the method has no reduce_scatter (nullptr: it has one, reduce_step_scatter, or for
   /// the Dense method the driver's dense reduce-scatter). The same on every rank of a handle.
-  virtual const char* reduce_scatter_refusal() const {
-    return "its selected entries reach every rank by an allgather, and it has no "
-           "reduce-scatter path yet: methods oktopk and dense have one";
-  }
+  virtual const char* reduce_scatter_refusal() const = 0;
 
   /// reduce_step for reduce_scatter, for a method whose reduce_scatter_refusal() is nullptr:
   /// `target.shard` receives this rank's shard of what reduce_step would write into `out`, and

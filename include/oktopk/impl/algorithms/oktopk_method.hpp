@@ -9,6 +9,7 @@
 #pragma once
 
 #include <oktopk/pack.hpp>
+#include <oktopk/shards.hpp>
 #include <oktopk/impl/algorithms/method_base.hpp>
 #include <oktopk/impl/collectives/distributed_kth.hpp>
 #include <oktopk/impl/collectives/shard_exchange.hpp>
@@ -511,25 +512,29 @@ class OkTopkAllreduce final : public MethodBase<ExecSpace, Value> {
   /// Region boundaries from where the local selections lie (spec §2.4): each rank proposes the
   /// P-quantiles of its selected positions, and the boundaries are their average, so every
   /// region holds about k/P of every rank's entries. A rank with fewer than P selected entries
-  /// proposes equal regions.
+  /// proposes equal regions. With equal_regions every region is its equal part, nothing sent.
   void repartition(const ExecSpace& exec, const real_vector_type& acc) {
     const int P = this->comm_.size();
     const std::int64_t n = this->n_;
-    // What the accumulate pass kept makes this selection cheap, also when it runs often.
-    const std::int64_t selected =
-        this->select_into(exec, acc, local_threshold_, repartition_indices_, repartition_values_,
-                          this->accumulated_.known_above(local_threshold_));
-    std::vector<std::int64_t> boundaries;
-    if (selected >= P && P > 1) {
-      pick_quantiles(exec, repartition_indices_, selected, P - 1, boundaries);
+    if (this->options_.equal_regions) {
+      offsets_ = equal_shard_offsets(n, P);
     } else {
-      boundaries.assign(P > 1 ? P - 1 : 0, 0);
-      for (int i = 0; i < P - 1; ++i) boundaries[i] = (i + 1) * n / P;
+      // What the accumulate pass kept makes this selection cheap, also when it runs often.
+      const std::int64_t selected =
+          this->select_into(exec, acc, local_threshold_, repartition_indices_, repartition_values_,
+                            this->accumulated_.known_above(local_threshold_));
+      std::vector<std::int64_t> boundaries;
+      if (selected >= P && P > 1) {
+        pick_quantiles(exec, repartition_indices_, selected, P - 1, boundaries);
+      } else {
+        boundaries.assign(P > 1 ? P - 1 : 0, 0);
+        for (int i = 0; i < P - 1; ++i) boundaries[i] = (i + 1) * n / P;
+      }
+      if (P > 1) this->comm_.allreduce_in_place(boundaries.data(), P - 1, MPI_SUM);
+      offsets_[0] = 0;
+      for (int i = 0; i < P - 1; ++i) offsets_[i + 1] = boundaries[i] / P;
+      offsets_[P] = n;
     }
-    if (P > 1) this->comm_.allreduce_in_place(boundaries.data(), P - 1, MPI_SUM);
-    offsets_[0] = 0;
-    for (int i = 0; i < P - 1; ++i) offsets_[i + 1] = boundaries[i] / P;
-    offsets_[P] = n;
     auto host = Kokkos::create_mirror_view(offsets_device_);
     for (int r = 0; r <= P; ++r) host(r) = offsets_[r];
     Kokkos::deep_copy(exec, offsets_device_, host);

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // TopkDSA (SparCML's DSAR split-allgather): exact local top-k, reduced over P equal regions by
-// split-and-reduce, then every region allgathered, sparse or dense, whichever moves fewer bytes.
+// split-and-reduce, then every region allgathered, sparse or dense, whichever moves fewer bytes;
+// for reduce_scatter, each region's non-zeros sent only to the owners of their shards.
 #pragma once
 
 #include <oktopk/pack.hpp>
 #include <oktopk/residual.hpp>
 #include <oktopk/impl/algorithms/method_base.hpp>
+#include <oktopk/impl/collectives/shard_exchange.hpp>
 #include <oktopk/impl/collectives/sparse_allgatherv.hpp>
 #include <oktopk/impl/collectives/split_and_reduce.hpp>
 #include <oktopk/impl/collectives/wire_values.hpp>
@@ -46,41 +48,19 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
     for (int r = 0; r <= P; ++r) host(r) = offsets_[r];
     Kokkos::deep_copy(exec, offsets_device_, host);
     fence(exec, "oktopk::TopkDSA: region offsets");  // `host` goes out of scope
-    state_.wire = gather_.wire = wire_;
+    state_.wire = gather_.wire = shards_.wire = wire_;
   }
 
  protected:
+  const char* reduce_scatter_refusal() const override { return nullptr; }
+
   void reduce_step(const ExecSpace& exec, const real_vector_type& acc,
                    const vector_type& out) override {
     auto& stats = this->stats_;
     const Communicator& comm = this->comm_;
     const int P = comm.size();
     const int me = comm.rank();
-    state_.overflowed = gather_.overflowed = dense_overflowed_ = 0;
-    {
-      auto timer = this->phase(exec, "select");
-      stats.local_threshold = this->topk_threshold(exec, acc, this->k_);
-      stats.local_threshold_exact = true;
-    }
-    stats.global_threshold = -std::numeric_limits<float>::infinity();
-    // An exact top-k: where magnitudes tie at the threshold, the first ties complete the k.
-    split_and_reduce(exec, comm, acc, stats.local_threshold, this->k_, {}, offsets_,
-                     offsets_device_, this->options_.throttle, state_, this->timed(exec));
-    stats.local_selected = state_.selected;
-    {
-      auto timer = this->phase(exec, "residual");
-      ensure_capacity(exec, selected_indices_, state_.selected);
-      selected_global_indices(exec, state_, offsets_device_, selected_indices_);
-      // What the others received leaves the residual; a narrower wire's rounding error stays.
-      keep_wire_error_at(exec, acc, selected_indices_, state_.selected, wire_);
-    }
-
-    // My reduced region's non-zeros, with region-relative indices.
-    std::int64_t nonzeros = 0;
-    {
-      auto timer = this->phase(exec, "select");
-      nonzeros = this->select_into(exec, state_.region, 0.0f, region_indices_, region_values_);
-    }
+    const std::int64_t nonzeros = reduce_regions(exec, acc);
     // The counts decide sparse or dense, and the sparse gather reuses them.
     gather_.counts.assign(P, 0);
     {
@@ -130,11 +110,69 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
     }
   }
 
+  /// Each region's non-zeros go to their shards' owners, as the sparse allgather carries them
+  /// in reduce(): the same values on the wire, and, on either of reduce()'s paths, the same
+  /// average, since the dense one's zeros average to zeros.
+  void reduce_step_scatter(const ExecSpace& exec, const real_vector_type& acc,
+                           const typename Base::ShardTarget& target) override {
+    const Communicator& comm = this->comm_;
+    const int me = comm.rank();
+    const std::int64_t nonzeros = reduce_regions(exec, acc);
+    std::int64_t total = nonzeros;
+    {
+      auto timer = this->phase(exec, "shard_exchange");
+      comm.allreduce_in_place(&total, 1, MPI_SUM);
+      add_offset(exec, region_indices_, 0, nonzeros, offsets_[me]);
+      send_to_shards(exec, comm, region_indices_, region_values_, nonzeros, target.offsets,
+                     shards_);
+    }
+    this->stats_.global_selected = total;
+    auto timer = this->phase(exec, "reduce");
+    add_wire_error(exec, acc, region_indices_, region_values_, nonzeros, wire_);
+    Kokkos::deep_copy(exec, target.shard, typename Base::gradient_type{});
+    scatter_divided(exec, shards_.indices, shards_.values, shards_.received, target.shard,
+                    static_cast<float>(comm.size()), -target.offsets[static_cast<std::size_t>(me)]);
+  }
+
   std::int64_t wire_overflows() const override {
-    return state_.overflowed + gather_.overflowed + dense_overflowed_;
+    return state_.overflowed + gather_.overflowed + dense_overflowed_ + shards_.overflowed;
   }
 
  private:
+  /// Both calls up to the output: the exact local top-k reduced over the regions by
+  /// split-and-reduce, the residual cleared where it was sent, and this rank's region's
+  /// non-zeros, region-relative, into region_indices_ and region_values_. Returns how many.
+  std::int64_t reduce_regions(const ExecSpace& exec, const real_vector_type& acc) {
+    auto& stats = this->stats_;
+    const Communicator& comm = this->comm_;
+    state_.overflowed = gather_.overflowed = dense_overflowed_ = shards_.overflowed = 0;
+    {
+      auto timer = this->phase(exec, "select");
+      stats.local_threshold = this->topk_threshold(exec, acc, this->k_);
+      stats.local_threshold_exact = true;
+    }
+    stats.global_threshold = -std::numeric_limits<float>::infinity();
+    // An exact top-k: where magnitudes tie at the threshold, the first ties complete the k.
+    split_and_reduce(exec, comm, acc, stats.local_threshold, this->k_, {}, offsets_,
+                     offsets_device_, this->options_.throttle, state_, this->timed(exec));
+    stats.local_selected = state_.selected;
+    {
+      auto timer = this->phase(exec, "residual");
+      ensure_capacity(exec, selected_indices_, state_.selected);
+      selected_global_indices(exec, state_, offsets_device_, selected_indices_);
+      // What the others received leaves the residual; a narrower wire's rounding error stays.
+      keep_wire_error_at(exec, acc, selected_indices_, state_.selected, wire_);
+    }
+
+    // My reduced region's non-zeros, with region-relative indices.
+    std::int64_t nonzeros = 0;
+    {
+      auto timer = this->phase(exec, "select");
+      nonzeros = this->select_into(exec, state_.region, 0.0f, region_indices_, region_values_);
+    }
+    return nonzeros;
+  }
+
   /// The dense switch on a narrower wire: every rank's region as words, decoded into `sums`;
   /// the rounding errors of this rank's region stay in acc.
   template <class Sums>
@@ -175,6 +213,7 @@ class TopkDSA final : public MethodBase<ExecSpace, Value> {
   typename Base::index_vector_type region_indices_{"oktopk::TopkDSA::region_indices", 0};
   real_vector_type region_values_{"oktopk::TopkDSA::region_values", 0};
   SparseGather<ExecSpace, Real> gather_;
+  ShardExchange<ExecSpace, Real> shards_;
 };
 
 }  // namespace oktopk::impl

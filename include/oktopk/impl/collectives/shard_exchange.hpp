@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// What a sparse reduce-scatter adds to split-and-reduce: each region's reduced entries go to
-// the owners of the fixed shards they fall in, and each region's owner tells every rank which
-// of the entries it sent were selected, for that rank's error feedback. Ok-Topk's
-// reduce_scatter, in place of the allgather that replicates the result.
+// What a sparse reduce-scatter puts in place of the allgather that replicates a result: each
+// entry goes to the owner of the fixed shard it falls in. Ok-Topk and TopkDSA send their
+// regions' reduced entries, and Ok-Topk's region owners tell every rank which of the entries it
+// sent were selected, for its error feedback; TopkA and Gaussian-k send every rank's selection,
+// which each shard's owner sums.
 #pragma once
 
 #include <oktopk/communicator.hpp>
@@ -36,10 +37,14 @@ struct ShardExchange {
   /// (index, value) pairs as 16-bit words (pack_pairs), sent and received.
   Kokkos::View<std::uint16_t*, Memory> send_pairs{"oktopk::ShardExchange::send_pairs", 0};
   Kokkos::View<std::uint16_t*, Memory> recv_pairs{"oktopk::ShardExchange::recv_pairs", 0};
-  /// The entries of this rank's shard, from every region's owner in rank order (so ascending).
+  /// The entries of this rank's shard, in blocks by sender in rank order, each block ascending
+  /// (the whole ascending when the senders' entries lie in regions that ascend with rank).
   Kokkos::View<index_type*, Memory> indices{"oktopk::ShardExchange::indices", 0};
   Kokkos::View<Real*, Memory> values{"oktopk::ShardExchange::values", 0};
   std::int64_t received = 0;
+  /// Where each sender's entries start among those received (P + 1), for average_received.
+  Kokkos::View<std::int64_t*, Memory> block_offsets{"oktopk::ShardExchange::block_offsets", 0};
+  typename Kokkos::View<std::int64_t*, Memory>::host_mirror_type block_offsets_host;
   /// Per entry of split_and_reduce's messages: 1 where the region's owner selected it globally.
   Kokkos::View<std::uint8_t*, Memory> received_flags{"oktopk::ShardExchange::received_flags", 0};
   Kokkos::View<std::uint8_t*, Memory> sent_flags{"oktopk::ShardExchange::sent_flags", 0};
@@ -64,7 +69,8 @@ void cut_at_offsets(const ExecSpace& exec, const Sorted& sorted, std::int64_t co
 /// ascending; values as state.wire carries them, as the allgather would) to the ranks whose
 /// shards [shard_offsets[q], shard_offsets[q + 1]) hold them, and receives the entries of its
 /// own shard from every rank into state.indices and state.values (state.received of them), in
-/// rank order: ascending, since the senders' regions ascend with their rank.
+/// rank order: ascending when the senders' entries lie in regions that ascend with their rank
+/// (Ok-Topk, TopkDSA), else ascending within each sender's block (TopkA, Gaussian-k).
 template <class ExecSpace, class Real, class Idx, class Val>
 void send_to_shards(const ExecSpace& exec, const Communicator& comm, const Idx& indices,
                     const Val& values, std::int64_t count,
@@ -124,6 +130,41 @@ void send_to_shards(const ExecSpace& exec, const Communicator& comm, const Idx& 
   requests.wait_all();
   mpi_received(exec, receive, state.recv_pairs, 0, words * state.received);
   unpack_pairs(exec, state.recv_pairs, state.received, state.indices, state.values, state.wire);
+}
+
+/// \brief shard(i) = (the sum of the entries send_to_shards received at index first_index + i)
+/// / ranks. Each sender's entries are a block, in rank order, so every index gets its additions
+/// in the order average_gathered gives them in reduce().
+template <class ExecSpace, class Real, class Sums, class Shard>
+void average_received(const ExecSpace& exec, ShardExchange<ExecSpace, Real>& state,
+                      std::int64_t first_index, const Sums& sums, const Shard& shard, int ranks) {
+  if (shard.extent(0) == 0) return;
+  upload_block_offsets(exec, state.recv_counts, state.block_offsets, state.block_offsets_host);
+  average_blocks(exec, state.indices, state.values, state.block_offsets, state.received,
+                 first_index, sums, shard, ranks);
+}
+
+/// \brief Collective: a sparse reduce-scatter of every rank's `count` selected entries (global
+/// indices ascending, values as the allgather would carry them): send_to_shards, then
+/// average_received into this rank's shard, phases "shard_exchange" and "reduce" (`timed(name)`
+/// opens one). `sums`: average_blocks'. Returns the entries over all ranks, reduce()'s gathered
+/// total.
+template <class ExecSpace, class Real, class Idx, class Val, class Sums, class Shard, class Timed>
+std::int64_t sparse_reduce_scatter(const ExecSpace& exec, const Communicator& comm,
+                                   const Idx& indices, const Val& values, std::int64_t count,
+                                   const std::vector<std::int64_t>& shard_offsets,
+                                   ShardExchange<ExecSpace, Real>& state, const Sums& sums,
+                                   const Shard& shard, Timed&& timed) {
+  std::int64_t total = count;
+  {
+    auto timer = timed("shard_exchange");
+    comm.allreduce_in_place(&total, 1, MPI_SUM);
+    send_to_shards(exec, comm, indices, values, count, shard_offsets, state);
+  }
+  auto timer = timed("reduce");
+  average_received(exec, state, shard_offsets[static_cast<std::size_t>(comm.rank())], sums, shard,
+                   comm.size());
+  return total;
 }
 
 /// flags(j) = 1 where relative(j) + region_begin is one of selected(0 .. count - 1) (ascending),

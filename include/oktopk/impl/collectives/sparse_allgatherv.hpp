@@ -261,45 +261,53 @@ void sparse_allgatherv(const ExecSpace& exec, const Communicator& comm, const Id
                             timed);
 }
 
-/// \brief out = (sum of the gathered entries) / P, in one kernel whatever P: each team owns a
-/// range of the vector, zeroes `sums` there (n values of type Real; out itself when it holds
-/// Real), adds the entries every rank's block holds in that range, block after block, and
-/// divides into out, rounded once. Within a block the indices are distinct and ascending (the
-/// methods select in index order), so two binary searches find a block's part of the range and
-/// its adds do not race; entries of different ranks may share an index. Every index gets the
-/// same additions in rank order on every rank and run, at any team size.
-template <class ExecSpace, class Real, class Sums, class Out>
-void average_gathered(const ExecSpace& exec, SparseGather<ExecSpace, Real>& gather,
-                      const Sums& sums, const Out& out, int ranks) {
+/// offsets = the running sums of `counts` from 0 (counts.size() + 1 of them), on the device,
+/// with `host` its mirror; both are reallocated when the number of counts changes.
+template <class ExecSpace>
+void upload_block_offsets(
+    const ExecSpace& exec, const std::vector<std::int64_t>& counts,
+    Kokkos::View<std::int64_t*, typename ExecSpace::memory_space>& offsets,
+    typename Kokkos::View<std::int64_t*, typename ExecSpace::memory_space>::host_mirror_type&
+        host) {
+  const auto blocks = static_cast<std::int64_t>(counts.size());
+  if (static_cast<std::int64_t>(offsets.extent(0)) != blocks + 1) {
+    offsets = Kokkos::View<std::int64_t*, typename ExecSpace::memory_space>(
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "oktopk::block_offsets"),
+        static_cast<std::size_t>(blocks + 1));
+    host = Kokkos::create_mirror_view(offsets);
+  }
+  host(0) = 0;
+  for (std::int64_t r = 0; r < blocks; ++r) host(r + 1) = host(r) + counts[r];
+  Kokkos::deep_copy(exec, offsets, host);
+}
+
+/// \brief out(i) = (sum of the entries at index first_index + i of every block) / ranks, for
+/// i < out.extent(0), in one kernel whatever the number of blocks: each team owns a range of
+/// out, zeroes `sums` there (at least out's length of Real; out itself when it holds Real),
+/// adds the entries every block holds in that range, block after block, and divides into out,
+/// rounded once. Block r is entries [offsets(r), offsets(r + 1)); within a block the indices
+/// are distinct and ascending (the methods select in index order), so two binary searches find
+/// a block's part of the range and its adds do not race; entries of different blocks may share
+/// an index. Every index gets the same additions in block order on every rank and run, at any
+/// team size and whatever part of the vector out covers.
+template <class ExecSpace, class Idx, class Vals, class Offsets, class Sums, class Out>
+void average_blocks(const ExecSpace& exec, const Idx& indices, const Vals& values,
+                    const Offsets& offsets, std::int64_t total, std::int64_t first_index,
+                    const Sums& sums, const Out& out, int ranks) {
   using Stored = typename Out::non_const_value_type;
   using Policy = Kokkos::TeamPolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
-  const auto blocks = static_cast<std::int64_t>(gather.counts.size());
+  const auto blocks = static_cast<std::int64_t>(offsets.extent(0)) - 1;
   const auto n = static_cast<std::int64_t>(out.extent(0));
   if (n == 0) return;
-  if (static_cast<std::int64_t>(gather.block_offsets.extent(0)) != blocks + 1) {
-    gather.block_offsets = Kokkos::View<std::int64_t*, typename ExecSpace::memory_space>(
-        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                           "oktopk::SparseGather::block_offsets"),
-        static_cast<std::size_t>(blocks + 1));
-    gather.block_offsets_host = Kokkos::create_mirror_view(gather.block_offsets);
-  }
-  gather.block_offsets_host(0) = 0;
-  for (std::int64_t r = 0; r < blocks; ++r) {
-    gather.block_offsets_host(r + 1) = gather.block_offsets_host(r) + gather.counts[r];
-  }
-  Kokkos::deep_copy(exec, gather.block_offsets, gather.block_offsets_host);
   // Each team searches every block twice: ranges wide enough that the searches cost about a
   // sixteenth of the pass over the n entries and the gathered ones.
-  const double wide = 16.0 * static_cast<double>(blocks) * static_cast<double>(n) /
-                      static_cast<double>(n + gather.total);
+  const double wide =
+      16.0 * static_cast<double>(blocks) * static_cast<double>(n) / static_cast<double>(n + total);
   const std::int64_t width = std::max<std::int64_t>(1024, static_cast<std::int64_t>(wide));
   const std::int64_t teams = (n + width - 1) / width;
-  const auto indices = gather.indices;
-  const auto values = gather.values;
-  const auto offsets = gather.block_offsets;
   const auto divisor = static_cast<float>(ranks);
   Kokkos::parallel_for(
-      "oktopk::average_gathered", Policy(exec, teams, Kokkos::AUTO),
+      "oktopk::average_blocks", Policy(exec, teams, Kokkos::AUTO),
       KOKKOS_LAMBDA(const typename Policy::member_type& team) {
         const std::int64_t lo = static_cast<std::int64_t>(team.league_rank()) * width;
         const std::int64_t hi = lo + width < n ? lo + width : n;
@@ -307,16 +315,28 @@ void average_gathered(const ExecSpace& exec, SparseGather<ExecSpace, Real>& gath
                              [&](std::int64_t i) { sums(i) = 0; });
         for (std::int64_t r = 0; r < blocks; ++r) {
           team.team_barrier();
-          const std::int64_t first = lower_bound(indices, offsets(r), offsets(r + 1), lo);
-          const std::int64_t last = lower_bound(indices, first, offsets(r + 1), hi);
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, first, last),
-                               [&](std::int64_t j) { sums(indices(j)) += values(j); });
+          const std::int64_t first =
+              lower_bound(indices, offsets(r), offsets(r + 1), lo + first_index);
+          const std::int64_t last = lower_bound(indices, first, offsets(r + 1), hi + first_index);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, first, last), [&](std::int64_t j) {
+            sums(static_cast<std::int64_t>(indices(j)) - first_index) += values(j);
+          });
         }
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lo, hi), [&](std::int64_t i) {
           out(i) = value_cast<Stored>(to_arithmetic(sums(i)) / divisor);
         });
       });
+}
+
+/// out = (sum of the gathered entries) / P: average_blocks over every rank's block.
+template <class ExecSpace, class Real, class Sums, class Out>
+void average_gathered(const ExecSpace& exec, SparseGather<ExecSpace, Real>& gather,
+                      const Sums& sums, const Out& out, int ranks) {
+  if (out.extent(0) == 0) return;
+  upload_block_offsets(exec, gather.counts, gather.block_offsets, gather.block_offsets_host);
+  average_blocks(exec, gather.indices, gather.values, gather.block_offsets, gather.total, 0, sums,
+                 out, ranks);
 }
 
 }  // namespace oktopk::impl
