@@ -45,6 +45,9 @@
 #                                       target node's speed over this CPU's; default 1)
 #   --no-compute                        charge no compute: the network alone
 #   --bed-link LAT,BW                   bed only: links of LAT s and BW bytes/s (calibrate's)
+#   --maxmin-precision X                SimGrid's maxmin/precision (its default 1e-5): a run
+#                                       that aborts with "Cannot saturate more a constraint
+#                                       that has no active element" takes 1e-4
 # Everything after -- goes to oktopk-bench (its --help lists it).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 set -euo pipefail
@@ -112,12 +115,14 @@ oktopk_smpi_platform_files() {
     --platform "$1" --np "$2" --speedup "${3:-1}" "${link[@]}"
 }
 
-# oktopk_smpi_run [--platform NAME] [--np P] [--compute-speedup S | --no-compute] -- BENCH_ARGS
+# oktopk_smpi_run [--platform NAME] [--np P] [--compute-speedup S | --no-compute]
+#                 [--bed-link LAT,BW] [--maxmin-precision X] -- BENCH_ARGS
 oktopk_smpi_run() {
-  local platform=daint np=16 speedup=1 compute=yes bed_link=""
+  local platform=daint np=16 speedup=1 compute=yes bed_link="" precision=""
   while [ $# -gt 0 ]; do
     case $1 in
       --platform) platform=$2; shift 2 ;;
+      --maxmin-precision) precision=$2; shift 2 ;;
       --bed-link) bed_link=$2; shift 2 ;;
       --np) np=$2; shift 2 ;;
       --compute-speedup) speedup=$2; shift 2 ;;
@@ -150,6 +155,7 @@ oktopk_smpi_run() {
     --cfg=contexts/nthreads:1
   )
   [ "$compute" = yes ] || cfg+=(--cfg=smpi/simulate-computation:no)
+  [ -z "$precision" ] || cfg+=("--cfg=maxmin/precision:$precision")
   # Kokkos's own threads: none (Serial), and no OpenMP runtime to start any.
   OMP_NUM_THREADS=1 smpirun -np "$np" -platform "$xml" -hostfile "$hosts" "${cfg[@]}" \
     --log=root.thres:warning --log=smpi_config.thres:warning \

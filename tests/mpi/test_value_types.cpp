@@ -339,9 +339,10 @@ std::vector<double> sum_doubles(const std::vector<double>& mine) {
 
 double through_float(double x) { return static_cast<double>(static_cast<float>(x)); }
 
-/// The ring on a float wire, on the host: chunk c starts at rank c with its input rounded to
-/// float; each next rank adds its own rounded input in double and rounds the partial sum to
-/// float as it sends it on; the last adds, divides by P, and rounds the average to float.
+/// The ring on a float wire, on the host: chunk c starts at rank c + 1 (and ends at rank c) with
+/// its input rounded to float; each next rank adds its own rounded input in double and rounds the
+/// partial sum to float as it sends it on; the last adds, divides by P, and rounds the average to
+/// float.
 std::vector<double> simulate_float_ring(const std::vector<double>& all, std::size_t n) {
   const int P = world_size();
   std::vector<double> out(n);
@@ -358,9 +359,10 @@ std::vector<double> simulate_float_ring(const std::vector<double>& all, std::siz
         out[j] = input(0);
         continue;
       }
-      double partial = input(c);
-      for (int step = 1; step < P - 1; ++step) partial = through_float(input(c + step) + partial);
-      out[j] = through_float((input(c + P - 1) + partial) / P);
+      double partial = input(c + 1);
+      for (int step = 1; step < P - 1; ++step)
+        partial = through_float(input(c + 1 + step) + partial);
+      out[j] = through_float((input(c + P) + partial) / P);
     }
   }
   return out;

@@ -44,8 +44,8 @@ float through(float x) {
 }
 
 /// The ring with wire type W on the host, from every rank's input, each rounded to W: chunk c
-/// starts at rank c; each next rank adds its input in float and rounds the partial sum to W as
-/// it sends it on; the last adds, divides by P, and rounds the average to W.
+/// starts at rank c + 1 and ends at rank c; each next rank adds its input in float and rounds the
+/// partial sum to W as it sends it on; the last adds, divides by P, and rounds the average to W.
 template <class W>
 std::vector<float> simulate_ring(const std::vector<float>& all, std::size_t n) {
   const int P = world_size();
@@ -63,9 +63,9 @@ std::vector<float> simulate_ring(const std::vector<float>& all, std::size_t n) {
         out[j] = input(0);
         continue;
       }
-      float partial = input(c);
-      for (int step = 1; step < P - 1; ++step) partial = through<W>(input(c + step) + partial);
-      out[j] = through<W>((input(c + P - 1) + partial) / static_cast<float>(P));
+      float partial = input(c + 1);
+      for (int step = 1; step < P - 1; ++step) partial = through<W>(input(c + 1 + step) + partial);
+      out[j] = through<W>((input(c + P) + partial) / static_cast<float>(P));
     }
   }
   return out;

@@ -102,7 +102,8 @@ class OkTopkShardState:
 
     Args:
         algorithm: ``"oktopk"`` (the default), ``"topka"``, ``"topkdsa"``, ``"gaussiank"`` or
-            ``"dense"`` (an MPI_Reduce_scatter).
+            ``"dense"`` (the ring's reduce-scatter, or an MPI_Reduce_scatter: as the
+            handle's ``reduce`` would run its allreduce).
         density: k / n of each unit's gradient, (0, 1] (default 0.01).
         start_iter: each handle's first calls that are dense, >= 0 (default 2).
         optimizer: a ``torch.optim.SGD`` hands its momentum over (momentum correction); any

@@ -23,19 +23,8 @@ class DenseAllreduce final : public MethodBase<ExecSpace, Value> {
   // the finiteness check rides on the division by P.
   bool averages_gradient_as_is() const override { return true; }
 
-  // One MPI_Reduce_scatter of the gradient as it is: MPI sums float and double only, and a
-  // narrower wire would round what the ranks' own ring sends (dense_on_ring()).
-  const char* reduce_scatter_refusal() const override {
-    if (is_half_v<Value>) {
-      return "16-bit gradients are averaged on the library's ring, and MPI has no 16-bit type "
-             "to sum: reduce_scatter takes float and double gradients";
-    }
-    if (value_wire<Value>(this->options_) != Wire::Native) {
-      return "a wire narrower than the gradient needs the library's ring, which has no "
-             "reduce-scatter: use wire=native";
-    }
-    return nullptr;
-  }
+  // The driver's dense reduce-scatter (dense_reduce_scatter()): every gradient type and wire.
+  const char* reduce_scatter_refusal() const override { return nullptr; }
 
   // Not called (the base averages the gradient itself), but the same thing on acc.
   void reduce_step(const ExecSpace& exec, const real_vector_type& acc,

@@ -150,9 +150,17 @@ class MethodBase : public HandleCore<ExecSpace, Value> {
   std::int64_t dense_average(const ExecSpace& exec, const In& in, const Out& out,
                              bool count_nonfinite);
 
+  /// OkTopk's ring on the wire's type (ring_average): with `shards`, its reduce-scatter into
+  /// out[shard of this rank] (the rest of out is scratch), else its allreduce into all of out.
+  /// Returns how many averages of the chunk this rank finished are not finite.
+  template <class In, class Out>
+  std::int64_t ring_step(const ExecSpace& exec, const In& in, const Out& out,
+                         const std::vector<std::int64_t>* shards);
+
   /// The dense reduce_scatter of the Dense method: target.shard = this rank's shard of the sum
-  /// over ranks of `grad` (one MPI_Reduce_scatter), / P. Returns how many of the shard's
-  /// averages are not finite.
+  /// over ranks of `grad`, / P: the ring's reduce-scatter where reduce() runs on the ring (then
+  /// with equal shards the same bits as reduce()'s output there), else one MPI_Reduce_scatter.
+  /// Returns how many of the shard's averages are not finite.
   std::int64_t dense_reduce_scatter(const ExecSpace& exec, const const_vector_type& grad,
                                     const ShardTarget& target);
 
@@ -508,26 +516,7 @@ std::int64_t MethodBase<ExecSpace, Value>::dense_average(const ExecSpace& exec, 
                                                          const Out& out, bool count_nonfinite) {
   if (dense_on_ring<Value, ExecSpace>(this->options_, this->n_, this->comm_.size())) {
     // The ring's count rides on a pass it makes anyway.
-    std::int64_t nonfinite = 0;
-    // A 16-bit wire carries float and 16-bit gradients only, whose arithmetic is float, and
-    // a float wire narrows double gradients only (make_sparse_allreduce refuses the others).
-    constexpr bool float_values = std::is_same_v<arithmetic_type, float>;
-    const Wire wire = value_wire<Value>(this->options_);
-    if (float_values && wire == Wire::BFloat16) {
-      if constexpr (float_values) {
-        nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_bfloat16_);
-      }
-    } else if (float_values && wire == Wire::Float16) {
-      if constexpr (float_values) {
-        nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_float16_);
-      }
-    } else if (!float_values && wire == Wire::Float32) {
-      if constexpr (!float_values) {
-        nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_float_);
-      }
-    } else if constexpr (!is_half_v<Value>) {
-      nonfinite = ring_allreduce_average(exec, this->comm_, in, out, ring_native_);
-    }
+    const std::int64_t nonfinite = ring_step(exec, in, out, nullptr);
     return count_nonfinite ? nonfinite : 0;
   }
   if constexpr (is_half_v<Value>) {
@@ -552,6 +541,32 @@ std::int64_t MethodBase<ExecSpace, Value>::dense_average(const ExecSpace& exec, 
 }
 
 template <class ExecSpace, class Value>
+template <class In, class Out>
+std::int64_t MethodBase<ExecSpace, Value>::ring_step(const ExecSpace& exec, const In& in,
+                                                     const Out& out,
+                                                     const std::vector<std::int64_t>* shards) {
+  // A 16-bit wire carries float and 16-bit gradients only, whose arithmetic is float, and
+  // a float wire narrows double gradients only (make_sparse_allreduce refuses the others).
+  constexpr bool float_values = std::is_same_v<arithmetic_type, float>;
+  const Wire wire = value_wire<Value>(this->options_);
+  const auto run = [&](auto& buffers) {
+    return shards != nullptr
+               ? ring_reduce_scatter_average(exec, this->comm_, in, out, buffers, *shards)
+               : ring_allreduce_average(exec, this->comm_, in, out, buffers);
+  };
+  if (float_values && wire == Wire::BFloat16) {
+    if constexpr (float_values) return run(ring_bfloat16_);
+  } else if (float_values && wire == Wire::Float16) {
+    if constexpr (float_values) return run(ring_float16_);
+  } else if (!float_values && wire == Wire::Float32) {
+    if constexpr (!float_values) return run(ring_float_);
+  } else if constexpr (!is_half_v<Value>) {
+    return run(ring_native_);
+  }
+  return 0;
+}
+
+template <class ExecSpace, class Value>
 std::int64_t MethodBase<ExecSpace, Value>::dense_reduce_scatter(const ExecSpace& exec,
                                                                 const const_vector_type& grad,
                                                                 const ShardTarget& target) {
@@ -560,8 +575,19 @@ std::int64_t MethodBase<ExecSpace, Value>::dense_reduce_scatter(const ExecSpace&
       -std::numeric_limits<float>::infinity();
   this->stats_.local_selected = this->stats_.global_selected = this->n_;
   auto timer = phase(exec, "dense_reduce_scatter");
+  if (dense_on_ring<Value, ExecSpace>(this->options_, this->n_, this->comm_.size())) {
+    // The ring's reduce-scatter leaves this rank's shard in the scratch, and partial sums of
+    // other shards around it.
+    const auto& scratch = dense_scratch(exec);
+    const std::int64_t nonfinite = ring_step(exec, grad, scratch, &target.offsets);
+    const auto begin = target.offsets[static_cast<std::size_t>(this->comm_.rank())];
+    const auto length = static_cast<std::int64_t>(target.shard.extent(0));
+    Kokkos::deep_copy(exec, target.shard,
+                      Kokkos::subview(scratch, Kokkos::make_pair(begin, begin + length)));
+    return nonfinite;
+  }
   if constexpr (is_half_v<Value>) {
-    OKTOPK_ASSERT(false && "reduce_scatter_refusal() refuses 16-bit gradients");
+    OKTOPK_ASSERT(false && "a 16-bit gradient's dense reduce-scatter runs on the ring");
     return 0;
   } else {
     const int P = this->comm_.size();

@@ -2,15 +2,17 @@
 // A ring allreduce that averages (Options::dense_allreduce = ring, and every dense allreduce
 // on a wire narrower than the arithmetic type): a reduce-scatter in P - 1 steps, then an allgather
 // in P - 1 steps, each step one message of about n/P values to the right-hand neighbour, so every
-// rank sends 2(P-1)/P n values, the bandwidth optimum. The division by P and the count of
-// non-finite results ride on the last reduce step: a call reads its input once and writes its
-// output once, where MPI_Allreduce followed by a division pass writes and reads the output once
-// more.
+// rank sends 2(P-1)/P n values, the bandwidth optimum. The reduce-scatter alone is the Dense
+// method's reduce_scatter on the ring, with the shards as its chunks. The division by P and the
+// count of non-finite results ride on the last reduce step: a call reads its input once and
+// writes its output once, where MPI_Allreduce followed by a division pass writes and reads the
+// output once more.
 #pragma once
 
 #include <oktopk/communicator.hpp>
 #include <oktopk/fwd.hpp>
 #include <oktopk/options.hpp>
+#include <oktopk/shards.hpp>
 #include <oktopk/impl/base/half_types.hpp>
 #include <oktopk/impl/base/kokkos_ext.hpp>
 #include <oktopk/impl/base/value_traits.hpp>
@@ -65,12 +67,7 @@ inline constexpr bool ring_narrows_v = is_half_v<W> ||
 template <class W>
 using ring_sum_t = std::conditional_t<is_half_v<W>, float, double>;
 
-/// First entry of chunk c when n entries are cut into P chunks (chunk P ends at n).
-inline std::int64_t ring_chunk_begin(std::int64_t n, int P, int c) {
-  return static_cast<std::int64_t>(c) * n / P;
-}
-
-/// The ring's scratch for values of type W on the wire: `received` grows to n/P + 1 entries;
+/// The ring's scratch for values of type W on the wire: `received` grows to the longest chunk;
 /// `wire` (n entries, for a narrowing wire only) holds the values as they are sent, and the
 /// allgather moves them in place.
 template <class W, class MemorySpace>
@@ -255,15 +252,18 @@ void ring_widen(const ExecSpace& exec, const WireView& wire, const Out& out, std
       KOKKOS_LAMBDA(std::int64_t i) { out(begin + i) = value_cast<Stored>(wire(begin + i)); });
 }
 
-/// \brief Collective. out = (sum over ranks of in) / P, bit-identical on every rank: each chunk
-/// is summed by one rank, in ring order, and then copied to the others. `in` and `out` may be
-/// the same View. Returns how many entries of the chunk this rank finished hold NaN or Inf
-/// (the other ranks count the other chunks).
+/// \brief Collective. The ring's reduce-scatter and, with `gather`, its allgather: chunk c is
+/// [bounds[c], bounds[c + 1]) (P + 1 boundaries from 0 to n, the same on every rank), and rank
+/// c finishes it: out[chunk c] = (sum over ranks of in[chunk c]) / P on rank c, on every rank
+/// with `gather`, bit-identical on all of them. Without `gather` the rest of out is scratch.
+/// `in` and `out` may be the same View. Returns how many entries of the chunk this rank finished
+/// hold NaN or Inf (the other ranks count the other chunks).
 ///
 /// Rank r sends to r + 1 and receives from r - 1. Reduce-scatter step s = 0..P-2: send chunk
-/// r - s (this rank's own input at s = 0, its partial sum after), receive chunk r - s - 1 and
-/// add this rank's input to it; after the last step chunk r + 1 holds the whole sum. Allgather
-/// step s: send chunk r + 1 - s, receive chunk r - s, both finished sums.
+/// r - 1 - s (this rank's own input at s = 0, its partial sum after), receive chunk r - 2 - s
+/// and add this rank's input to it; after the last step chunk r holds the whole sum, added in
+/// ring order from rank r + 1 on. Allgather step s: send chunk r - s, receive chunk r - 1 - s,
+/// both finished sums.
 ///
 /// With W narrower than the arithmetic type (ring_narrows_v), every rank's input counts as
 /// rounded to W (as if the gradient were sent whole, as DDP's bf16 and fp16 hooks send it), the
@@ -272,9 +272,9 @@ void ring_widen(const ExecSpace& exec, const WireView& wire, const Out& out, std
 /// finished it, so that what it keeps is what the others receive. At P = 1: the input rounded
 /// to W. A value beyond W's range anywhere makes its average Inf, hence counted.
 template <class W, class ExecSpace, class In, class Out>
-std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& comm, const In& in,
-                                    const Out& out,
-                                    RingBuffers<W, typename ExecSpace::memory_space>& buffers) {
+std::int64_t ring_average(const ExecSpace& exec, const Communicator& comm, const In& in,
+                          const Out& out, RingBuffers<W, typename ExecSpace::memory_space>& buffers,
+                          const std::vector<std::int64_t>& bounds, bool gather) {
   // A narrowing wire: the values sent live in buffers.wire.
   constexpr bool narrow = ring_narrows_v<W, typename Out::non_const_value_type>;
   const auto n = static_cast<std::int64_t>(out.extent(0));
@@ -286,7 +286,11 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
     return divide_counting_nonfinite(exec, in, out, divisor);
   }
 
-  ensure_capacity(exec, buffers.received, n / P + 1);
+  std::int64_t longest = 0;
+  for (int c = 0; c < P; ++c)
+    longest = std::max(
+        longest, bounds[static_cast<std::size_t>(c) + 1] - bounds[static_cast<std::size_t>(c)]);
+  ensure_capacity(exec, buffers.received, longest);
   if constexpr (narrow) ensure_capacity(exec, buffers.wire, n);
   const auto& received = buffers.received;
   const auto& wire = buffers.wire;
@@ -294,7 +298,8 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
   const int left = (me + P - 1) % P;
   const auto chunk = [&](int c) {
     const int wrapped = ((c % P) + P) % P;
-    return Kokkos::make_pair(ring_chunk_begin(n, P, wrapped), ring_chunk_begin(n, P, wrapped + 1));
+    return Kokkos::make_pair(bounds[static_cast<std::size_t>(wrapped)],
+                             bounds[static_cast<std::size_t>(wrapped) + 1]);
   };
   constexpr int reduce_tag = 11;
   constexpr int gather_tag = 12;
@@ -313,9 +318,11 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
     }
   }();
   // The allgather's first step moves the chunk this rank finishes in the last reduce step
-  // (chunk me + 1) and brings chunk me: each segment is sent as soon as it is averaged, so that
-  // it travels while the next is added (at P = 2 that is the whole allgather).
-  const auto first_gathered = chunk(me);
+  // (chunk me) and brings chunk me - 1: each segment is sent as soon as it is averaged, so that
+  // it travels while the next is added (at P = 2 that is the whole allgather). Without the
+  // allgather it is empty.
+  const auto first_gathered =
+      gather ? chunk(me - 1) : Kokkos::make_pair(std::int64_t{0}, std::int64_t{0});
   const std::int64_t first_gathered_count = first_gathered.second - first_gathered.first;
   auto first_gather_receive = mpi_receive_view(exec, Kokkos::subview(gathered, first_gathered));
   std::vector<Communicator::Requests> first_gather_arrivals(
@@ -337,8 +344,8 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
   std::int64_t nonfinite = 0;
   for (int s = 0; s < P - 1; ++s) {
     const bool last = s == P - 2;
-    const auto sent = chunk(me - s);
-    const auto got = chunk(me - s - 1);
+    const auto sent = chunk(me - 1 - s);
+    const auto got = chunk(me - 2 - s);
     const std::int64_t sent_count = sent.second - sent.first;
     const std::int64_t got_count = got.second - got.first;
     auto receive = mpi_receive_view(
@@ -392,6 +399,7 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
       } else {
         nonfinite += ring_add_average(exec, in, out, part, begin, count, divisor);
       }
+      if (!gather) continue;
       if (j < departures.size()) departures[j].wait_all();
       post_first_gather_receives(j + 1);
       first_gather_sends.push_back(
@@ -401,7 +409,8 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
     }
     for (auto& departure : departures) departure.wait_all();
   }
-  // Chunk me may have a segment more than the chunk this rank finished.
+  if (!gather) return nonfinite;
+  // Chunk me - 1 may have more segments than the chunk this rank finished.
   post_first_gather_receives(first_gather_arrivals.size());
   for (auto& arrival : first_gather_arrivals) arrival.wait_all();
   first_gather_departures.wait_all();
@@ -410,8 +419,8 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
   if constexpr (narrow) ring_widen(exec, wire, out, first_gathered.first, first_gathered_count);
 
   for (int s = 1; s < P - 1; ++s) {
-    const auto sent = chunk(me + 1 - s);
-    const auto got = chunk(me - s);
+    const auto sent = chunk(me - s);
+    const auto got = chunk(me - 1 - s);
     const auto send = mpi_send_view(exec, Kokkos::subview(gathered, sent));
     auto receive = mpi_receive_view(exec, Kokkos::subview(gathered, got));
     Communicator::Requests requests;
@@ -426,6 +435,30 @@ std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& c
     if constexpr (narrow) ring_widen(exec, wire, out, got.first, got.second - got.first);
   }
   return nonfinite;
+}
+
+/// out = (sum over ranks of in) / P on every rank, bit-identical on all (ring_average with P
+/// equal chunks).
+template <class W, class ExecSpace, class In, class Out>
+std::int64_t ring_allreduce_average(const ExecSpace& exec, const Communicator& comm, const In& in,
+                                    const Out& out,
+                                    RingBuffers<W, typename ExecSpace::memory_space>& buffers) {
+  return ring_average(exec, comm, in, out, buffers,
+                      equal_shard_offsets(static_cast<std::int64_t>(out.extent(0)), comm.size()),
+                      true);
+}
+
+/// The ring's reduce-scatter: out[offsets[r], offsets[r + 1]) = rank r's shard of
+/// (sum over ranks of in) / P on rank r (ring_average without the allgather; the rest of out is
+/// scratch). With equal shards (equal_shard_offsets), the shard holds the same bits as
+/// ring_allreduce_average's output there. Returns how many of the shard's averages are not
+/// finite.
+template <class W, class ExecSpace, class In, class Out>
+std::int64_t ring_reduce_scatter_average(const ExecSpace& exec, const Communicator& comm,
+                                         const In& in, const Out& out,
+                                         RingBuffers<W, typename ExecSpace::memory_space>& buffers,
+                                         const std::vector<std::int64_t>& offsets) {
+  return ring_average(exec, comm, in, out, buffers, offsets, false);
 }
 
 }  // namespace oktopk::impl
