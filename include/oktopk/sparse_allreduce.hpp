@@ -141,8 +141,9 @@ class SparseAllreduce {
   /// for bit. Dense warm-up calls average the whole vector, as reduce() does, and copy the
   /// shard out. Method dense, where reduce() runs on OkTopk's ring (Options::dense_allreduce,
   /// 16-bit gradients, a narrower wire), is the ring's reduce-scatter with the shards as its
-  /// chunks: with equal shards reduce()'s slice bit for bit; otherwise one MPI_Reduce_scatter,
-  /// then /P, equal to reduce()'s slice up to the order of MPI's sums.
+  /// chunks, with equal shards reduce()'s slice bit for bit; where reduce() runs
+  /// MPI_Allreduce, it is one MPI_Reduce_scatter, then /P, equal to reduce()'s slice up to the
+  /// order of MPI's sums.
   /// Methods gtopk and s2 are refused on every rank with std::invalid_argument saying why, as
   /// are hierarchical handles (Options::hierarchical).
   ///
